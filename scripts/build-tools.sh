@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Builds the "test world" (etcd, kube-apiserver, kube-controller-manager, kubectl,
+# clusterctl, the Cluster API managers, the in-cluster IPAM provider and the cert-manager
+# controller) from their Go modules, at the versions pinned in scripts/tools.env.
+#
+# Binaries and wrapper modules live outside the checkout, keyed by version:
+#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/bin/<component>-<version>/<name>
+#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/src/<component>-<version>/go.mod
+# Idempotent: a binary that exists is not rebuilt. Concurrent runs serialise on a lock.
+# At the end it writes $CACHE/world.env (paths of every binary and manifest source dir,
+# read by tests/kube-world) and prints the path of that file on stdout. Progress and build
+# timings go to stderr (timings also to $CACHE/build-times.log).
+#
+# Usage: scripts/build-tools.sh [tool...]   (default: all; names: etcd kube-apiserver
+#        kube-controller-manager kubectl clusterctl capi-manager kubeadm-bootstrap-manager
+#        kubeadm-control-plane-manager ipam-manager cert-manager-controller)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tools.env
+source "$here/tools.env"
+
+CACHE="${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}"
+mkdir -p "$CACHE/bin" "$CACHE/src"
+export GOTOOLCHAIN=local
+export GOFLAGS="${GOFLAGS:-} -mod=mod"
+export CGO_ENABLED=0
+
+log() { printf '[build-tools] %s\n' "$*" >&2; }
+
+# One build at a time across processes (tests running in parallel call this too).
+exec 9>"$CACHE/.build-tools.lock"
+if ! flock -n 9; then
+    log "another build-tools run holds $CACHE/.build-tools.lock; waiting"
+    flock 9
+fi
+
+# Directory of a module version in the module cache (downloads it if needed).
+mod_dir() {
+    go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p'
+}
+mod_gomod() {
+    go mod download -json "$1" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p'
+}
+
+build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+
+# build <wrapper dir> <output binary> <package> <ldflags>
+build() {
+    local wdir="$1" out="$2" pkg="$3" ldflags="$4"
+    if [[ -x "$out" ]]; then
+        log "ok      $(basename "$out") ($out)"
+        return 0
+    fi
+    mkdir -p "$(dirname "$out")"
+    log "build   $(basename "$out") from $pkg (this takes minutes on a cold cache)"
+    local start end
+    start=$(date +%s)
+    (cd "$wdir" && nice -n 10 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp.$$" "$pkg")
+    mv -f "$out.tmp.$$" "$out"
+    end=$(date +%s)
+    log "built   $(basename "$out") in $((end - start))s"
+    printf '%s\t%s\t%ss\n' "$(date -u +%FT%TZ)" "$out" "$((end - start))" >>"$CACHE/build-times.log"
+}
+
+# A wrapper module: go.mod with a go directive, requires and replaces; go.sum is filled
+# by the first build (-mod=mod).
+write_wrapper() {
+    local wdir="$1" content="$2"
+    mkdir -p "$wdir"
+    if [[ ! -f "$wdir/go.mod" ]] || [[ "$(cat "$wdir/go.mod")" != "$content" ]]; then
+        printf '%s\n' "$content" >"$wdir/go.mod"
+        rm -f "$wdir/go.sum"
+    fi
+    # A main package is needed for nothing; but go wants at least the module to exist.
+    [[ -f "$wdir/doc.go" ]] || printf '// Package wrapper only pins module versions.\npackage wrapper\n' >"$wdir/doc.go"
+}
+
+want() {
+    [[ ${#selected[@]} -eq 0 ]] && return 0
+    local t
+    for t in "${selected[@]}"; do [[ "$t" == "$1" ]] && return 0; done
+    return 1
+}
+selected=("$@")
+
+# ---------------------------------------------------------------- Kubernetes
+K8S_BIN="$CACHE/bin/kubernetes-$KUBERNETES_VERSION"
+k8s_minor="${KUBERNETES_VERSION#v1.}"
+k8s_minor="${k8s_minor%%.*}"
+k8s_staging="v0.${KUBERNETES_VERSION#v1.}"
+if want kube-apiserver || want kube-controller-manager || want kubectl; then
+    if [[ ! -x "$K8S_BIN/kube-apiserver" || ! -x "$K8S_BIN/kube-controller-manager" || ! -x "$K8S_BIN/kubectl" ]]; then
+        wdir="$CACHE/src/kubernetes-$KUBERNETES_VERSION"
+        gomod="$(mod_gomod "k8s.io/kubernetes@$KUBERNETES_VERSION")"
+        # k8s.io/kubernetes replaces every staging module with ./staging/src/k8s.io/<m>;
+        # outside its repository those are the published v0.<minor>.<patch> modules.
+        replaces="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\t\1 => \1 '"$k8s_staging"'#p' "$gomod")"
+        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+        write_wrapper "$wdir" "module hyperplug.local/tools/kubernetes
+
+go $gover
+
+require k8s.io/kubernetes $KUBERNETES_VERSION
+
+replace (
+$replaces
+)"
+    fi
+    kver="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=$build_date"
+    kver="$kver -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$k8s_minor -X k8s.io/client-go/pkg/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.buildDate=$build_date"
+    for t in kube-apiserver kube-controller-manager kubectl; do
+        want "$t" && build "$CACHE/src/kubernetes-$KUBERNETES_VERSION" "$K8S_BIN/$t" "k8s.io/kubernetes/cmd/$t" "$kver"
+    done
+fi
+
+# ---------------------------------------------------------------- etcd
+ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
+if want etcd; then
+    if [[ ! -x "$ETCD_BIN/etcd" ]]; then
+        # server/v3's go.mod replaces its sibling modules with ../<dir>; a wrapper that just
+        # requires it resolves them to the published versions it names.
+        write_wrapper "$CACHE/src/etcd-$ETCD_VERSION" "module hyperplug.local/tools/etcd
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+    fi
+    build "$CACHE/src/etcd-$ETCD_VERSION" "$ETCD_BIN/etcd" "go.etcd.io/etcd/server/v3" \
+        "-X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION"
+fi
+
+# ---------------------------------------------------------------- Cluster API
+CAPI_BIN="$CACHE/bin/cluster-api-$CAPI_VERSION"
+capi_minor="${CAPI_VERSION#v1.}"
+capi_minor="${capi_minor%%.*}"
+capi_ld() {
+    local p="$1" v="$2" minor="$3"
+    printf -- "-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean -X %s.buildDate=%s" \
+        "$p" "$v" "$p" "$p" "$minor" "$p" "$p" "$build_date"
+}
+if want clusterctl || want capi-manager || want kubeadm-bootstrap-manager || want kubeadm-control-plane-manager; then
+    wdir="$CACHE/src/cluster-api-$CAPI_VERSION"
+    gomod="$(mod_gomod "sigs.k8s.io/cluster-api@$CAPI_VERSION")"
+    gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+    # From v1.14 the root module replaces sigs.k8s.io/cluster-api/api => ./api.
+    write_wrapper "$wdir" "module hyperplug.local/tools/cluster-api
+
+go $gover
+
+require (
+	sigs.k8s.io/cluster-api $CAPI_VERSION
+	sigs.k8s.io/cluster-api/api $CAPI_VERSION
+)
+
+replace sigs.k8s.io/cluster-api/api => sigs.k8s.io/cluster-api/api $CAPI_VERSION"
+    cld="$(capi_ld sigs.k8s.io/cluster-api/version "$CAPI_VERSION" "$capi_minor")"
+    want clusterctl && build "$wdir" "$CAPI_BIN/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl "$cld"
+    want capi-manager && build "$wdir" "$CAPI_BIN/capi-manager" sigs.k8s.io/cluster-api/core "$cld"
+    want kubeadm-bootstrap-manager && build "$wdir" "$CAPI_BIN/kubeadm-bootstrap-manager" sigs.k8s.io/cluster-api/bootstrap/kubeadm "$cld"
+    want kubeadm-control-plane-manager && build "$wdir" "$CAPI_BIN/kubeadm-control-plane-manager" sigs.k8s.io/cluster-api/controlplane/kubeadm "$cld"
+fi
+
+# ---------------------------------------------------------------- in-cluster IPAM
+IPAM_BIN="$CACHE/bin/ipam-in-cluster-$IPAM_VERSION"
+IPAM_MOD=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+if want ipam-manager; then
+    wdir="$CACHE/src/ipam-in-cluster-$IPAM_VERSION"
+    if [[ ! -x "$IPAM_BIN/ipam-manager" ]]; then
+        gomod="$(mod_gomod "$IPAM_MOD@$IPAM_VERSION")"
+        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+        write_wrapper "$wdir" "module hyperplug.local/tools/ipam
+
+go $gover
+
+require $IPAM_MOD $IPAM_VERSION"
+    fi
+    ipam_minor="${IPAM_VERSION#v1.}"
+    ipam_minor="${ipam_minor%%.*}"
+    build "$wdir" "$IPAM_BIN/ipam-manager" "$IPAM_MOD" "$(capi_ld "$IPAM_MOD/version" "$IPAM_VERSION" "$ipam_minor")"
+fi
+
+# ---------------------------------------------------------------- cert-manager
+CM_BIN="$CACHE/bin/cert-manager-$CERT_MANAGER_VERSION"
+CM_MOD=github.com/cert-manager/cert-manager
+if want cert-manager-controller; then
+    wdir="$CACHE/src/cert-manager-$CERT_MANAGER_VERSION"
+    if [[ ! -x "$CM_BIN/cert-manager-controller" ]]; then
+        # The upstream main lives in an unpublished nested module (cmd/controller), so
+        # scripts/tools/cert-manager-controller holds a small main of ours over the
+        # published root module's packages.
+        gomod="$(mod_gomod "$CM_MOD@$CERT_MANAGER_VERSION")"
+        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+        mkdir -p "$wdir"
+        cp "$here/tools/cert-manager-controller/"*.go "$wdir/"
+        write_wrapper "$wdir" "module hyperplug.local/tools/cert-manager
+
+go $gover
+
+require $CM_MOD $CERT_MANAGER_VERSION"
+        rm -f "$wdir/doc.go"
+    fi
+    build "$wdir" "$CM_BIN/cert-manager-controller" . \
+        "-X $CM_MOD/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X $CM_MOD/pkg/util.AppGitCommit=$CERT_MANAGER_VERSION"
+fi
+
+# ---------------------------------------------------------------- manifest sources
+CAPI_DIR="$(mod_dir "sigs.k8s.io/cluster-api@$CAPI_VERSION")"
+IPAM_DIR="$(mod_dir "$IPAM_MOD@$IPAM_VERSION")"
+CM_DIR="$(mod_dir "$CM_MOD@$CERT_MANAGER_VERSION")"
+
+envf="$CACHE/world.env"
+cat >"$envf.tmp.$$" <<EOF
+# Written by scripts/build-tools.sh; read by tests/kube-world.
+KUBERNETES_VERSION=$KUBERNETES_VERSION
+ETCD_VERSION=$ETCD_VERSION
+CAPI_VERSION=$CAPI_VERSION
+IPAM_VERSION=$IPAM_VERSION
+CERT_MANAGER_VERSION=$CERT_MANAGER_VERSION
+ETCD=$ETCD_BIN/etcd
+KUBE_APISERVER=$K8S_BIN/kube-apiserver
+KUBE_CONTROLLER_MANAGER=$K8S_BIN/kube-controller-manager
+KUBECTL=$K8S_BIN/kubectl
+CLUSTERCTL=$CAPI_BIN/clusterctl
+CAPI_MANAGER=$CAPI_BIN/capi-manager
+KUBEADM_BOOTSTRAP_MANAGER=$CAPI_BIN/kubeadm-bootstrap-manager
+KUBEADM_CONTROL_PLANE_MANAGER=$CAPI_BIN/kubeadm-control-plane-manager
+IPAM_MANAGER=$IPAM_BIN/ipam-manager
+CERT_MANAGER_CONTROLLER=$CM_BIN/cert-manager-controller
+CAPI_DIR=$CAPI_DIR
+IPAM_DIR=$IPAM_DIR
+CERT_MANAGER_DIR=$CM_DIR
+EOF
+mv -f "$envf.tmp.$$" "$envf"
+log "world env: $envf"
+echo "$envf"

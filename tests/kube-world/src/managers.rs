@@ -1,0 +1,240 @@
+//! Cluster API and IPAM managers as child processes, their webhooks served on loopback.
+//!
+//! Like controller-runtime's envtest: each manager gets a serving certificate from the
+//! plane's CA; the webhook configurations from the module's `config/webhook/manifests.yaml`
+//! are rewritten from `service:` references to `url: https://127.0.0.1:<port><path>` with
+//! that CA as `caBundle` (and renamed per manager so they do not collide); the CRDs the
+//! manager owns get their conversion webhook pointed at the same server.
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use crate::apply;
+use crate::plane::{Plane, b64, free_port, http_status, yaml_files};
+use crate::process::Proc;
+
+/// A manager the plane can start.
+#[derive(Debug, Clone)]
+pub struct ManagerSpec {
+    /// Process name (log file `<name>.log`, prefix of the webhook configuration names).
+    pub name: String,
+    pub binary: PathBuf,
+    /// Directories of the CRDs this manager serves conversion for.
+    pub crd_dirs: Vec<PathBuf>,
+    /// `config/webhook/manifests.yaml` of the manager, if it has webhooks.
+    pub webhook_manifests: Option<PathBuf>,
+    /// Flag name of the health probe address (`--health-addr` for CAPI).
+    pub health_flag: String,
+    /// More arguments (e.g. `--feature-gates=...`).
+    pub extra_args: Vec<String>,
+}
+
+/// A started manager.
+#[derive(Debug, Clone)]
+pub struct Manager {
+    pub name: String,
+    pub webhook_port: u16,
+    pub health_port: u16,
+    pub log: PathBuf,
+}
+
+impl Plane {
+    /// Starts the Cluster API core manager (`sigs.k8s.io/cluster-api/core`) with its
+    /// webhooks. Installs Cluster API's CRDs first if they are not there.
+    pub async fn start_capi_core(&self) -> Result<Manager> {
+        self.start_capi_core_with(&[]).await
+    }
+    /// [`Plane::start_capi_core`] with more arguments, e.g. `--feature-gates=...`.
+    pub async fn start_capi_core_with(&self, extra_args: &[&str]) -> Result<Manager> {
+        let capi = self.tools.capi_dir();
+        self.start_manager(ManagerSpec {
+            name: "capi-core".into(),
+            binary: self.tools.capi_manager(),
+            crd_dirs: vec![capi.join("core/config/crd/bases")],
+            webhook_manifests: Some(capi.join("core/config/webhook/manifests.yaml")),
+            health_flag: "--health-addr".into(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        })
+        .await
+    }
+    /// Starts the kubeadm bootstrap provider manager with its webhooks.
+    pub async fn start_kubeadm_bootstrap(&self) -> Result<Manager> {
+        let capi = self.tools.capi_dir();
+        self.start_manager(ManagerSpec {
+            name: "kubeadm-bootstrap".into(),
+            binary: self.tools.kubeadm_bootstrap_manager(),
+            crd_dirs: vec![capi.join("bootstrap/kubeadm/config/crd/bases")],
+            webhook_manifests: Some(capi.join("bootstrap/kubeadm/config/webhook/manifests.yaml")),
+            health_flag: "--health-addr".into(),
+            extra_args: vec![],
+        })
+        .await
+    }
+    /// Starts the kubeadm control plane provider manager with its webhooks.
+    pub async fn start_kubeadm_control_plane(&self) -> Result<Manager> {
+        let capi = self.tools.capi_dir();
+        self.start_manager(ManagerSpec {
+            name: "kubeadm-control-plane".into(),
+            binary: self.tools.kubeadm_control_plane_manager(),
+            crd_dirs: vec![capi.join("controlplane/kubeadm/config/crd/bases")],
+            webhook_manifests: Some(
+                capi.join("controlplane/kubeadm/config/webhook/manifests.yaml"),
+            ),
+            health_flag: "--health-addr".into(),
+            extra_args: vec![],
+        })
+        .await
+    }
+    /// Starts the in-cluster IPAM provider with its webhooks (installs its CRDs too).
+    pub async fn start_ipam(&self) -> Result<Manager> {
+        let ipam = self.tools.ipam_dir();
+        self.start_manager(ManagerSpec {
+            name: "ipam-in-cluster".into(),
+            binary: self.tools.ipam_manager(),
+            crd_dirs: vec![ipam.join("config/crd/bases")],
+            webhook_manifests: Some(ipam.join("config/webhook/manifests.yaml")),
+            health_flag: "--health-probe-bind-address".into(),
+            extra_args: vec![],
+        })
+        .await
+    }
+
+    /// Starts any controller-runtime manager per `spec`: installs (or re-applies) its CRDs
+    /// with conversion pointed at its webhook server, starts it, waits for its readiness
+    /// endpoint and webhook port, then installs its rewritten webhook configurations.
+    pub async fn start_manager(&self, spec: ManagerSpec) -> Result<Manager> {
+        let webhook_port = free_port()?;
+        let health_port = free_port()?;
+        let diag_port = free_port()?;
+        let webhook_base = format!("https://127.0.0.1:{webhook_port}");
+        let ca_bundle = b64(self.ca.cert_pem().as_bytes());
+
+        // Serving certificate.
+        let cert_dir = self.path.join(format!("{}-certs", spec.name));
+        std::fs::create_dir_all(&cert_dir)?;
+        let serving = self.ca.server(&["127.0.0.1", "localhost"])?;
+        std::fs::write(cert_dir.join("tls.crt"), &serving.cert)?;
+        std::fs::write(cert_dir.join("tls.key"), &serving.key)?;
+
+        // CRDs with conversion through this manager.
+        let mut crd_names = Vec::new();
+        for dir in &spec.crd_dirs {
+            for file in yaml_files(dir)? {
+                let yaml = std::fs::read_to_string(&file)?;
+                for mut doc in apply::parse_documents(&yaml)? {
+                    if doc.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
+                        let multi_version = doc
+                            .pointer("/spec/versions")
+                            .and_then(Value::as_array)
+                            .is_some_and(|v| v.len() > 1);
+                        let conversion = if multi_version {
+                            json!({
+                                "strategy": "Webhook",
+                                "webhook": {
+                                    "clientConfig": {
+                                        "url": format!("{webhook_base}/convert"),
+                                        "caBundle": ca_bundle,
+                                    },
+                                    "conversionReviewVersions": ["v1", "v1beta1"],
+                                },
+                            })
+                        } else {
+                            json!({ "strategy": "None" })
+                        };
+                        if let Some(s) = doc.get_mut("spec").and_then(Value::as_object_mut) {
+                            s.insert("conversion".into(), conversion);
+                        }
+                    }
+                    let obj = apply::apply_object(&self.client, None, doc)
+                        .await
+                        .with_context(|| format!("installing {}", file.display()))?;
+                    crd_names.push(obj.metadata.name.unwrap_or_default());
+                }
+            }
+        }
+        self.wait_crds_established(&crd_names).await?;
+
+        // The process.
+        let log = self.path.join(format!("{}.log", spec.name));
+        let mut cmd = Command::new(&spec.binary);
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg("--leader-elect=false")
+            .arg(format!("--webhook-port={webhook_port}"))
+            .arg(format!("--webhook-cert-dir={}", cert_dir.display()))
+            .arg("--webhook-cert-name=tls.crt")
+            .arg("--webhook-key-name=tls.key")
+            .arg(format!("{}=127.0.0.1:{health_port}", spec.health_flag))
+            .arg(format!("--diagnostics-address=127.0.0.1:{diag_port}"))
+            .arg("--insecure-diagnostics=true")
+            .args(&spec.extra_args);
+        self.add_proc(Proc::spawn(&spec.name, cmd, &log)?);
+
+        let health: SocketAddr = format!("127.0.0.1:{health_port}").parse()?;
+        let webhook: SocketAddr = format!("127.0.0.1:{webhook_port}").parse()?;
+        self.wait_for(
+            &format!("{} to be ready (log {})", spec.name, log.display()),
+            Duration::from_secs(120),
+            move || {
+                let ready = http_status(health, "/readyz").is_ok_and(|c| c == 200)
+                    && TcpStream::connect_timeout(&webhook, Duration::from_millis(200)).is_ok();
+                async move { Ok(ready) }
+            },
+        )
+        .await?;
+
+        if let Some(manifests) = &spec.webhook_manifests {
+            let yaml = std::fs::read_to_string(manifests)
+                .with_context(|| format!("reading {}", manifests.display()))?;
+            for doc in rewrite_webhooks(&yaml, &spec.name, &webhook_base, &ca_bundle)? {
+                apply::apply_object(&self.client, None, doc).await?;
+            }
+        }
+
+        Ok(Manager {
+            name: spec.name,
+            webhook_port,
+            health_port,
+            log,
+        })
+    }
+}
+
+/// Rewrites webhook configurations to call `base` directly (envtest style).
+pub fn rewrite_webhooks(
+    yaml: &str,
+    name_prefix: &str,
+    base: &str,
+    ca_bundle: &str,
+) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for mut doc in apply::parse_documents(yaml)? {
+        let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default();
+        if kind != "MutatingWebhookConfiguration" && kind != "ValidatingWebhookConfiguration" {
+            continue;
+        }
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("webhook-configuration")
+            .to_string();
+        doc["metadata"] = json!({ "name": format!("{name_prefix}-{name}") });
+        if let Some(hooks) = doc.get_mut("webhooks").and_then(Value::as_array_mut) {
+            for hook in hooks {
+                let path = hook
+                    .pointer("/clientConfig/service/path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("/")
+                    .to_string();
+                hook["clientConfig"] =
+                    json!({ "url": format!("{base}{path}"), "caBundle": ca_bundle });
+            }
+        }
+        out.push(doc);
+    }
+    Ok(out)
+}
