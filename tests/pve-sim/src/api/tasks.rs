@@ -1,0 +1,88 @@
+//! `/nodes/{node}/tasks...`: list, status, log, stop.
+
+use serde_json::{Value, json};
+
+use super::Call;
+use crate::envelope::{ApiError, ApiResult};
+use crate::tasks::parse_upid;
+
+fn find_task<'w>(w: &'w crate::state::World, c: &Call) -> ApiResult<&'w crate::tasks::Task> {
+    let upid = c.p("upid").unwrap_or("");
+    let Some(parsed) = parse_upid(upid) else {
+        return Err(ApiError::die(format!(
+            "unable to parse worker upid '{upid}'"
+        )));
+    };
+    if parsed.node != c.node() {
+        return Err(ApiError::die(format!(
+            "no such task ('{upid}' is on node '{}')",
+            parsed.node
+        )));
+    }
+    w.tasks
+        .get(upid)
+        .ok_or_else(|| ApiError::die(format!("no such task: {upid}")))
+}
+
+/// `GET /nodes/{node}/tasks/{upid}/status`.
+pub fn status(c: &mut Call) -> ApiResult {
+    let w = c.shared.lock();
+    Ok(find_task(&w, c)?.status_json())
+}
+
+/// `GET /nodes/{node}/tasks/{upid}/log?start=&limit=`.
+pub fn log(c: &mut Call) -> ApiResult {
+    let w = c.shared.lock();
+    let t = find_task(&w, c)?;
+    let start: usize = c.p("start").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let limit: usize = c.p("limit").and_then(|s| s.parse().ok()).unwrap_or(50);
+    let lines: Vec<&String> = if t.log.is_empty() && t.running() {
+        vec![]
+    } else {
+        t.log.iter().collect()
+    };
+    Ok(Value::Array(
+        lines
+            .into_iter()
+            .enumerate()
+            .skip(start)
+            .take(limit)
+            .map(|(i, l)| json!({"n": i + 1, "t": l}))
+            .collect(),
+    ))
+}
+
+/// `DELETE /nodes/{node}/tasks/{upid}`: stops a running task.
+pub fn stop(c: &mut Call) -> ApiResult {
+    let mut w = c.shared.lock();
+    let upid = find_task(&w, c)?.upid.clone();
+    crate::tasks::interrupt(&mut w, &upid);
+    Ok(Value::Null)
+}
+
+/// `GET /nodes/{node}/tasks`: newest first.
+pub fn list(c: &mut Call) -> ApiResult {
+    let w = c.shared.lock();
+    let vmid = c.p("vmid");
+    let limit: usize = c.p("limit").and_then(|s| s.parse().ok()).unwrap_or(50);
+    let start: usize = c.p("start").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let source = c.p("source").unwrap_or("archive");
+    Ok(Value::Array(
+        w.task_order
+            .iter()
+            .rev()
+            .filter_map(|u| w.tasks.get(u))
+            .filter(|t| t.node == c.node())
+            .filter(|t| vmid.is_none_or(|v| t.id == v))
+            .filter(|t| c.p("typefilter").is_none_or(|f| t.kind == f))
+            .filter(|t| match source {
+                "active" => t.running(),
+                "all" => true,
+                _ => !t.running(),
+            })
+            .skip(start)
+            .take(limit)
+            .map(|t| t.list_json())
+            .collect(),
+    ))
+}

@@ -1,0 +1,150 @@
+//! Inspection and control outside `/api2/json`, unauthenticated, for tests and benchmarks:
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /_sim/vms` | every VM: node, status, lock, pool, config (with digest), guest addresses |
+//! | `GET /_sim/vms/{vmid}` | one VM (404 if absent) |
+//! | `GET /_sim/state` | everything: nodes, storages and volumes, VMs, pools, tasks, counters, faults, leases |
+//! | `GET /_sim/counters` | requests per endpoint, `{"METHOD /path/template": n}` |
+//! | `POST /_sim/counters/reset` | zero the counters |
+//! | `GET /_sim/faults`, `PUT /_sim/faults` | read / replace the fault injection (JSON, see `Faults`) |
+//! | `GET /_sim/tasks` | every task's status, oldest first |
+//! | `GET /_sim/endpoints` | the API endpoints served |
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::http::request::Parts;
+use serde_json::{Value, json};
+
+use crate::envelope::{Resp, raw_json};
+use crate::faults::Faults;
+use crate::server::Shared;
+use crate::state::{Vm, World};
+
+/// One VM for inspection.
+pub fn vm_json(w: &World, vm: &Vm) -> Value {
+    let now = Instant::now();
+    let guest = vm.run.as_ref().map(|r| {
+        json!({
+            "hostname": r.hostname,
+            "booted": now >= r.booted_at,
+            "agent_up": vm.agent_enabled() && now >= r.agent_at,
+            "interfaces": r.interfaces.iter().map(|i| json!({
+                "name": i.name, "mac": i.mac,
+                "ipv4": i.ipv4.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>(),
+                "ipv6": i.ipv6.iter().map(|(a, p)| format!("{a}/{p}")).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    });
+    let ips: Vec<String> = vm
+        .run
+        .iter()
+        .flat_map(|r| r.interfaces.iter().filter(|i| i.name != "lo"))
+        .flat_map(|i| i.ipv4.iter().map(|(a, _)| a.clone()))
+        .collect();
+    json!({
+        "vmid": vm.vmid,
+        "node": vm.node,
+        "name": vm.name(),
+        "status": vm.status(),
+        "template": vm.is_template(),
+        "lock": vm.lock(),
+        "pool": w.pool_of(vm.vmid),
+        "digest": vm.digest(),
+        "config": vm.config,
+        "guest": guest,
+        "ipv4": ips,
+    })
+}
+
+/// Every VM for inspection.
+pub fn vms_json(w: &World) -> Vec<Value> {
+    w.vms.values().map(|vm| vm_json(w, vm)).collect()
+}
+
+/// The whole world.
+pub fn dump(w: &World) -> Value {
+    let storages: Vec<Value> = w
+        .storages
+        .iter()
+        .map(|((node, _), s)| {
+            json!({
+                "node": if node.is_empty() { None } else { Some(node) },
+                "storage": s.id,
+                "type": s.kind.as_str(),
+                "content": s.content,
+                "shared": s.shared,
+                "total": s.total,
+                "volumes": s.volumes.values().map(|v| json!({
+                    "volid": format!("{}:{}", s.id, v.name), "content": v.content,
+                    "format": v.format, "size": v.size, "vmid": v.vmid, "parent": v.parent,
+                    "nocloud": v.nocloud,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "version": format!("{}.{}", w.version.0, w.version.1),
+        "nodes": w.nodes.values().collect::<Vec<_>>(),
+        "storages": storages,
+        "vms": vms_json(w),
+        "pools": w.pools,
+        "tasks": w.task_order.iter().filter_map(|u| w.tasks.get(u)).map(|t| {
+            let mut s = t.status_json();
+            s["log"] = json!(t.log);
+            s
+        }).collect::<Vec<_>>(),
+        "counters": w.counters,
+        "faults": w.faults,
+        "leases": w.leases.iter().map(|(m, ip)| (m.clone(), ip.to_string())).collect::<std::collections::BTreeMap<_, _>>(),
+    })
+}
+
+/// Handles `/_sim/...`.
+pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
+    let path = parts.uri.path().trim_end_matches('/');
+    let method = parts.method.as_str();
+    match (method, path) {
+        ("GET", "/_sim/vms") => raw_json(200, &Value::Array(vms_json(&shared.lock()))),
+        ("GET", "/_sim/state") => raw_json(200, &dump(&shared.lock())),
+        ("GET", "/_sim/counters") => raw_json(200, &json!(shared.lock().counters)),
+        ("POST", "/_sim/counters/reset") => {
+            shared.lock().counters.clear();
+            raw_json(200, &json!({"ok": true}))
+        }
+        ("GET", "/_sim/faults") => raw_json(200, &json!(shared.lock().faults)),
+        ("PUT", "/_sim/faults") | ("POST", "/_sim/faults") => {
+            match serde_json::from_slice::<Faults>(&body) {
+                Ok(f) => {
+                    shared.lock().faults = f.clone();
+                    raw_json(200, &json!(f))
+                }
+                Err(e) => raw_json(400, &json!({"error": e.to_string()})),
+            }
+        }
+        ("GET", "/_sim/tasks") => {
+            let w = shared.lock();
+            let t: Vec<Value> = w
+                .task_order
+                .iter()
+                .filter_map(|u| w.tasks.get(u))
+                .map(|t| t.status_json())
+                .collect();
+            raw_json(200, &Value::Array(t))
+        }
+        ("GET", "/_sim/endpoints") => raw_json(200, &json!(crate::api::endpoints())),
+        ("GET", p) if p.starts_with("/_sim/vms/") => {
+            let id: Option<u32> = p["/_sim/vms/".len()..].parse().ok();
+            let w = shared.lock();
+            match id.and_then(|id| w.vms.get(&id)) {
+                Some(vm) => raw_json(200, &vm_json(&w, vm)),
+                None => raw_json(404, &json!({"error": "no such VM"})),
+            }
+        }
+        _ => raw_json(
+            404,
+            &json!({"error": format!("unknown inspection route {method} {path}")}),
+        ),
+    }
+}

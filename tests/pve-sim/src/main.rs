@@ -1,0 +1,175 @@
+//! `pve-sim`: serve a simulated Proxmox VE API. See `pve-sim --help` and the README.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use pve_sim::{Config, ListenOpts, Simulator};
+
+/// Proxmox VE API simulator (the /api2/json subset a Cluster API provider uses).
+///
+/// Without --config it serves the default world: nodes pve1, pve2, pve3 (16 CPUs, 64 GiB
+/// each); on every node the storages `local` (dir: iso,vztmpl,backup,snippets) and
+/// `local-lvm` (lvmthin: images,rootdir); template VM 9000 `ubuntu-2404-cloudinit` on pve1
+/// (scsi0 on local-lvm, net0 virtio on vmbr0, agent on, ide2 cloud-init drive); pool
+/// `capi`; API token `capmox@pve!capi=REDACTED-SIM-SECRET`; user root@pam with password
+/// `REDACTED-SIM-PASSWORD` for tickets; DHCP leases from 10.10.0.100-250.
+///
+/// The config file is TOML with these top-level keys (all optional; print the defaults
+/// with --print-default-config): pve_version, cluster_name, [[nodes]] (name, cpus,
+/// memory, base_memory_used, ip, online), [[storages]] (id, type = dir|lvmthin|zfspool,
+/// content, total, nodes, shared), [[vms]] (vmid, node, config = {key = "value"},
+/// running, pool), pools, tokens, users = {"root@pam" = "pw"}, task_ms = {qmclone = 300,
+/// qmstart = 200, ...}, default_task_ms, node_task_concurrency, boot_delay_ms,
+/// agent_delay_ms, [dhcp] (start, end, prefix, gateway), [faults] (latency_ms,
+/// latency_jitter_ms, task_failure_rate, task_failure_message, lock_timeout_rate,
+/// slow_task_rate, slow_task_factor, unreachable_nodes, [[faults.errors]] with endpoint =
+/// "POST /nodes/{node}/qemu/{vmid}/clone" or "*", rate, status = 500|595, message), seed,
+/// max_body_bytes.
+///
+/// Unauthenticated inspection on the same listener: GET /_sim/vms, /_sim/vms/{vmid},
+/// /_sim/state, /_sim/counters, /_sim/tasks, /_sim/faults, /_sim/endpoints;
+/// POST /_sim/counters/reset; PUT /_sim/faults (JSON, same keys as [faults]).
+#[derive(Debug, Parser)]
+#[command(name = "pve-sim", version, about, long_about)]
+struct Cli {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "PVE_SIM_LISTEN", default_value = "127.0.0.1:8006")]
+    listen: String,
+
+    /// Accepted API token `USER@REALM!TOKENID=SECRET`; repeat for several. Replaces the
+    /// tokens of the config (default: capmox@pve!capi=REDACTED-SIM-SECRET).
+    #[arg(long, env = "PVE_SIM_TOKEN")]
+    token: Vec<String>,
+
+    /// TOML config file describing the world, timings and faults.
+    #[arg(long, short = 'c', env = "PVE_SIM_CONFIG")]
+    config: Option<PathBuf>,
+
+    /// Serve plain HTTP instead of HTTPS.
+    #[arg(long)]
+    http: bool,
+
+    /// Set every task duration and the boot/agent delays to zero (for tests).
+    #[arg(long)]
+    fast: bool,
+
+    /// PVE version to present (8.0.x, 8.4.x or 9.x; decides the schema used for
+    /// validation and whether error bodies carry `message`).
+    #[arg(long)]
+    pve_version: Option<String>,
+
+    /// Seed for MACs, UUIDs and fault dice (reproducible runs).
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// Also copy the generated CA certificate (PEM) to this path.
+    #[arg(long)]
+    ca_out: Option<PathBuf>,
+
+    /// Print the default config as TOML and exit.
+    #[arg(long)]
+    print_default_config: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    if cli.print_default_config {
+        print!("{}", toml::to_string_pretty(&Config::default())?);
+        return Ok(());
+    }
+    let mut config = match &cli.config {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Config::from_toml(&text).with_context(|| format!("parsing {}", p.display()))?
+        }
+        None => Config::default(),
+    };
+    if !cli.token.is_empty() {
+        for t in &cli.token {
+            anyhow::ensure!(
+                pve_sim::api::parse_token(t).is_some(),
+                "token must look like USER@REALM!TOKENID=SECRET, got {t:?}"
+            );
+        }
+        config.tokens = cli.token.clone();
+    }
+    if cli.fast {
+        config = config.with_fast();
+    }
+    if let Some(v) = cli.pve_version {
+        config.pve_version = v;
+    }
+    if cli.seed.is_some() {
+        config.seed = cli.seed;
+    }
+    let summary = config.clone();
+    let sim = Simulator::start(
+        config,
+        ListenOpts {
+            addr: cli.listen.clone(),
+            tls: !cli.http,
+        },
+    )
+    .await?;
+    if let (Some(out), Some(ca)) = (&cli.ca_out, sim.ca_path()) {
+        std::fs::copy(ca, out).with_context(|| format!("writing {}", out.display()))?;
+    }
+    println!("pve-sim: Proxmox VE {} API simulator", summary.pve_version);
+    println!("  API:          {}/api2/json", sim.base_url());
+    if let Some(ca) = sim.ca_path() {
+        println!(
+            "  CA:           {}",
+            cli.ca_out.as_ref().unwrap_or(&ca.to_path_buf()).display()
+        );
+        println!("  fingerprint:  {}", sim.fingerprint());
+    }
+    for t in &summary.tokens {
+        println!("  token:        PVEAPIToken={t}");
+    }
+    for u in summary.users.keys() {
+        println!("  user:         {u} (POST /access/ticket)");
+    }
+    for n in &summary.nodes {
+        println!(
+            "  node:         {} ({} CPUs, {} GiB){}",
+            n.name,
+            n.cpus,
+            n.memory >> 30,
+            if n.online { "" } else { " offline" }
+        );
+    }
+    for s in &summary.storages {
+        println!(
+            "  storage:      {} ({}, {}){}",
+            s.id,
+            s.kind.as_str(),
+            s.content.join(","),
+            if s.shared { " shared" } else { "" }
+        );
+    }
+    for v in &summary.vms {
+        let name = v.config.get("name").cloned().unwrap_or_default();
+        let kind = if v.config.get("template").is_some_and(|t| t == "1") {
+            "template"
+        } else {
+            "vm"
+        };
+        let id = format!("{}:", v.vmid);
+        println!("  {kind:<13} {id} {name} on {}", v.node);
+    }
+    println!(
+        "  inspection:   {}/_sim/state (also /_sim/vms, /_sim/counters, /_sim/faults)",
+        sim.base_url()
+    );
+    tokio::signal::ctrl_c().await?;
+    sim.shutdown().await;
+    Ok(())
+}
