@@ -87,7 +87,8 @@ impl Ca {
     }
 }
 
-/// A fresh private key (PKCS#8 PEM) for signing service account tokens.
-pub fn signing_key_pem() -> Result<String> {
-    Ok(KeyPair::generate()?.serialize_pem())
+/// A fresh key pair for signing service account tokens: (private PKCS#8 PEM, public PEM).
+pub fn signing_key_pem() -> Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    Ok((key.serialize_pem(), key.public_key_pem()))
 }

@@ -131,7 +131,10 @@ impl Plane {
         write(&pki.join("apiserver.crt"), &serving.cert)?;
         write(&pki.join("apiserver.key"), &serving.key)?;
         let sa_key = pki.join("sa.key");
-        write(&sa_key, &certs::signing_key_pem()?)?;
+        let sa_pub = pki.join("sa.pub");
+        let (sa_private, sa_public) = certs::signing_key_pem()?;
+        write(&sa_key, &sa_private)?;
+        write(&sa_pub, &sa_public)?;
 
         // etcd.
         let etcd_port = free_port()?;
@@ -170,7 +173,7 @@ impl Plane {
                 pki.join("apiserver.key").display()
             ))
             .arg(format!("--client-ca-file={}", pki.join("ca.crt").display()))
-            .arg(format!("--service-account-key-file={}", sa_key.display()))
+            .arg(format!("--service-account-key-file={}", sa_pub.display()))
             .arg(format!(
                 "--service-account-signing-key-file={}",
                 sa_key.display()

@@ -103,7 +103,7 @@ impl Proc {
                 "{} exited ({status}); log {}:\n{}",
                 self.name,
                 self.log.display(),
-                log_tail(&self.log, 4000)
+                log_tail(&self.log, 256 * 1024)
             )),
         }
     }
@@ -128,7 +128,8 @@ impl Drop for Proc {
     }
 }
 
-/// The last `max` bytes of a log file.
+/// The end of a log file: its last 40 lines within the last `max` bytes, leaving out
+/// the flag dump Kubernetes components print at start.
 pub fn log_tail(path: &Path, max: u64) -> String {
     let Ok(mut f) = File::open(path) else {
         return String::new();
@@ -137,5 +138,7 @@ pub fn log_tail(path: &Path, max: u64) -> String {
     let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
     let mut buf = Vec::new();
     let _ = f.read_to_end(&mut buf);
-    String::from_utf8_lossy(&buf).into_owned()
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.contains("] FLAG: --")).collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
 }
