@@ -238,3 +238,40 @@ pub fn rewrite_webhooks(
     }
     Ok(out)
 }
+
+impl Plane {
+    /// Installs cert-manager's CRDs (from the pinned module's `deploy/crds`) and starts its
+    /// certificate controllers as a process (SelfSigned and CA issuers; no webhook, no
+    /// cainjector, no kubelet). ClusterIssuer secrets live in namespace `cert-manager`.
+    pub async fn start_cert_manager(&self) -> Result<Manager> {
+        let binary = self.tools.cert_manager_controller().ok_or_else(|| {
+            anyhow::anyhow!("cert-manager-controller was not built (see scripts/build-tools.sh)")
+        })?;
+        self.install_crds_dir(self.tools.cert_manager_dir().join("deploy/crds"))
+            .await?;
+        self.apply_yaml("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: cert-manager\n")
+            .await?;
+        let log = self.path.join("cert-manager.log");
+        let mut cmd = Command::new(binary);
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .arg("--cluster-resource-namespace=cert-manager");
+        self.add_proc(Proc::spawn("cert-manager", cmd, &log)?);
+        let logc = log.clone();
+        self.wait_for(
+            &format!("cert-manager to start (log {})", log.display()),
+            Duration::from_secs(60),
+            move || {
+                let started =
+                    crate::process::log_tail(&logc, 1 << 20).contains("controllers starting");
+                async move { Ok(started) }
+            },
+        )
+        .await?;
+        Ok(Manager {
+            name: "cert-manager".into(),
+            webhook_port: 0,
+            health_port: 0,
+            log,
+        })
+    }
+}
