@@ -93,6 +93,7 @@ pub fn dump(w: &World) -> Value {
         "tasks": w.task_order.iter().filter_map(|u| w.tasks.get(u)).map(|t| {
             let mut s = t.status_json();
             s["log"] = json!(t.log);
+            s["queued"] = json!(t.queued && t.running());
             s
         }).collect::<Vec<_>>(),
         "counters": w.counters,
@@ -129,7 +130,11 @@ pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
                 .task_order
                 .iter()
                 .filter_map(|u| w.tasks.get(u))
-                .map(|t| t.status_json())
+                .map(|t| {
+                    let mut s = t.status_json();
+                    s["queued"] = json!(t.queued && t.running());
+                    s
+                })
                 .collect();
             raw_json(200, &Value::Array(t))
         }

@@ -32,6 +32,8 @@ pub struct Task {
     pub endtime: Option<u64>,
     pub exitstatus: Option<String>,
     pub log: Vec<String>,
+    /// Waiting for a slot on its node (`node_task_concurrency`).
+    pub queued: bool,
 }
 
 impl Task {
@@ -163,6 +165,7 @@ pub fn start(
             endtime: None,
             exitstatus: None,
             log: first_log,
+            queued: true,
         },
     );
     w.task_order.push(upid.clone());
@@ -179,6 +182,9 @@ pub fn start(
                 Some(s) => s.acquire_owned().await.ok(),
                 None => None,
             };
+            if let Some(t) = shared2.lock().tasks.get_mut(&upid2) {
+                t.queued = false;
+            }
             if ms > 0 {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             } else {
