@@ -56,7 +56,11 @@ build() {
     log "build   $(basename "$out") from $pkg (this takes minutes on a cold cache)"
     local start end
     start=$(date +%s)
-    (cd "$wdir" && nice -n 10 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp.$$" "$pkg")
+    if ! (cd "$wdir" && nice -n 10 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp.$$" "$pkg"); then
+        rm -f "$out.tmp.$$"
+        log "FAILED  $(basename "$out") (see the go output above)"
+        return 1
+    fi
     mv -f "$out.tmp.$$" "$out"
     end=$(date +%s)
     log "built   $(basename "$out") in $((end - start))s"
@@ -68,11 +72,13 @@ build() {
 write_wrapper() {
     local wdir="$1" content="$2"
     mkdir -p "$wdir"
-    if [[ ! -f "$wdir/go.mod" ]] || [[ "$(cat "$wdir/go.mod")" != "$content" ]]; then
+    # go build -mod=mod adds requirements to go.mod, so compare with the spec we wrote.
+    if [[ ! -f "$wdir/go.mod" ]] || [[ "$(cat "$wdir/.spec" 2>/dev/null)" != "$content" ]]; then
         printf '%s\n' "$content" >"$wdir/go.mod"
+        printf '%s\n' "$content" >"$wdir/.spec"
         rm -f "$wdir/go.sum"
     fi
-    # A main package is needed for nothing; but go wants at least the module to exist.
+    # One package so that the directory is a buildable module.
     [[ -f "$wdir/doc.go" ]] || printf '// Package wrapper only pins module versions.\npackage wrapper\n' >"$wdir/doc.go"
 }
 
@@ -181,10 +187,12 @@ require $IPAM_MOD $IPAM_VERSION"
 fi
 
 # ---------------------------------------------------------------- cert-manager
-CM_BIN="$CACHE/bin/cert-manager-$CERT_MANAGER_VERSION"
+# Keyed by our main's content as well, so editing it rebuilds.
+cm_main_sum="$(cat "$here/tools/cert-manager-controller/"*.go | sha256sum | cut -c1-8)"
+CM_BIN="$CACHE/bin/cert-manager-$CERT_MANAGER_VERSION-$cm_main_sum"
 CM_MOD=github.com/cert-manager/cert-manager
 if want cert-manager-controller; then
-    wdir="$CACHE/src/cert-manager-$CERT_MANAGER_VERSION"
+    wdir="$CACHE/src/cert-manager-$CERT_MANAGER_VERSION-$cm_main_sum"
     if [[ ! -x "$CM_BIN/cert-manager-controller" ]]; then
         # The upstream main lives in an unpublished nested module (cmd/controller), so
         # scripts/tools/cert-manager-controller holds a small main of ours over the
@@ -200,8 +208,10 @@ go $gover
 require $CM_MOD $CERT_MANAGER_VERSION"
         rm -f "$wdir/doc.go"
     fi
+    # Optional for the rest of the world: a failure here is reported, not fatal.
     build "$wdir" "$CM_BIN/cert-manager-controller" . \
-        "-X $CM_MOD/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X $CM_MOD/pkg/util.AppGitCommit=$CERT_MANAGER_VERSION"
+        "-X $CM_MOD/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X $CM_MOD/pkg/util.AppGitCommit=" ||
+        log "WARNING: cert-manager-controller not built; Plane::start_cert_manager will fail"
 fi
 
 # ---------------------------------------------------------------- manifest sources
