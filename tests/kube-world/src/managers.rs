@@ -193,6 +193,8 @@ impl Plane {
             for doc in rewrite_webhooks(&yaml, &spec.name, &webhook_base, &ca_bundle)? {
                 apply::apply_object(&self.client, None, doc).await?;
             }
+            // The API server picks webhook configurations up through an informer.
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
 
         Ok(Manager {
