@@ -32,6 +32,8 @@ pub struct Config {
     pub storages: Vec<StorageConfig>,
     /// VMs and templates existing at start.
     pub vms: Vec<VmSeed>,
+    /// Bulk VMs made at start (for benchmarks): full copies of a seeded VM.
+    pub vm_sets: Vec<VmSet>,
     /// Resource pools existing at start.
     pub pools: Vec<String>,
     /// Accepted API tokens, each `USER@REALM!TOKENID=SECRET`.
@@ -51,6 +53,9 @@ pub struct Config {
     pub boot_delay_ms: u64,
     /// Further milliseconds after boot until the QEMU guest agent answers.
     pub agent_delay_ms: u64,
+    /// Refuse to start a VM whose memory does not fit in its node's free memory (real PVE
+    /// overcommits and fails only when the host really runs out; off by default).
+    pub strict_memory: bool,
     /// DHCP pool handing out leases to interfaces configured for DHCP (or not configured).
     pub dhcp: DhcpConfig,
     /// Fault injection at start (change at runtime with `PUT /_sim/faults`).
@@ -171,6 +176,34 @@ impl Default for VmSeed {
     }
 }
 
+/// `count` VMs copied from VM `clone_of` at start, VMIDs from `first_vmid`, spread
+/// round-robin over `nodes` (empty = all nodes), named `name_prefix` + index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VmSet {
+    pub count: u32,
+    pub clone_of: u32,
+    pub first_vmid: u32,
+    pub nodes: Vec<String>,
+    pub running: bool,
+    pub name_prefix: String,
+    pub pool: Option<String>,
+}
+
+impl Default for VmSet {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            clone_of: 9000,
+            first_vmid: 10_000,
+            nodes: vec![],
+            running: false,
+            name_prefix: "bulk-".into(),
+            pool: None,
+        }
+    }
+}
+
 /// DHCP range for leases (IPv4).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -279,6 +312,7 @@ impl Default for Config {
             nodes,
             storages,
             vms: vec![template],
+            vm_sets: vec![],
             pools: vec!["capi".into()],
             tokens: vec![DEFAULT_TOKEN.into()],
             users: [("root@pam".to_string(), DEFAULT_ROOT_PASSWORD.to_string())]
@@ -289,6 +323,7 @@ impl Default for Config {
             node_task_concurrency: 4,
             boot_delay_ms: 500,
             agent_delay_ms: 500,
+            strict_memory: false,
             dhcp: DhcpConfig::default(),
             faults: Faults::default(),
             seed: None,

@@ -55,7 +55,7 @@ pub mod tls;
 
 pub use config::{
     Config, DEFAULT_ROOT_PASSWORD, DEFAULT_TOKEN, DEFAULT_TOKEN_SECRET, DhcpConfig, NodeConfig,
-    StorageConfig, StorageType, VmSeed,
+    StorageConfig, StorageType, VmSeed, VmSet,
 };
 pub use faults::{EndpointError, Faults};
 pub use server::{ListenOpts, RunningSim, Simulator, StateHandle};

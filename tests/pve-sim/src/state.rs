@@ -364,7 +364,90 @@ impl World {
                 w.boot_vm(seed.vmid, 0, 0, &node);
             }
         }
+        for set in &cfg.vm_sets {
+            w.add_vm_set(set)?;
+        }
         Ok(w)
+    }
+
+    /// Adds the VMs of a bulk set (full copies of a seeded VM).
+    fn add_vm_set(&mut self, set: &crate::config::VmSet) -> anyhow::Result<()> {
+        let Some(src) = self.vms.get(&set.clone_of).cloned() else {
+            anyhow::bail!("vm_sets: VM {} to copy does not exist", set.clone_of);
+        };
+        let nodes: Vec<String> = if set.nodes.is_empty() {
+            self.nodes.keys().cloned().collect()
+        } else {
+            set.nodes.clone()
+        };
+        for i in 0..set.count {
+            let vmid = set.first_vmid + i;
+            anyhow::ensure!(
+                !self.vms.contains_key(&vmid),
+                "vm_sets: VM {vmid} exists twice"
+            );
+            let node = nodes[i as usize % nodes.len()].clone();
+            anyhow::ensure!(
+                self.nodes.contains_key(&node),
+                "vm_sets: unknown node {node}"
+            );
+            let mut config = src.config.clone();
+            config.remove("template");
+            config.remove("smbios1");
+            config.remove("vmgenid");
+            config.insert("name".into(), format!("{}{i}", set.name_prefix));
+            let mut volumes = vec![];
+            for (k, v) in src.config.iter().filter(|(k, _)| is_drive_key(k)) {
+                let mut o = drive_options(v);
+                let Some((sid, name)) = o.get("file").and_then(|f| f.split_once(':')) else {
+                    continue;
+                };
+                let (sid, name) = (sid.to_string(), name.to_string());
+                let cdrom = o.get("media").is_some_and(|m| m == "cdrom");
+                if cdrom && !name.contains("cloudinit") {
+                    continue;
+                }
+                let nn = if cdrom {
+                    format!("vm-{vmid}-cloudinit")
+                } else {
+                    format!("vm-{vmid}-disk-{}", volumes.len())
+                };
+                let size = o
+                    .get("size")
+                    .and_then(|s| crate::params::parse_size(s))
+                    .unwrap_or(4 << 20);
+                volumes.push((format!("{sid}:{nn}"), size));
+                o.insert("file".into(), format!("{sid}:{nn}"));
+                config.insert(k.clone(), drive_string(&o));
+            }
+            let nets: Vec<String> = config
+                .keys()
+                .filter(|k| matches!(split_indexed(k), Some(("net", _))))
+                .cloned()
+                .collect();
+            for k in nets {
+                let v = config[&k].clone();
+                config.insert(k, self.normalize_net(&v, true));
+            }
+            let mut vm = Vm {
+                vmid,
+                node: node.clone(),
+                config,
+                run: None,
+            };
+            self.fill_generated(&mut vm);
+            for (volid, size) in volumes {
+                self.ensure_volume(&node, &volid, vmid, size);
+            }
+            self.vms.insert(vmid, vm);
+            if let Some(p) = &set.pool {
+                self.pools.entry(p.clone()).or_default().insert(vmid);
+            }
+            if set.running {
+                self.boot_vm(vmid, 0, 0, &node);
+            }
+        }
+        Ok(())
     }
 
     /// Generates `smbios1`, `vmgenid` and missing MACs.

@@ -3,6 +3,7 @@
 
 mod access;
 mod agent;
+mod cloudinit;
 mod cluster;
 mod nodes;
 mod qemu;
@@ -76,6 +77,10 @@ static ROUTES: &[Route] = routes! {
     "GET" "/nodes/{node}/status" => nodes::status,
     "GET" "/nodes/{node}/certificates/info" => nodes::certificates,
     "GET" "/nodes/{node}/qemu" => qemu::list,
+    "POST" "/nodes/{node}/qemu" => qemu::create,
+    "GET" "/nodes/{node}/qemu/{vmid}/cloudinit" => cloudinit::get,
+    "PUT" "/nodes/{node}/qemu/{vmid}/cloudinit" => cloudinit::regenerate,
+    "GET" "/nodes/{node}/qemu/{vmid}/cloudinit/dump" => cloudinit::dump,
     "GET" "/nodes/{node}/qemu/{vmid}/config" => qemu::get_config,
     "POST" "/nodes/{node}/qemu/{vmid}/config" => qemu::post_config,
     "PUT" "/nodes/{node}/qemu/{vmid}/config" => qemu::put_config,

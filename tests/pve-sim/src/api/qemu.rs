@@ -13,6 +13,15 @@ use crate::tasks;
 /// Parameters of config writes that are not config keys.
 const NON_CONFIG: &[&str] = &[
     "node",
+    "pool",
+    "start",
+    "unique",
+    "archive",
+    "bwlimit",
+    "live-restore",
+    "storage",
+    "ha-managed",
+    "import-working-storage",
     "vmid",
     "digest",
     "delete",
@@ -603,6 +612,7 @@ fn power(c: &mut Call, op: Power) -> ApiResult {
     let skiplock = c.flag("skiplock");
     let boot = sh.config.boot_delay_ms;
     let agent = sh.config.agent_delay_ms;
+    let strict_memory = sh.config.strict_memory;
     let upid = tasks::start(
         &sh,
         &mut w,
@@ -628,6 +638,15 @@ fn power(c: &mut Call, op: Power) -> ApiResult {
                     if running {
                         return Err(format!("VM {vmid} already running"));
                     }
+                    let need = vm.memory_mib() << 20;
+                    let (used, total) = (
+                        w.node_mem_used(&node),
+                        w.nodes.get(&node).map_or(0, |n| n.memory),
+                    );
+                    if strict_memory && used + need > total {
+                        return Err("kvm: cannot set up guest memory 'pc.ram': Cannot allocate memory\nstart failed: QEMU exited with code 1".into());
+                    }
+                    let vm = &w.vms[&vmid];
                     if vm.config.values().any(|v| v.contains("cloudinit")) {
                         log.push("generating cloud-init ISO".into());
                     }
@@ -761,6 +780,75 @@ pub fn destroy(c: &mut Call) -> ApiResult {
                 }
             }
             Ok(log)
+        }),
+    );
+    Ok(json!(upid))
+}
+
+/// `POST /nodes/{node}/qemu`: create a VM from parameters (no `archive` restore). The
+/// config exists at once with `lock: create` until the `qmcreate` task ends.
+pub fn create(c: &mut Call) -> ApiResult {
+    let sh = c.shared.clone();
+    let mut w = sh.lock();
+    let node = c.node().to_string();
+    let vmid = c.vmid();
+    if let Some(vm) = w.vms.get(&vmid) {
+        return Err(ApiError::die(format!(
+            "unable to create VM {vmid} - VM {vmid} already exists on node '{}'",
+            vm.node
+        )));
+    }
+    if c.p("archive").is_some() {
+        return Err(ApiError::die("restoring from an archive is not simulated"));
+    }
+    if let Some(p) = c.p("pool")
+        && !w.pools.contains_key(p)
+    {
+        return Err(ApiError::die(format!("pool '{p}' does not exist")));
+    }
+    w.vms.insert(
+        vmid,
+        Vm {
+            vmid,
+            node: node.clone(),
+            config: BTreeMap::new(),
+            run: None,
+        },
+    );
+    if let Err(e) = apply_config(&mut w, c, vmid) {
+        w.vms.remove(&vmid);
+        return Err(ApiError::die(e));
+    }
+    let mut vm = w.vms.remove(&vmid).expect("just inserted");
+    w.fill_generated(&mut vm);
+    vm.config.insert("lock".into(), "create".into());
+    w.vms.insert(vmid, vm);
+    let pool = c.p("pool").map(String::from);
+    let start = c.flag("start");
+    let (boot, agent) = (sh.config.boot_delay_ms, sh.config.agent_delay_ms);
+    let upid = tasks::start(
+        &sh,
+        &mut w,
+        c.node(),
+        "qmcreate",
+        &vmid.to_string(),
+        &c.user,
+        vec![],
+        Box::new(move |w, inj| {
+            if let Some(e) = inj {
+                w.vms.remove(&vmid);
+                return Err(e);
+            }
+            if let Some(vm) = w.vms.get_mut(&vmid) {
+                vm.config.remove("lock");
+            }
+            if let Some(p) = pool {
+                w.pools.entry(p).or_default().insert(vmid);
+            }
+            if start {
+                w.boot_vm(vmid, boot, agent, &node);
+            }
+            Ok(vec![])
         }),
     );
     Ok(json!(upid))
