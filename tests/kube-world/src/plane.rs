@@ -442,6 +442,11 @@ impl Plane {
     /// they are established. Conversion webhooks are dropped (`strategy: None`) until a
     /// manager serving them is started. Returns the CRD names.
     pub async fn install_crds_yaml(&self, yaml: &str) -> Result<Vec<String>> {
+        let names = self.apply_crds_yaml(yaml).await?;
+        self.wait_crds_established(&names).await?;
+        Ok(names)
+    }
+    async fn apply_crds_yaml(&self, yaml: &str) -> Result<Vec<String>> {
         let mut names = Vec::new();
         for mut doc in apply::parse_documents(yaml)? {
             if doc.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition") {
@@ -457,35 +462,41 @@ impl Plane {
                 apply::apply_object(&self.client, None, doc).await?;
             }
         }
-        self.wait_crds_established(&names).await?;
         Ok(names)
     }
     /// [`Plane::install_crds_yaml`] on a file.
     pub async fn install_crds_file(&self, path: impl AsRef<Path>) -> Result<Vec<String>> {
-        let path = path.as_ref();
-        let yaml =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        self.install_crds_yaml(&yaml)
+        self.install_crds_files(&[path.as_ref().to_path_buf()])
             .await
-            .with_context(|| format!("installing CRDs from {}", path.display()))
+    }
+    /// [`Plane::install_crds_yaml`] on several files, waiting for all CRDs at the end.
+    pub async fn install_crds_files(&self, files: &[PathBuf]) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for path in files {
+            let yaml = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            names.extend(
+                self.apply_crds_yaml(&yaml)
+                    .await
+                    .with_context(|| format!("installing CRDs from {}", path.display()))?,
+            );
+        }
+        self.wait_crds_established(&names).await?;
+        Ok(names)
     }
     /// [`Plane::install_crds_yaml`] on every `*.yaml` file of a directory (sorted).
     pub async fn install_crds_dir(&self, dir: impl AsRef<Path>) -> Result<Vec<String>> {
-        let mut names = Vec::new();
-        for file in yaml_files(dir.as_ref())? {
-            names.extend(self.install_crds_file(&file).await?);
-        }
-        Ok(names)
+        self.install_crds_files(&yaml_files(dir.as_ref())?).await
     }
     /// Installs Cluster API's CRDs (core, kubeadm bootstrap, kubeadm control plane) from
     /// the pinned module release.
     pub async fn install_capi_crds(&self) -> Result<Vec<String>> {
         let capi = self.tools.capi_dir();
-        let mut names = Vec::new();
+        let mut files = Vec::new();
         for sub in CAPI_CRD_DIRS {
-            names.extend(self.install_crds_dir(capi.join(sub)).await?);
+            files.extend(yaml_files(&capi.join(sub))?);
         }
-        Ok(names)
+        self.install_crds_files(&files).await
     }
     /// Installs the in-cluster IPAM provider's CRDs.
     pub async fn install_ipam_crds(&self) -> Result<Vec<String>> {
