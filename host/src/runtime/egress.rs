@@ -1,0 +1,236 @@
+//! The one gate of all plugin network egress: the wasi-http `send_request` hook.
+//!
+//! A call may reach exactly the scheme://host:port of the endpoint in its credentials,
+//! with the TLS policy of those credentials; everything else is refused with
+//! `HTTP-request-denied`. Redirects are not followed (they would bypass the gate).
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::tls::{TlsPolicy, client_config};
+
+/// `scheme://host:port` of the one endpoint a call may reach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub scheme: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Origin {
+    pub fn parse(endpoint: &str) -> Result<Origin, String> {
+        let url = url::Url::parse(endpoint).map_err(|e| format!("endpoint `{endpoint}`: {e}"))?;
+        let scheme = url.scheme().to_string();
+        if scheme != "https" && scheme != "http" {
+            return Err(format!(
+                "endpoint `{endpoint}`: scheme must be https or http"
+            ));
+        }
+        let host = url
+            .host_str()
+            .ok_or_else(|| format!("endpoint `{endpoint}` has no host"))?
+            .trim_matches(['[', ']'])
+            .to_ascii_lowercase();
+        let port = url.port_or_known_default().unwrap_or(443);
+        Ok(Origin { scheme, host, port })
+    }
+
+    fn matches(&self, uri: &http::Uri) -> bool {
+        let scheme = uri.scheme_str().unwrap_or("");
+        let Some(authority) = uri.authority() else {
+            return false;
+        };
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        let host = authority
+            .host()
+            .trim_matches(['[', ']'])
+            .to_ascii_lowercase();
+        scheme == self.scheme
+            && host == self.host
+            && authority.port_u16().unwrap_or(default_port) == self.port
+    }
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+/// HTTP clients shared by all calls, one per TLS policy, so connections are pooled
+/// across calls to the same endpoint.
+#[derive(Default)]
+pub struct ClientCache {
+    clients: Mutex<HashMap<TlsPolicy, reqwest::Client>>,
+}
+
+impl ClientCache {
+    pub fn client(&self, policy: &TlsPolicy) -> Result<reqwest::Client, String> {
+        let mut clients = self.clients.lock().expect("client cache poisoned");
+        if let Some(client) = clients.get(policy) {
+            return Ok(client.clone());
+        }
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(client_config(policy)?)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| e.to_string())?;
+        clients.insert(policy.clone(), client.clone());
+        Ok(client)
+    }
+}
+
+/// One call's egress policy and what it observed.
+pub struct Egress {
+    pub allowed: Option<Origin>,
+    pub tls: TlsPolicy,
+    pub clients: Arc<ClientCache>,
+    pub max_body: usize,
+    /// URLs refused during this call, for the error report and the log.
+    pub denied: Arc<Mutex<Vec<String>>>,
+    /// Requests sent during this call, as `METHOD path` (for metrics).
+    pub sent: Arc<Mutex<Vec<String>>>,
+}
+
+impl WasiHttpHooks for Egress {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (
+                        http::Response<WasiBody>,
+                        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                    ),
+                    HttpError,
+                >,
+            > + Send,
+    > {
+        drop(fut);
+        let allowed = self
+            .allowed
+            .as_ref()
+            .is_some_and(|o| o.matches(request.uri()));
+        if !allowed {
+            let target = request.uri().to_string();
+            tracing::warn!(
+                target = %target,
+                allowed = %self.allowed.as_ref().map(|o| o.to_string()).unwrap_or_else(|| "nothing".into()),
+                "plugin egress denied"
+            );
+            self.denied.lock().expect("denied list").push(target);
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        self.sent.lock().expect("sent list").push(format!(
+            "{} {}",
+            request.method(),
+            request.uri().path()
+        ));
+        let client = self.clients.client(&self.tls);
+        let max_body = self.max_body;
+        Box::new(async move {
+            let client = client.map_err(|e| HttpError::InternalError(Some(e)))?;
+            let response = forward(client, request, options).await?;
+            let response = response.map(|body| {
+                Limited::new(body, max_body)
+                    .map_err(|e| HttpError::InternalError(Some(format!("response body: {e}"))))
+                    .boxed_unsync()
+            });
+            let io = async { Ok(()) };
+            Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
+        })
+    }
+}
+
+/// Send a request the gate admitted, through the pooled client.
+async fn forward(
+    client: reqwest::Client,
+    request: http::Request<WasiBody>,
+    options: Option<RequestOptions>,
+) -> Result<http::Response<reqwest::Body>, HttpError> {
+    let (parts, body) = request.into_parts();
+    // Plugin request bodies are small (API forms, an ISO of a few hundred KiB): buffer.
+    let body: Bytes = body.collect().await?.to_bytes();
+    let mut builder = client
+        .request(parts.method, parts.uri.to_string())
+        .body(body);
+    for (name, value) in parts.headers.iter() {
+        if name != http::header::HOST {
+            builder = builder.header(name, value);
+        }
+    }
+    let timeout = options
+        .and_then(|o| o.first_byte_timeout.or(o.connect_timeout))
+        .unwrap_or(Duration::from_secs(60));
+    let response = builder.timeout(timeout).send().await.map_err(classify)?;
+    Ok(http::Response::from(response))
+}
+
+fn classify(err: reqwest::Error) -> HttpError {
+    let detail = error_chain(&err);
+    if err.is_timeout() {
+        HttpError::ConnectionTimeout
+    } else if detail.contains("certificate") || detail.contains("fingerprint") {
+        tracing::warn!(error = %detail, "TLS verification of the plugin endpoint failed");
+        HttpError::InternalError(Some(format!("TLS verification failed: {detail}")))
+    } else if err.is_connect() {
+        tracing::debug!(error = %detail, "connect failed");
+        HttpError::ConnectionRefused
+    } else {
+        HttpError::InternalError(Some(detail))
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_matches_only_its_own_scheme_host_and_port() {
+        let origin = Origin::parse("https://pve.example:8006/api2/json").unwrap();
+        assert!(
+            origin.matches(
+                &"https://pve.example:8006/api2/json/version"
+                    .parse()
+                    .unwrap()
+            )
+        );
+        assert!(origin.matches(&"https://PVE.example:8006/x".parse().unwrap()));
+        assert!(!origin.matches(&"http://pve.example:8006/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://pve.example:8007/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://evil.example:8006/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://pve.example.evil:8006/x".parse().unwrap()));
+    }
+
+    #[test]
+    fn origin_defaults_the_port_from_the_scheme() {
+        let origin = Origin::parse("https://pve.example").unwrap();
+        assert_eq!(origin.port, 443);
+        assert!(origin.matches(&"https://pve.example/x".parse().unwrap()));
+    }
+
+    #[test]
+    fn origin_refuses_other_schemes() {
+        assert!(Origin::parse("ftp://pve.example").is_err());
+    }
+}

@@ -1,0 +1,492 @@
+//! The plugin runtime: loads WebAssembly components and calls them, each call in a
+//! fresh sandbox with memory, CPU and wall-clock limits and one gated egress.
+//!
+//! Compile once (cached on disk), one `InstancePre` per plugin, a fresh `Store` per
+//! call: no state survives a call, so nothing leaks between calls or clusters.
+pub mod bindings;
+mod egress;
+pub mod error;
+pub mod limits;
+mod loader;
+mod state;
+pub mod tls;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use wasmtime::component::Linker;
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
+};
+
+pub use bindings::types::{Credentials, ObjectRef, PluginError};
+pub use error::{CallError, LoadError};
+pub use limits::Limits;
+pub use loader::{WIT_PACKAGE, WIT_VERSION};
+
+use bindings::{Plugin as Bindings, PluginPre};
+use egress::{ClientCache, Egress, Origin};
+use state::{CallLog, CallState};
+use tls::TlsPolicy;
+
+/// How often the engine's epoch advances: the resolution of the CPU budget.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The shared engine, linker and HTTP clients of every loaded plugin.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    engine: Engine,
+    linker: Linker<CallState>,
+    limits: Limits,
+    cache_dir: Option<PathBuf>,
+    clients: Arc<ClientCache>,
+}
+
+impl Runtime {
+    /// Build the engine. `cache_dir` keeps compiled plugins between runs.
+    pub fn new(limits: Limits, cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        // A pool of pre-reserved instance slots makes a fresh instance per call cheap.
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(limits.concurrency + 8)
+            .total_memories(limits.concurrency + 8)
+            .total_tables(limits.concurrency + 8)
+            .max_memory_size(limits.memory_bytes());
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        bindings::hyperplug::provider::log::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state: &mut CallState| state,
+        )?;
+        start_epoch_ticker(&engine);
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                limits,
+                cache_dir,
+                clients: Arc::new(ClientCache::default()),
+            }),
+        })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// Load, check, compile and describe a plugin.
+    pub async fn load(&self, path: &Path) -> Result<Plugin, LoadError> {
+        let inner = &self.inner;
+        let (component, digest) = {
+            let (engine, file, cache) = (
+                inner.engine.clone(),
+                path.to_path_buf(),
+                inner.cache_dir.clone(),
+            );
+            // Compiling takes seconds of CPU: keep it off the async workers.
+            tokio::task::spawn_blocking(move || {
+                loader::load_component(&engine, &file, cache.as_deref())
+            })
+            .await
+            .map_err(|e| LoadError::Other {
+                path: path.into(),
+                detail: e.to_string(),
+            })??
+        };
+        let other = |detail: String| LoadError::Other {
+            path: path.into(),
+            detail,
+        };
+        let pre = inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Invalid {
+                path: path.into(),
+                detail: format!("{e:#}"),
+            })?;
+        let pre = PluginPre::new(pre).map_err(|e| other(format!("{e:#}")))?;
+        let mut plugin = Plugin {
+            runtime: self.clone(),
+            pre,
+            path: path.to_path_buf(),
+            digest,
+            name: Arc::from("(loading)"),
+            info: None,
+        };
+        let info = plugin
+            .identity()
+            .await
+            .map_err(|e| other(format!("calling identity.info: {e}")))?;
+        validate_info(&info).map_err(other)?;
+        plugin.name = Arc::from(info.name.as_str());
+        plugin.info = Some(Arc::new(info));
+        Ok(plugin)
+    }
+}
+
+/// Advance the epoch from a plain thread, so the CPU budget keeps counting even when
+/// every tokio worker is busy. The thread ends when the engine is dropped.
+fn start_epoch_ticker(engine: &Engine) {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("hyperplug-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })
+        .expect("spawn epoch thread");
+}
+
+fn validate_info(info: &bindings::identity::PluginInfo) -> Result<(), String> {
+    let name_ok = !info.name.is_empty()
+        && info
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !name_ok {
+        return Err(format!(
+            "plugin name `{}` must be lower-case letters, digits and dashes",
+            info.name
+        ));
+    }
+    if info.kinds.is_empty() {
+        return Err("plugin declares no kinds".into());
+    }
+    for kind in &info.kinds {
+        let schema: serde_json::Value = serde_json::from_str(&kind.spec_schema)
+            .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
+        if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+            return Err(format!(
+                "kind {}: spec-schema must be an object schema",
+                kind.kind
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A loaded plugin: cheap to clone, safe to call from many tasks at once.
+#[derive(Clone)]
+pub struct Plugin {
+    runtime: Runtime,
+    pre: PluginPre<CallState>,
+    path: PathBuf,
+    digest: String,
+    name: Arc<str>,
+    info: Option<Arc<bindings::identity::PluginInfo>>,
+}
+
+impl Plugin {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// SHA-256 of the plugin file.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+    pub fn info(&self) -> &bindings::identity::PluginInfo {
+        self.info.as_ref().expect("plugin info is read at load")
+    }
+
+    /// Interfaces the component imports (for `hyperplug inspect`).
+    pub fn imports(&self) -> Vec<String> {
+        let engine = &self.runtime.inner.engine;
+        let ty = self.pre.instance_pre().component().component_type();
+        ty.imports(engine).map(|(n, _)| n.to_string()).collect()
+    }
+
+    async fn identity(&self) -> Result<bindings::identity::PluginInfo, CallError> {
+        self.invoke(
+            "identity.info",
+            None,
+            String::new(),
+            async |store, plugin| plugin.hyperplug_provider_identity().call_info(store).await,
+        )
+        .await
+    }
+
+    pub async fn reconcile_cluster(
+        &self,
+        req: &bindings::cluster::ClusterRequest,
+    ) -> Result<Result<bindings::cluster::ClusterStatus, PluginError>, CallError> {
+        self.invoke(
+            "cluster.reconcile",
+            Some(&req.credentials),
+            object_name(&req.cluster),
+            async |store, plugin| {
+                plugin
+                    .hyperplug_provider_cluster()
+                    .call_reconcile(store, req)
+                    .await
+            },
+        )
+        .await
+    }
+
+    pub async fn delete_cluster(
+        &self,
+        req: &bindings::cluster::ClusterRequest,
+    ) -> Result<Result<Option<bindings::types::Progress>, PluginError>, CallError> {
+        self.invoke(
+            "cluster.delete",
+            Some(&req.credentials),
+            object_name(&req.cluster),
+            async |store, plugin| {
+                plugin
+                    .hyperplug_provider_cluster()
+                    .call_delete(store, req)
+                    .await
+            },
+        )
+        .await
+    }
+
+    pub async fn create_machine(
+        &self,
+        req: &bindings::machine::MachineRequest,
+    ) -> Result<Result<bindings::machine::MachineStatus, PluginError>, CallError> {
+        self.invoke(
+            "machine.create",
+            Some(&req.credentials),
+            object_name(&req.machine),
+            async |store, plugin| {
+                plugin
+                    .hyperplug_provider_machine()
+                    .call_create(store, req)
+                    .await
+            },
+        )
+        .await
+    }
+
+    pub async fn describe_machine(
+        &self,
+        req: &bindings::machine::MachineRequest,
+    ) -> Result<Result<bindings::machine::MachineStatus, PluginError>, CallError> {
+        self.invoke(
+            "machine.describe",
+            Some(&req.credentials),
+            object_name(&req.machine),
+            async |store, plugin| {
+                plugin
+                    .hyperplug_provider_machine()
+                    .call_describe(store, req)
+                    .await
+            },
+        )
+        .await
+    }
+
+    pub async fn delete_machine(
+        &self,
+        req: &bindings::machine::MachineRequest,
+    ) -> Result<Result<Option<bindings::types::Progress>, PluginError>, CallError> {
+        self.invoke(
+            "machine.delete",
+            Some(&req.credentials),
+            object_name(&req.machine),
+            async |store, plugin| {
+                plugin
+                    .hyperplug_provider_machine()
+                    .call_delete(store, req)
+                    .await
+            },
+        )
+        .await
+    }
+
+    pub async fn describe_template(
+        &self,
+        req: &bindings::machine::TemplateRequest,
+    ) -> Result<Result<bindings::machine::TemplateStatus, PluginError>, CallError> {
+        self.invoke(
+            "machine.describe-template",
+            req.credentials.as_ref(),
+            object_name(&req.template),
+            async |store, plugin| {
+                plugin
+                    .hyperplug_provider_machine()
+                    .call_describe_template(store, req)
+                    .await
+            },
+        )
+        .await
+    }
+
+    /// One call: a fresh store and instance, the limits armed, the result checked.
+    async fn invoke<R: serde::Serialize>(
+        &self,
+        call: &'static str,
+        credentials: Option<&Credentials>,
+        object: String,
+        f: impl AsyncFnOnce(&mut Store<CallState>, &Bindings) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let inner = &self.runtime.inner;
+        let limits = &inner.limits;
+        let plugin = self.name.to_string();
+        let egress = self.egress_for(credentials)?;
+        let denied = egress.denied.clone();
+        let log = CallLog {
+            plugin: self.name.clone(),
+            call,
+            object,
+            remaining: limits.log_lines,
+            lines: None,
+        };
+        let mut store = Store::new(&inner.engine, CallState::new(limits, egress, log));
+        store.limiter(|state| &mut state.limits);
+        let budget = limits.cpu_ticks();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |mut ctx| {
+            let state = ctx.data_mut();
+            state.cpu_ticks += 1;
+            if state.cpu_ticks > budget {
+                return Err(wasmtime::Error::new(CpuBudgetSpent));
+            }
+            // Give the tokio worker back every tick: a busy plugin never starves others.
+            Ok(UpdateDeadline::Yield(1))
+        });
+
+        let run = async {
+            let bindings = self.pre.instantiate_async(&mut store).await?;
+            f(&mut store, &bindings).await
+        };
+        let outcome = tokio::time::timeout(limits.timeout(), run).await;
+        let result = match outcome {
+            Err(_) => {
+                return Err(CallError::Timeout {
+                    plugin,
+                    call,
+                    limit_ms: limits.timeout_ms,
+                });
+            }
+            Ok(Err(e)) => return Err(self.classify_failure(call, e, &store)),
+            Ok(Ok(r)) => r,
+        };
+        let size = serde_json::to_vec(&result)
+            .map(|v| v.len())
+            .unwrap_or(usize::MAX);
+        if size > limits.output_bytes() {
+            return Err(CallError::OutputTooLarge {
+                plugin,
+                call,
+                size,
+                limit: limits.output_bytes(),
+            });
+        }
+        let refused = denied.lock().expect("denied list").clone();
+        if !refused.is_empty() {
+            tracing::warn!(plugin = %self.name, call, refused = ?refused, "plugin tried to reach hosts outside its endpoint");
+        }
+        Ok(result)
+    }
+
+    fn egress_for(&self, credentials: Option<&Credentials>) -> Result<Egress, CallError> {
+        let inner = &self.runtime.inner;
+        let (allowed, tls) = match credentials {
+            None => (None, TlsPolicy::default()),
+            Some(c) => {
+                let origin =
+                    Origin::parse(&c.endpoint).map_err(|message| CallError::Credentials {
+                        plugin: self.name.to_string(),
+                        message,
+                    })?;
+                let tls = TlsPolicy {
+                    ca_bundle: c.ca_bundle.clone(),
+                    fingerprint: c.fingerprint.clone(),
+                    insecure: c.insecure,
+                };
+                (Some(origin), tls)
+            }
+        };
+        Ok(Egress {
+            allowed,
+            tls,
+            clients: inner.clients.clone(),
+            max_body: inner.limits.http_body_bytes(),
+            denied: Arc::new(Mutex::new(Vec::new())),
+            sent: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+
+    /// Turn a trap or host failure into the specific error a person can act on.
+    fn classify_failure(
+        &self,
+        call: &'static str,
+        err: wasmtime::Error,
+        store: &Store<CallState>,
+    ) -> CallError {
+        let plugin = self.name.to_string();
+        let limits = &self.runtime.inner.limits;
+        let chain = format!("{err:#}");
+        if err.downcast_ref::<CpuBudgetSpent>().is_some() || chain.contains(CPU_BUDGET_SPENT) {
+            return CallError::CpuBudget {
+                plugin,
+                call,
+                limit_ms: limits.cpu_ms,
+            };
+        }
+        if chain.contains("forcing trap when growing memory")
+            || chain.contains("forcing a memory growth failure")
+        {
+            return CallError::MemoryLimit {
+                plugin,
+                call,
+                limit_mib: limits.memory_mib,
+            };
+        }
+        let stderr = String::from_utf8_lossy(&store.data().stderr.contents()).to_string();
+        if let Some(at) = stderr.find("panicked at") {
+            let message = stderr[at..].lines().take(2).collect::<Vec<_>>().join(": ");
+            return CallError::Panic {
+                plugin,
+                call,
+                message,
+            };
+        }
+        if chain.contains("instantiat") {
+            return CallError::Instantiate {
+                plugin,
+                message: chain,
+            };
+        }
+        let message = chain.lines().next().unwrap_or("unknown trap").to_string();
+        CallError::Trap {
+            plugin,
+            call,
+            message,
+        }
+    }
+}
+
+const CPU_BUDGET_SPENT: &str = "plugin CPU budget spent";
+
+#[derive(Debug)]
+struct CpuBudgetSpent;
+
+impl std::fmt::Display for CpuBudgetSpent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(CPU_BUDGET_SPENT)
+    }
+}
+
+impl std::error::Error for CpuBudgetSpent {}
+
+fn object_name(r: &ObjectRef) -> String {
+    format!("{}/{}", r.namespace, r.name)
+}
