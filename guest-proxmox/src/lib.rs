@@ -1,4 +1,14 @@
-//! The Proxmox VE plugin: all Proxmox knowledge of hyperplug lives here.
+//! The Proxmox VE plugin of hyperplug: all Proxmox knowledge lives here, compiled to a
+//! `wasm32-wasip2` component that the host loads. It never sees Kubernetes: it gets
+//! specs as JSON and answers with the shapes of `wit/`.
+mod api;
+mod cluster;
+mod http;
+mod identity;
+mod machine;
+mod schema;
+mod spec;
+
 mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
@@ -7,39 +17,35 @@ mod bindings {
     });
 }
 
-use bindings::exports::hyperplug::provider::{cluster, identity, machine};
-use bindings::hyperplug::provider::types::PluginError;
+use bindings::exports::hyperplug::provider;
+use bindings::hyperplug::provider::types::{InvalidSpec, PluginError};
 
 struct Plugin;
 
-impl identity::Guest for Plugin {
-    fn info() -> identity::PluginInfo {
-        identity::PluginInfo {
-            name: "proxmox".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            group: "infrastructure.cluster.x-k8s.io".into(),
-            api_version: "v1alpha1".into(),
-            kinds: vec![],
-            capabilities: vec![],
-        }
-    }
-}
-
-impl cluster::Guest for Plugin {
-    fn reconcile(_req: cluster::ClusterRequest) -> Result<cluster::ClusterStatus, PluginError> {
-        let _ = std::fs::read("/etc/passwd");
-        Err(PluginError::Transient(bindings::hyperplug::provider::types::TransientError { message: "x".into(), retry_after_ms: None }))
-    }
-    fn delete(_req: cluster::ClusterRequest) -> Result<Option<bindings::hyperplug::provider::types::Progress>, PluginError> {
-        Ok(None)
-    }
-}
-
-impl machine::Guest for Plugin {
-    fn create(_req: machine::MachineRequest) -> Result<machine::MachineStatus, PluginError> { todo!() }
-    fn describe(_req: machine::MachineRequest) -> Result<machine::MachineStatus, PluginError> { todo!() }
-    fn delete(_req: machine::MachineRequest) -> Result<Option<bindings::hyperplug::provider::types::Progress>, PluginError> { todo!() }
-    fn describe_template(_req: machine::TemplateRequest) -> Result<machine::TemplateStatus, PluginError> { todo!() }
-}
-
 bindings::export!(Plugin with_types_in bindings);
+
+/// Parse a spec, naming the field that does not fit.
+fn parse_spec<T: serde::de::DeserializeOwned>(json: &str, root: &str) -> Result<T, PluginError> {
+    let de = &mut serde_json::Deserializer::from_str(json);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." || path.is_empty() { root.to_string() } else { format!("{root}.{path}") };
+        PluginError::InvalidSpec(InvalidSpec { field, message: e.into_inner().to_string() })
+    })
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> PluginError {
+    PluginError::InvalidSpec(InvalidSpec { field: field.into(), message: message.into() })
+}
+
+/// Log through the host.
+fn log(level: bindings::hyperplug::provider::log::Level, message: &str, fields: &[(&str, String)]) {
+    let fields: Vec<(String, String)> = fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    bindings::hyperplug::provider::log::log(level, message, &fields);
+}
+
+impl provider::identity::Guest for Plugin {
+    fn info() -> provider::identity::PluginInfo {
+        identity::info()
+    }
+}

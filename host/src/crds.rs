@@ -1,1 +1,318 @@
-pub fn placeholder() {}
+//! CustomResourceDefinitions for the kinds a plugin declares.
+//!
+//! The plugin supplies each kind's `spec` schema; the host adds what the Cluster API
+//! contract requires (`spec.providerID`, `spec.controlPlaneEndpoint`, the whole
+//! `status`), the contract labels and the printer columns.
+use serde_json::{Value, json};
+
+use crate::runtime::bindings::identity::{KindInfo, KindRole, PluginInfo};
+
+/// The label that tells Cluster API which contract our CRD versions follow.
+pub const CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
+/// The label clusterctl uses to find a provider's objects.
+pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
+
+/// `infrastructure-<name>`, the provider label value.
+pub fn provider_label_value(info: &PluginInfo) -> String {
+    format!("infrastructure-{}", info.name)
+}
+
+/// Lower-case plural of a kind, as CRD names use it (`ProxmoxMachine` → `proxmoxmachines`).
+pub fn plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') { format!("{lower}es") } else { format!("{lower}s") }
+}
+
+/// One CRD per declared kind.
+pub fn crds(info: &PluginInfo) -> Result<Vec<Value>, String> {
+    info.kinds.iter().map(|kind| crd(info, kind)).collect()
+}
+
+/// All CRDs as one multi-document YAML stream.
+pub fn crds_yaml(info: &PluginInfo) -> Result<String, String> {
+    let mut out = String::new();
+    for crd in crds(info)? {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
+    let mut spec: Value = serde_json::from_str(&kind.spec_schema)
+        .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
+    check_structural(&spec, &format!("{}.spec", kind.kind))?;
+    let spec = match kind.role {
+        KindRole::InfraMachine => {
+            add_property(&mut spec, "providerID", json!({
+                "type": "string",
+                "description": "The machine's ID as the workload cluster's Node reports it; set by the provider."
+            }));
+            spec
+        }
+        KindRole::InfraCluster => {
+            add_property(&mut spec, "controlPlaneEndpoint", endpoint_schema());
+            spec
+        }
+        KindRole::InfraMachineTemplate | KindRole::InfraClusterTemplate => {
+            if kind.role == KindRole::InfraClusterTemplate {
+                add_property(&mut spec, "controlPlaneEndpoint", endpoint_schema());
+            }
+            json!({
+                "type": "object",
+                "required": ["template"],
+                "properties": {"template": {
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": {
+                        "metadata": {"type": "object", "properties": {
+                            "labels": string_map(),
+                            "annotations": string_map(),
+                        }},
+                        "spec": spec,
+                    },
+                }},
+            })
+        }
+    };
+    let plural = plural(&kind.kind);
+    let version = &info.api_version;
+    let mut columns = host_columns(kind.role);
+    for c in &kind.columns {
+        columns.insert(columns.len().saturating_sub(1), json!({
+            "name": c.name, "type": c.column_type, "jsonPath": c.json_path, "description": c.description,
+        }));
+    }
+    Ok(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{plural}.{}", info.group),
+            "labels": {
+                CONTRACT_LABEL: version,
+                PROVIDER_LABEL: provider_label_value(info),
+            },
+        },
+        "spec": {
+            "group": info.group,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind.kind,
+                "listKind": format!("{}List", kind.kind),
+                "plural": plural,
+                "singular": kind.kind.to_ascii_lowercase(),
+                "categories": ["cluster-api"],
+            },
+            "versions": [{
+                "name": version,
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": format!("{} of the {} infrastructure provider.", kind.kind, info.name),
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec,
+                        "status": status_schema(kind.role),
+                    },
+                }},
+            }],
+        },
+    }))
+}
+
+fn add_property(schema: &mut Value, name: &str, property: Value) {
+    let props = schema
+        .as_object_mut()
+        .expect("spec schema is an object")
+        .entry("properties")
+        .or_insert_with(|| json!({}));
+    if let Some(props) = props.as_object_mut() {
+        props.entry(name).or_insert(property);
+    }
+}
+
+fn endpoint_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Where the workload cluster's API server is reached.",
+        "properties": {
+            "host": {"type": "string"},
+            "port": {"type": "integer", "format": "int32", "minimum": 0, "maximum": 65535},
+        },
+    })
+}
+
+fn string_map() -> Value {
+    json!({"type": "object", "additionalProperties": {"type": "string"}})
+}
+
+fn conditions_schema() -> Value {
+    json!({
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+        "items": {
+            "type": "object",
+            "required": ["type", "status", "lastTransitionTime", "reason"],
+            "properties": {
+                "type": {"type": "string", "maxLength": 316},
+                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+                "lastTransitionTime": {"type": "string", "format": "date-time"},
+                "reason": {"type": "string", "maxLength": 1024},
+                "message": {"type": "string", "maxLength": 32768},
+            },
+        },
+    })
+}
+
+/// The status every kind of a role gets: the contract's fields plus the host's own.
+fn status_schema(role: KindRole) -> Value {
+    let mut props = json!({
+        "conditions": conditions_schema(),
+        "observedGeneration": {"type": "integer", "format": "int64"},
+        "phase": {"type": "string", "description": "The current step, as the plugin names it."},
+        "details": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "What the plugin reports about the infrastructure (e.g. node, VM ID).",
+        },
+        "pluginState": {
+            "type": "string",
+            "description": "Opaque progress the plugin hands back on its next call.",
+        },
+    });
+    let extra = match role {
+        KindRole::InfraMachine => json!({
+            "initialization": {"type": "object", "properties": {"provisioned": {"type": "boolean"}}},
+            "ready": {"type": "boolean"},
+            "addresses": {"type": "array", "items": {
+                "type": "object",
+                "required": ["type", "address"],
+                "properties": {
+                    "type": {"type": "string", "enum": ["Hostname", "ExternalIP", "InternalIP", "ExternalDNS", "InternalDNS"]},
+                    "address": {"type": "string"},
+                },
+            }},
+            "failureDomain": {"type": "string"},
+            "bootstrapDataHash": {"type": "string"},
+        }),
+        KindRole::InfraCluster => json!({
+            "initialization": {"type": "object", "properties": {"provisioned": {"type": "boolean"}}},
+            "ready": {"type": "boolean"},
+            "failureDomains": {"type": "array", "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "controlPlane": {"type": "boolean"},
+                    "attributes": string_map(),
+                },
+            }},
+        }),
+        KindRole::InfraMachineTemplate => json!({
+            "capacity": {"type": "object", "additionalProperties": {
+                "x-kubernetes-int-or-string": true,
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+            }},
+            "nodeInfo": {"type": "object", "properties": {
+                "architecture": {"type": "string"},
+                "operatingSystem": {"type": "string"},
+            }},
+        }),
+        KindRole::InfraClusterTemplate => json!({}),
+    };
+    let map = props.as_object_mut().expect("object");
+    for (k, v) in extra.as_object().expect("object") {
+        map.insert(k.clone(), v.clone());
+    }
+    json!({"type": "object", "properties": props})
+}
+
+/// `kubectl get` columns the host fills for every plugin; plugin columns go before Age.
+fn host_columns(role: KindRole) -> Vec<Value> {
+    let col = |name: &str, ty: &str, path: &str, desc: &str| {
+        json!({"name": name, "type": ty, "jsonPath": path, "description": desc})
+    };
+    let cluster = col("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']", "The Cluster this object belongs to");
+    let age = col("Age", "date", ".metadata.creationTimestamp", "Time since creation");
+    let ready = col("Ready", "string", ".status.conditions[?(@.type=='Ready')].status", "Ready condition");
+    let phase = col("Phase", "string", ".status.phase", "Current step");
+    match role {
+        KindRole::InfraMachine => vec![
+            cluster,
+            col("Machine", "string", ".metadata.ownerReferences[?(@.kind=='Machine')].name", "The owning Machine"),
+            col("ProviderID", "string", ".spec.providerID", "Provider ID"),
+            col("Provisioned", "boolean", ".status.initialization.provisioned", "Infrastructure provisioned"),
+            phase,
+            age,
+        ],
+        KindRole::InfraCluster => vec![
+            cluster,
+            col("Provisioned", "boolean", ".status.initialization.provisioned", "Infrastructure provisioned"),
+            col("Endpoint", "string", ".spec.controlPlaneEndpoint.host", "Control-plane endpoint"),
+            ready,
+            age,
+        ],
+        KindRole::InfraMachineTemplate | KindRole::InfraClusterTemplate => vec![age],
+    }
+}
+
+/// CRD schemas must be structural: every node says its type, no `$ref`. Name the
+/// first offending path so a plugin author knows what to fix.
+fn check_structural(schema: &Value, path: &str) -> Result<(), String> {
+    let Some(obj) = schema.as_object() else {
+        return Err(format!("{path}: schema must be a JSON object"));
+    };
+    if obj.contains_key("$ref") {
+        return Err(format!("{path}: `$ref` is not allowed in CRD schemas; inline it"));
+    }
+    let typed = obj.contains_key("type")
+        || obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !typed {
+        return Err(format!("{path}: schema has no `type`"));
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (name, sub) in props {
+            check_structural(sub, &format!("{path}.{name}"))?;
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        check_structural(items, &format!("{path}[]"))?;
+    }
+    if let Some(extra) = obj.get("additionalProperties").filter(|v| v.is_object()) {
+        check_structural(extra, &format!("{path}.*"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plural_follows_crd_naming() {
+        assert_eq!(plural("ProxmoxMachine"), "proxmoxmachines");
+        assert_eq!(plural("RedfishHostClass"), "redfishhostclasses");
+    }
+
+    #[test]
+    fn structural_check_names_the_untyped_field() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {}}}}});
+        let err = check_structural(&schema, "X.spec").unwrap_err();
+        assert_eq!(err, "X.spec.a.b: schema has no `type`");
+    }
+
+    #[test]
+    fn refs_are_refused() {
+        let schema = json!({"type": "object", "properties": {"a": {"$ref": "#/x"}}});
+        assert!(check_structural(&schema, "X.spec").unwrap_err().contains("$ref"));
+    }
+}

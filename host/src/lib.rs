@@ -1,5 +1,7 @@
 //! hyperplug: a Cluster API infrastructure provider host whose infrastructure logic runs
 //! in sandboxed WebAssembly plugins. This crate knows Kubernetes and Cluster API; it
 //! knows no hypervisor.
+pub mod cli;
 pub mod crds;
 pub mod runtime;
+pub mod telemetry;

@@ -13,6 +13,9 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use super::tls::{TlsPolicy, client_config};
 
+/// Response header carrying the HTTP reason phrase to the plugin.
+pub const REASON_HEADER: &str = "x-hyperplug-reason-phrase";
+
 /// `scheme://host:port` of the one endpoint a call may reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
@@ -172,7 +175,14 @@ async fn forward(
         .and_then(|o| o.first_byte_timeout.or(o.connect_timeout))
         .unwrap_or(Duration::from_secs(60));
     let response = builder.timeout(timeout).send().await.map_err(classify)?;
-    Ok(http::Response::from(response))
+    let mut response = http::Response::from(response);
+    // wasi:http has no field for the reason phrase, and some APIs put their error
+    // message there: pass it on as a header.
+    let reason = response.extensions().get::<hyper::ext::ReasonPhrase>().cloned();
+    if let Some(value) = reason.and_then(|r| http::HeaderValue::from_bytes(r.as_bytes()).ok()) {
+        response.headers_mut().insert(REASON_HEADER, value);
+    }
+    Ok(response)
 }
 
 fn classify(err: reqwest::Error) -> HttpError {

@@ -1,0 +1,148 @@
+//! The plugin's one HTTP helper, over the host's `wasi:http/outgoing-handler`.
+//!
+//! Calls block the plugin (not the host: the host runs plugins asynchronously), and
+//! the host decides where they may go. Bodies are read whole: Proxmox replies are small.
+use wasip2::http::outgoing_handler;
+use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
+use wasip2::io::streams::StreamError;
+
+/// A request to send.
+pub struct Request<'a> {
+    pub method: &'a str,
+    /// Full URL: `https://host:port/path?query`.
+    pub url: &'a str,
+    pub headers: Vec<(&'a str, String)>,
+    pub body: Option<Vec<u8>>,
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    /// The HTTP reason phrase, which the host passes in `x-hyperplug-reason-phrase`
+    /// (wasi:http has no field for it; Proxmox puts its error message there).
+    pub reason: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// Why a request did not produce a response.
+#[derive(Debug)]
+pub enum HttpError {
+    /// The host refused the destination (only the credentials' endpoint is allowed).
+    Denied(String),
+    /// Connection, TLS or protocol trouble: worth retrying.
+    Transport(String),
+    /// The request itself is malformed (a plugin bug or a bad endpoint).
+    Invalid(String),
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::Denied(m) => write!(f, "the host denied the request: {m}"),
+            HttpError::Transport(m) => write!(f, "transport error: {m}"),
+            HttpError::Invalid(m) => write!(f, "invalid request: {m}"),
+        }
+    }
+}
+
+const CHUNK: u64 = 64 * 1024;
+/// Connect and first-byte timeouts, in nanoseconds: the host's call deadline is the
+/// real bound; these keep one dead endpoint from eating all of it.
+const CONNECT_TIMEOUT_NS: u64 = 5_000_000_000;
+const FIRST_BYTE_TIMEOUT_NS: u64 = 20_000_000_000;
+
+/// Send a request and read the response.
+pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
+    let (scheme, authority, path) = split_url(req.url)?;
+    let entries: Vec<(String, Vec<u8>)> =
+        req.headers.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
+    let headers = Fields::from_list(&entries).map_err(|e| HttpError::Invalid(format!("headers: {e:?}")))?;
+    let outgoing = OutgoingRequest::new(headers);
+    let method = match req.method {
+        "GET" => Method::Get,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "DELETE" => Method::Delete,
+        other => Method::Other(other.to_string()),
+    };
+    let bad = |what: &str| HttpError::Invalid(format!("{what} of {}", req.url));
+    outgoing.set_method(&method).map_err(|_| bad("method"))?;
+    outgoing.set_scheme(Some(&scheme)).map_err(|_| bad("scheme"))?;
+    outgoing.set_authority(Some(authority)).map_err(|_| bad("authority"))?;
+    outgoing.set_path_with_query(Some(path)).map_err(|_| bad("path"))?;
+
+    let body = outgoing.body().map_err(|_| bad("body"))?;
+    if let Some(bytes) = &req.body {
+        let stream = body.write().map_err(|_| bad("body stream"))?;
+        for chunk in bytes.chunks(4096) {
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| HttpError::Transport(format!("writing the request body: {e:?}")))?;
+        }
+        drop(stream);
+    }
+    let options = RequestOptions::new();
+    let _ = options.set_connect_timeout(Some(CONNECT_TIMEOUT_NS));
+    let _ = options.set_first_byte_timeout(Some(FIRST_BYTE_TIMEOUT_NS));
+    let pending = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
+    OutgoingBody::finish(body, None).map_err(error_code)?;
+
+    pending.subscribe().block();
+    let response = pending
+        .get()
+        .ok_or_else(|| HttpError::Transport("response not ready".into()))?
+        .map_err(|_| HttpError::Transport("response already taken".into()))?
+        .map_err(error_code)?;
+    let status = response.status();
+    let reason = response
+        .headers()
+        .get("x-hyperplug-reason-phrase")
+        .first()
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    let incoming = response.consume().map_err(|_| HttpError::Transport("response body taken".into()))?;
+    let stream = incoming.stream().map_err(|_| HttpError::Transport("response stream taken".into()))?;
+    let mut bytes = Vec::new();
+    loop {
+        match stream.blocking_read(CHUNK) {
+            Ok(chunk) => bytes.extend_from_slice(&chunk),
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(e)) => {
+                return Err(HttpError::Transport(format!("reading the response: {}", e.to_debug_string())));
+            }
+        }
+    }
+    Ok(Response { status, reason, body: bytes })
+}
+
+fn error_code(code: ErrorCode) -> HttpError {
+    match code {
+        ErrorCode::HttpRequestDenied => {
+            HttpError::Denied("only the endpoint of this call's credentials may be reached".into())
+        }
+        ErrorCode::HttpRequestUriInvalid | ErrorCode::HttpRequestMethodInvalid => {
+            HttpError::Invalid(format!("{code:?}"))
+        }
+        ErrorCode::InternalError(Some(message)) => HttpError::Transport(message),
+        other => HttpError::Transport(format!("{other:?}")),
+    }
+}
+
+/// `https://h:p/x?y` → (scheme, `h:p`, `/x?y`).
+fn split_url(url: &str) -> Result<(Scheme, &str, &str), HttpError> {
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("https://") {
+        (Scheme::Https, rest)
+    } else if let Some(rest) = url.strip_prefix("http://") {
+        (Scheme::Http, rest)
+    } else {
+        return Err(HttpError::Invalid(format!("`{url}` is not an http(s) URL")));
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() {
+        return Err(HttpError::Invalid(format!("`{url}` has no host")));
+    }
+    Ok((scheme, authority, path))
+}

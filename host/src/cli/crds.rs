@@ -1,0 +1,24 @@
+//! `hyperplug crds`: the CRD YAML of the plugins' kinds.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::{CacheArgs, load_plugins};
+use crate::runtime::Limits;
+
+#[derive(Debug, clap::Args)]
+pub struct CrdsArgs {
+    /// Plugin components (.wasm) whose kinds to print.
+    #[arg(required = true)]
+    pub plugins: Vec<PathBuf>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+pub async fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
+    for plugin in load_plugins(&args.plugins, Limits::default(), &args.cache).await? {
+        let yaml = crate::crds::crds_yaml(plugin.info())
+            .map_err(|e| anyhow::anyhow!("plugin {}: {e}", plugin.path().display()))?;
+        print!("{yaml}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,84 @@
+//! The `hyperplug` command line: one module per subcommand.
+mod crds;
+mod inspect;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::runtime::{Limits, Plugin, Runtime};
+use crate::telemetry::LogArgs;
+
+/// hyperplug — a Cluster API infrastructure provider whose infrastructure logic runs
+/// in sandboxed WebAssembly plugins.
+///
+/// Load a plugin (e.g. plugins/proxmox.wasm) to see what it serves, print the CRDs of
+/// its kinds, or run the manager that reconciles them.
+#[derive(Debug, Parser)]
+#[command(name = "hyperplug", version, about, long_about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub log: LogArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print a plugin's identity, WIT version, kinds and imports.
+    Inspect(inspect::InspectArgs),
+    /// Print the CustomResourceDefinitions of the plugins' kinds as YAML.
+    Crds(crds::CrdsArgs),
+    /// Run the manager: reconcile the kinds of every loaded plugin.
+    Run(run::RunArgs),
+}
+
+impl Command {
+    pub async fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Command::Inspect(args) => inspect::run(args).await,
+            Command::Crds(args) => crds::run(args).await,
+            Command::Run(args) => run::run(args).await,
+        }
+    }
+}
+
+/// Where compiled plugins are cached between runs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CacheArgs {
+    /// Directory for precompiled plugins (keyed by content hash and engine version).
+    /// Defaults to $XDG_CACHE_HOME/hyperplug/plugins or ~/.cache/hyperplug/plugins.
+    #[arg(long, env = "HYPERPLUG_PLUGIN_CACHE")]
+    pub plugin_cache: Option<PathBuf>,
+    /// Compile plugins in memory only; write nothing to disk.
+    #[arg(long)]
+    pub no_plugin_cache: bool,
+}
+
+impl CacheArgs {
+    pub fn dir(&self) -> Option<PathBuf> {
+        if self.no_plugin_cache {
+            return None;
+        }
+        self.plugin_cache.clone().or_else(default_cache_dir)
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("hyperplug").join("plugins"))
+}
+
+/// Load plugins with a fresh runtime; errors name the file and what is wrong with it.
+pub async fn load_plugins(paths: &[PathBuf], limits: Limits, cache: &CacheArgs) -> anyhow::Result<Vec<Plugin>> {
+    let runtime = Runtime::new(limits, cache.dir())?;
+    let mut plugins = Vec::new();
+    for path in paths {
+        plugins.push(runtime.load(path).await?);
+    }
+    Ok(plugins)
+}
