@@ -20,7 +20,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tools.env
 source "$here/tools.env"
 
-CACHE="${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}"
+CACHE="${HYPERPLUG_CACHE:-${HOME:-/root}/.cache/hyperplug}"
 mkdir -p "$CACHE/bin" "$CACHE/src"
 export GOTOOLCHAIN=local
 export GOFLAGS="${GOFLAGS:-} -mod=mod"

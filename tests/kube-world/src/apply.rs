@@ -112,3 +112,35 @@ pub async fn apply_yaml(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_yaml_skips_empty_documents_and_keeps_order() {
+        let docs = parse_documents(
+            "---\n# only a comment\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\napiVersion: cluster.x-k8s.io/v1beta2\nkind: Cluster\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        assert_eq!(docs.len(), 2);
+        let core = gvk_of(&docs[0]).unwrap();
+        assert_eq!(
+            (
+                core.group.as_str(),
+                core.version.as_str(),
+                core.kind.as_str()
+            ),
+            ("", "v1", "ConfigMap")
+        );
+        let capi = gvk_of(&docs[1]).unwrap();
+        assert_eq!(capi.group, "cluster.x-k8s.io");
+        assert_eq!(capi.version, "v1beta2");
+    }
+
+    #[test]
+    fn a_document_without_kind_is_an_error() {
+        let docs = parse_documents("apiVersion: v1\nmetadata: {name: a}\n").unwrap();
+        assert!(gvk_of(&docs[0]).is_err());
+    }
+}

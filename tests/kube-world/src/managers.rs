@@ -277,3 +277,58 @@ impl Plane {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_configurations_are_renamed_and_pointed_at_loopback() {
+        let yaml = r#"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: mutating-webhook-configuration
+webhooks:
+- name: default.cluster.cluster.x-k8s.io
+  clientConfig:
+    service: {name: webhook-service, namespace: system, path: /mutate-cluster}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: webhook-service}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: validating-webhook-configuration
+webhooks:
+- name: a
+  clientConfig:
+    service: {name: webhook-service, namespace: system, path: /validate-a}
+- name: b
+  clientConfig:
+    service: {name: webhook-service, namespace: system, path: /validate-b}
+"#;
+        let docs = rewrite_webhooks(yaml, "capi-core", "https://127.0.0.1:9443", "Q0E=").unwrap();
+        assert_eq!(docs.len(), 2, "only webhook configurations are kept");
+        assert_eq!(
+            docs[0]["metadata"]["name"],
+            "capi-core-mutating-webhook-configuration"
+        );
+        assert_eq!(
+            docs[0]["webhooks"][0]["clientConfig"],
+            json!({"url": "https://127.0.0.1:9443/mutate-cluster", "caBundle": "Q0E="})
+        );
+        assert_eq!(
+            docs[1]["webhooks"][1]["clientConfig"]["url"],
+            "https://127.0.0.1:9443/validate-b"
+        );
+        assert!(
+            docs[1]["webhooks"][1]["clientConfig"]
+                .get("service")
+                .is_none()
+        );
+    }
+}
