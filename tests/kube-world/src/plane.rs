@@ -348,6 +348,10 @@ impl Plane {
     pub fn dir(&self) -> &Path {
         &self.path
     }
+    /// Process ids of every process the plane started (etcd first).
+    pub fn pids(&self) -> Vec<u32> {
+        self.procs.lock().unwrap().iter().map(Proc::pid).collect()
+    }
     /// Paths of all process logs so far.
     pub fn log_paths(&self) -> Vec<PathBuf> {
         self.procs
