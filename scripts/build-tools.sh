@@ -126,9 +126,11 @@ if want etcd; then
     if [[ ! -x "$ETCD_BIN/etcd" ]]; then
         # server/v3's go.mod replaces its sibling modules with ../<dir>; a wrapper that just
         # requires it resolves them to the published versions it names.
+        gomod="$(mod_gomod "go.etcd.io/etcd/server/v3@$ETCD_VERSION")"
+        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
         write_wrapper "$CACHE/src/etcd-$ETCD_VERSION" "module hyperplug.local/tools/etcd
 
-go 1.24
+go $gover
 
 require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
     fi
