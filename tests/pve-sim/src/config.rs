@@ -48,6 +48,9 @@ pub struct Config {
     pub default_task_ms: u64,
     /// How many tasks may run at once on one node; further tasks queue (status `running`).
     pub node_task_concurrency: usize,
+    /// How long an operation waits for a VM's config file lock held by a running task
+    /// before failing with "can't lock file ... - got timeout" (PVE: 10 s).
+    pub lock_wait_ms: u64,
     /// Milliseconds from the end of a start task until the guest has booted and holds its
     /// addresses.
     pub boot_delay_ms: u64,
@@ -321,6 +324,7 @@ impl Default for Config {
             task_ms: default_task_ms(),
             default_task_ms: 50,
             node_task_concurrency: 4,
+            lock_wait_ms: 10_000,
             boot_delay_ms: 500,
             agent_delay_ms: 500,
             strict_memory: false,

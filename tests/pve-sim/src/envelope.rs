@@ -29,6 +29,43 @@ pub struct ApiError {
 
 pub type ApiResult<T = Value> = Result<T, ApiError>;
 
+/// What a handler returns as `data`: a JSON value, or JSON already serialized (for large
+/// listings, to skip building a `Value` tree).
+pub enum Data {
+    Value(Value),
+    Serialized(Vec<u8>),
+}
+
+impl From<Value> for Data {
+    fn from(v: Value) -> Self {
+        Data::Value(v)
+    }
+}
+
+impl Data {
+    /// Serializes `v` now.
+    pub fn serialize<T: serde::Serialize>(v: &T) -> Self {
+        Data::Serialized(serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec()))
+    }
+}
+
+/// `200 OK` with `{"data": <data>}`.
+pub fn ok_data(data: Data) -> Resp {
+    match data {
+        Data::Value(v) => ok(v),
+        Data::Serialized(bytes) => {
+            let mut body = Vec::with_capacity(bytes.len() + 10);
+            body.extend_from_slice(b"{\"data\":");
+            body.extend_from_slice(&bytes);
+            body.push(b'}');
+            base(200)
+                .header(header::CONTENT_TYPE, "application/json;charset=UTF-8")
+                .body(Full::new(Bytes::from(body)))
+                .expect("valid response")
+        }
+    }
+}
+
 impl ApiError {
     /// What Perl's `die "msg\n"` in an API handler produces: a 500 with that message.
     pub fn die(msg: impl Into<String>) -> Self {

@@ -162,9 +162,15 @@ impl Vm {
     }
     /// Sum of disk sizes in bytes.
     pub fn maxdisk(&self) -> u64 {
-        self.disks()
+        // hot in /cluster/resources: scan the drive strings without parsing them fully
+        self.config
             .iter()
-            .filter_map(|(_, _, o)| o.get("size").and_then(|s| crate::params::parse_size(s)))
+            .filter(|(k, v)| is_drive_key(k) && !v.contains("media=cdrom"))
+            .filter_map(|(_, v)| {
+                v.split(',')
+                    .find_map(|p| p.strip_prefix("size="))
+                    .and_then(crate::params::parse_size)
+            })
             .sum()
     }
     /// The config file text, as PVE would write it (used for the digest).
@@ -259,6 +265,8 @@ pub struct World {
     pub faults: Faults,
     pub rng: fastrand::Rng,
     pub tickets: HashMap<String, Ticket>,
+    /// VMs whose config file lock a running task holds.
+    pub flocks: BTreeSet<u32>,
     pub next_pid: u32,
     pub boot: Instant,
     pub boot_unix: u64,
@@ -289,6 +297,7 @@ impl World {
             faults: cfg.faults.clone(),
             rng,
             tickets: HashMap::new(),
+            flocks: BTreeSet::new(),
             next_pid: 0,
             boot: Instant::now(),
             boot_unix: unix_now(),
@@ -625,9 +634,7 @@ impl World {
     pub fn lock_timeout(&mut self, vmid: u32) -> Result<(), String> {
         let rate = self.faults.lock_timeout_rate;
         if rate > 0.0 && self.roll() < rate {
-            return Err(format!(
-                "can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout"
-            ));
+            return Err(crate::tasks::lock_timeout_message(vmid));
         }
         Ok(())
     }

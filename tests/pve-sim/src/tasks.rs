@@ -122,6 +122,57 @@ pub fn parse_upid(s: &str) -> Option<Upid> {
 
 const MAX_TASKS: usize = 100_000;
 
+/// Task types whose worker holds the VM's config file lock while it runs.
+pub const FLOCK_TASKS: &[&str] = &[
+    "qmstart",
+    "qmstop",
+    "qmshutdown",
+    "qmreboot",
+    "resize",
+    "qmdestroy",
+    "qmconfig",
+    "qmcreate",
+];
+
+/// PVE's message when the config file lock cannot be had in time.
+pub fn lock_timeout_message(vmid: u32) -> String {
+    format!("can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout")
+}
+
+/// Waits (up to `lock_wait_ms`) for the VM's config file lock and takes it; `false` on
+/// timeout.
+pub async fn acquire_flock(shared: &Shared, vmid: u32) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.lock_wait_ms);
+    loop {
+        {
+            let mut w = shared.lock();
+            if !w.flocks.contains(&vmid) {
+                w.flocks.insert(vmid);
+                return true;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits (up to `lock_wait_ms`) until nobody holds the VM's config file lock, for
+/// synchronous writes; `false` on timeout.
+pub async fn wait_flock_free(shared: &Shared, vmid: u32) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.lock_wait_ms);
+    loop {
+        if !shared.lock().flocks.contains(&vmid) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Registers a task and schedules its work. Returns the UPID.
 #[allow(clippy::too_many_arguments)]
 pub fn start(
@@ -172,6 +223,10 @@ pub fn start(
     if w.task_order.len() > MAX_TASKS {
         prune(w);
     }
+    let flock_vmid = FLOCK_TASKS
+        .contains(&kind)
+        .then(|| id.parse::<u32>().ok())
+        .flatten();
     let sem = shared.node_slots.get(node).cloned();
     let shared2 = shared.clone();
     let mut stop = shared.shutdown.clone();
@@ -185,12 +240,25 @@ pub fn start(
             if let Some(t) = shared2.lock().tasks.get_mut(&upid2) {
                 t.queued = false;
             }
+            // the VM's config file lock (flock), held for the task's life
+            let mut injected = injected;
+            let mut holds = false;
+            if let Some(vmid) = flock_vmid {
+                if acquire_flock(&shared2, vmid).await {
+                    holds = true;
+                } else if injected.is_none() {
+                    injected = Some(lock_timeout_message(vmid));
+                }
+            }
             if ms > 0 {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             } else {
                 tokio::task::yield_now().await;
             }
             finish(&shared2, &upid2, work, injected);
+            if holds && let Some(vmid) = flock_vmid {
+                shared2.lock().flocks.remove(&vmid);
+            }
         };
         tokio::select! {
             _ = run => {}

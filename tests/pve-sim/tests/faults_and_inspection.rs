@@ -197,3 +197,67 @@ async fn inspection_lists_vms_counts_requests_and_resets_counters() {
             .contains(&json!("POST /nodes/{node}/qemu/{vmid}/clone"))
     );
 }
+
+#[tokio::test]
+async fn a_config_write_waits_for_the_lock_a_running_task_holds_and_can_time_out() {
+    let mut cfg = Config::fast();
+    cfg.task_ms.insert("qmstart".into(), 2000);
+    cfg.lock_wait_ms = 50;
+    let s = start(cfg).await;
+    s.task(
+        Method::POST,
+        "/nodes/pve1/qemu/9000/clone",
+        &[("newid", "100")],
+    )
+    .await;
+    let upid = s
+        .call(Method::POST, "/nodes/pve1/qemu/100/status/start", &[])
+        .await
+        .data();
+    // wait until the start task runs (holds the lock)
+    loop {
+        let state = s.sim.state().dump();
+        let t = state["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["upid"] == upid)
+            .unwrap()
+            .clone();
+        if t["queued"] == false {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let r = s
+        .call(
+            Method::PUT,
+            "/nodes/pve1/qemu/100/config",
+            &[("cores", "3")],
+        )
+        .await;
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.reason,
+        "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout"
+    );
+    // a second task on the same VM fails inside the task the same way
+    let st = s
+        .task(Method::POST, "/nodes/pve1/qemu/100/status/stop", &[])
+        .await;
+    assert_eq!(
+        st["exitstatus"],
+        "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout"
+    );
+    assert_eq!(
+        s.wait_task(upid.as_str().unwrap()).await["exitstatus"],
+        "OK"
+    );
+    s.call(
+        Method::PUT,
+        "/nodes/pve1/qemu/100/config",
+        &[("cores", "3")],
+    )
+    .await
+    .data();
+}

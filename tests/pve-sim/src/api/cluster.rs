@@ -1,9 +1,12 @@
 //! `/cluster/status`, `/cluster/nextid`, `/cluster/resources`, `/pools`.
 
+use std::collections::HashMap;
+
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::Call;
-use crate::envelope::{ApiError, ApiResult};
+use crate::envelope::{ApiError, ApiResult, Data};
 use crate::state::{Storage, Vm, World};
 
 /// `GET /cluster/status`: the cluster entry, then one entry per node.
@@ -46,39 +49,72 @@ pub fn nextid(c: &mut Call) -> ApiResult {
     Ok(json!(w.next_free_vmid().to_string()))
 }
 
+/// The `/cluster/resources` entry of a VM (serialized directly: this listing is the hot
+/// path of schedulers polling thousands of VMs).
+#[derive(Serialize)]
+pub struct VmResource<'a> {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    vmid: u32,
+    name: String,
+    node: &'a str,
+    status: &'static str,
+    template: u8,
+    maxmem: u64,
+    mem: u64,
+    maxcpu: u64,
+    cpu: f64,
+    maxdisk: u64,
+    disk: u64,
+    uptime: u64,
+    netin: u64,
+    netout: u64,
+    diskread: u64,
+    diskwrite: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tags: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lock: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<&'a str>,
+}
+
 /// The `/cluster/resources` entry of a VM.
-pub fn vm_resource(w: &World, vm: &Vm) -> Value {
+pub fn vm_resource<'a>(vm: &'a Vm, pool: Option<&'a str>) -> VmResource<'a> {
     let running = vm.run.is_some();
-    let mut v = json!({
-        "id": format!("qemu/{}", vm.vmid),
-        "type": "qemu",
-        "vmid": vm.vmid,
-        "name": vm.name(),
-        "node": vm.node,
-        "status": vm.status(),
-        "template": u8::from(vm.is_template()),
-        "maxmem": vm.memory_mib() << 20,
-        "mem": if running { (vm.memory_mib() << 20) / 3 } else { 0 },
-        "maxcpu": vm.cpus(),
-        "cpu": if running { 0.01 } else { 0.0 },
-        "maxdisk": vm.maxdisk(),
-        "disk": 0,
-        "uptime": vm.uptime(),
-        "netin": 0,
-        "netout": 0,
-        "diskread": 0,
-        "diskwrite": 0,
-    });
-    if let Some(t) = vm.config.get("tags") {
-        v["tags"] = json!(t);
+    let maxmem = vm.memory_mib() << 20;
+    VmResource {
+        id: format!("qemu/{}", vm.vmid),
+        kind: "qemu",
+        vmid: vm.vmid,
+        name: vm.name(),
+        node: &vm.node,
+        status: vm.status(),
+        template: u8::from(vm.is_template()),
+        maxmem,
+        mem: if running { maxmem / 3 } else { 0 },
+        maxcpu: vm.cpus(),
+        cpu: if running { 0.01 } else { 0.0 },
+        maxdisk: vm.maxdisk(),
+        disk: 0,
+        uptime: vm.uptime(),
+        netin: 0,
+        netout: 0,
+        diskread: 0,
+        diskwrite: 0,
+        tags: vm.config.get("tags").map(String::as_str),
+        lock: vm.lock(),
+        pool,
     }
-    if let Some(l) = vm.lock() {
-        v["lock"] = json!(l);
-    }
-    if let Some(p) = w.pool_of(vm.vmid) {
-        v["pool"] = json!(p);
-    }
-    v
+}
+
+/// VMID -> pool, for listings.
+fn pool_index(w: &World) -> HashMap<u32, &str> {
+    w.pools
+        .iter()
+        .flat_map(|(p, m)| m.iter().map(move |id| (*id, p.as_str())))
+        .collect()
 }
 
 pub fn node_resource(w: &World, name: &str) -> Value {
@@ -116,12 +152,18 @@ pub fn storage_resource(node: &str, s: &Storage) -> Value {
 }
 
 /// `GET /cluster/resources[?type=vm|node|storage|pool]`.
-pub fn resources(c: &mut Call) -> ApiResult {
+pub fn resources(c: &mut Call) -> ApiResult<Data> {
     let w = c.shared.lock();
     let ty = c.p("type");
-    let mut out = vec![];
+    let mut out: Vec<Value> = vec![];
+    let mut vms: Vec<VmResource> = vec![];
     if ty.is_none() || ty == Some("vm") {
-        out.extend(w.vms.values().map(|vm| vm_resource(&w, vm)));
+        let pools = pool_index(&w);
+        vms.extend(
+            w.vms
+                .values()
+                .map(|vm| vm_resource(vm, pools.get(&vm.vmid).copied())),
+        );
     }
     if ty.is_none() || ty == Some("node") {
         out.extend(w.nodes.keys().map(|n| node_resource(&w, n)));
@@ -138,7 +180,18 @@ pub fn resources(c: &mut Call) -> ApiResult {
             out.push(json!({"id": format!("/pool/{p}"), "type": "pool", "pool": p}));
         }
     }
-    Ok(Value::Array(out))
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Entry<'a> {
+        Vm(VmResource<'a>),
+        Other(Value),
+    }
+    let all: Vec<Entry> = vms
+        .into_iter()
+        .map(Entry::Vm)
+        .chain(out.into_iter().map(Entry::Other))
+        .collect();
+    Ok(Data::serialize(&all))
 }
 
 /// `GET /pools`.

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use hyper::http::request::Parts;
 use serde_json::Value;
 
-use crate::envelope::{self, ApiError, ApiResult, Resp};
+use crate::envelope::{self, ApiError, ApiResult, Data, Resp};
 use crate::params::{self, Params};
 use crate::server::Shared;
 use crate::state::{Vm, World};
@@ -52,7 +52,7 @@ impl Call<'_> {
     }
 }
 
-type Handler = fn(&mut Call) -> ApiResult;
+type Handler = fn(&mut Call) -> ApiResult<Data>;
 
 struct Route {
     method: &'static str,
@@ -62,7 +62,7 @@ struct Route {
 
 macro_rules! routes {
     ($($m:literal $t:literal => $h:path,)*) => {
-        &[$(Route { method: $m, template: $t, handler: $h },)*]
+        &[$(Route { method: $m, template: $t, handler: |c| $h(c).map(Into::into) },)*]
     };
 }
 
@@ -305,12 +305,12 @@ fn json_to_params(body: &[u8]) -> Result<Params, ApiError> {
 pub async fn handle(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> Resp {
     let with_message = shared.config.version_tuple() >= (8, 3);
     match handle_inner(shared, parts, body).await {
-        Ok(v) => envelope::ok(v),
+        Ok(v) => envelope::ok_data(v),
         Err(e) => envelope::error(&e, with_message),
     }
 }
 
-async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiResult {
+async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiResult<Data> {
     let method = parts.method.as_str().to_string();
     let full_path = parts.uri.path().to_string();
     let Some(path) = full_path.strip_prefix("/api2/json") else {
@@ -400,6 +400,14 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
     params::validate(shared.config.version_tuple(), &key, &params)?;
     if let Some(node) = params.get("node") {
         check_node(&shared.lock(), node)?;
+    }
+    // synchronous config writes take the VM's config file lock: wait for running tasks
+    if endpoint == "/nodes/{node}/qemu/{vmid}/config"
+        && method != "GET"
+        && let Some(vmid) = params.get("vmid").and_then(|v| v.parse().ok())
+        && !crate::tasks::wait_flock_free(shared, vmid).await
+    {
+        return Err(ApiError::die(crate::tasks::lock_timeout_message(vmid)));
     }
     let mut call = Call {
         shared,

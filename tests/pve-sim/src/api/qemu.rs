@@ -2,10 +2,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Call, check_lock, check_node, typed_config, vm_on};
-use crate::envelope::{ApiError, ApiResult};
+use crate::envelope::{ApiError, ApiResult, Data};
 use crate::params::{format_size, parse_bool, parse_size, split_indexed};
 use crate::state::{Vm, World, drive_options, drive_string, is_drive_key};
 use crate::tasks;
@@ -35,51 +36,70 @@ fn missing_vm(node: &str, vmid: u32) -> String {
     format!("Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist")
 }
 
+/// An entry of `GET /nodes/{node}/qemu` (serialized directly: hot with many VMs).
+#[derive(Serialize)]
+struct ListEntry<'a> {
+    vmid: u32,
+    name: String,
+    status: &'static str,
+    cpus: u64,
+    maxmem: u64,
+    mem: u64,
+    maxdisk: u64,
+    disk: u64,
+    cpu: f64,
+    uptime: u64,
+    netin: u64,
+    netout: u64,
+    diskread: u64,
+    diskwrite: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    serial: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tags: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lock: Option<&'a str>,
+}
+
 /// `GET /nodes/{node}/qemu`.
-pub fn list(c: &mut Call) -> ApiResult {
+pub fn list(c: &mut Call) -> ApiResult<Data> {
     let w = c.shared.lock();
     let node = c.node();
-    Ok(Value::Array(
-        w.vms
-            .values()
-            .filter(|vm| vm.node == node)
-            .map(|vm| {
-                let running = vm.run.is_some();
-                let mut v = json!({
-                    "vmid": vm.vmid,
-                    "name": vm.name(),
-                    "status": vm.status(),
-                    "cpus": vm.cpus(),
-                    "maxmem": vm.memory_mib() << 20,
-                    "mem": if running { (vm.memory_mib() << 20) / 3 } else { 0 },
-                    "maxdisk": vm.maxdisk(),
-                    "disk": 0,
-                    "cpu": if running { 0.01 } else { 0.0 },
-                    "uptime": vm.uptime(),
-                    "netin": 0,
-                    "netout": 0,
-                    "diskread": 0,
-                    "diskwrite": 0,
-                });
-                if vm.is_template() {
-                    v["template"] = json!(1);
-                }
-                if vm.config.contains_key("serial0") {
-                    v["serial"] = json!(1);
-                }
-                if let Some(r) = &vm.run {
-                    v["pid"] = json!(r.pid);
-                }
-                if let Some(t) = vm.config.get("tags") {
-                    v["tags"] = json!(t);
-                }
-                if let Some(l) = vm.lock() {
-                    v["lock"] = json!(l);
-                }
-                v
-            })
-            .collect(),
-    ))
+    let entries: Vec<ListEntry> = w
+        .vms
+        .values()
+        .filter(|vm| vm.node == node)
+        .map(|vm| {
+            let running = vm.run.is_some();
+            let maxmem = vm.memory_mib() << 20;
+            ListEntry {
+                vmid: vm.vmid,
+                name: vm.name(),
+                status: vm.status(),
+                cpus: vm.cpus(),
+                maxmem,
+                mem: if running { maxmem / 3 } else { 0 },
+                maxdisk: vm.maxdisk(),
+                disk: 0,
+                cpu: if running { 0.01 } else { 0.0 },
+                uptime: vm.uptime(),
+                netin: 0,
+                netout: 0,
+                diskread: 0,
+                diskwrite: 0,
+                template: vm.is_template().then_some(1),
+                serial: vm.config.contains_key("serial0").then_some(1),
+                pid: vm.run.as_ref().map(|r| r.pid),
+                tags: vm.config.get("tags").map(String::as_str),
+                lock: vm.lock(),
+            }
+        })
+        .collect();
+    Ok(Data::serialize(&entries))
 }
 
 /// `GET /nodes/{node}/qemu/{vmid}/config`: the config with JSON types from the schema,
