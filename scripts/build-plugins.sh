@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the plugin components (wasm32-wasip2) and puts them in plugins/.
-# Test plugins (tests/*-plugin) are built too, into $CARGO_TARGET_DIR/wasm32-wasip2/release.
+# The test plugins (tests/*-plugin) are built too; with `--test-out DIR` they are
+# copied there as DIR/<name>.wasm (hostile, wrong-wit, sockets).
 set -euo pipefail
+test_out=""
+if [ "${1:-}" = "--test-out" ]; then test_out=$2; fi
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
 guests=(guest-proxmox)
@@ -16,3 +19,9 @@ for g in "${guests[@]}"; do
   cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/${g//-/_}.wasm" "plugins/$name.wasm"
   echo "plugins/$name.wasm"
 done
+if [ -n "$test_out" ]; then
+  mkdir -p "$test_out"
+  for g in "${test_guests[@]}"; do
+    cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/${g//-/_}.wasm" "$test_out/${g%-plugin}.wasm"
+  done
+fi

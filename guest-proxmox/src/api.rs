@@ -2,7 +2,9 @@
 //! PVE's error formats, classified into the host's three error classes.
 use serde_json::Value;
 
-use crate::bindings::hyperplug::provider::types::{Credentials, PluginError, TerminalError, TransientError};
+use crate::bindings::hyperplug::provider::types::{
+    Credentials, PluginError, TerminalError, TransientError,
+};
 use crate::http::{self, HttpError};
 
 /// One connection's worth of settings: where and who.
@@ -15,7 +17,11 @@ pub struct Pve {
 #[derive(Debug)]
 pub enum PveError {
     /// PVE answered with an error status.
-    Status { status: u16, message: String, errors: Option<Value> },
+    Status {
+        status: u16,
+        message: String,
+        errors: Option<Value>,
+    },
     /// No answer: network, TLS, or the host refused the destination.
     Http(HttpError),
     /// An answer we cannot read.
@@ -25,7 +31,11 @@ pub enum PveError {
 impl std::fmt::Display for PveError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PveError::Status { status, message, errors } => {
+            PveError::Status {
+                status,
+                message,
+                errors,
+            } => {
                 write!(f, "Proxmox API returned {status}: {message}")?;
                 if let Some(errors) = errors {
                     write!(f, " {errors}")?;
@@ -49,9 +59,18 @@ impl PveError {
     /// Map to the host's classes: retry what may pass by itself, stop on what won't.
     pub fn classify(self, context: &str) -> PluginError {
         let text = format!("{context}: {self}");
-        let transient = |message: String| PluginError::Transient(TransientError { message, retry_after_ms: None });
-        let terminal =
-            |reason: &str, message: String| PluginError::Terminal(TerminalError { reason: reason.into(), message });
+        let transient = |message: String| {
+            PluginError::Transient(TransientError {
+                message,
+                retry_after_ms: None,
+            })
+        };
+        let terminal = |reason: &str, message: String| {
+            PluginError::Terminal(TerminalError {
+                reason: reason.into(),
+                message,
+            })
+        };
         match &self {
             PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
             PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
@@ -99,7 +118,11 @@ impl Pve {
 
     /// DELETE with parameters in the query string (PVE refuses a body on DELETE).
     pub fn delete(&self, path: &str, query: &[(&str, String)]) -> PveResult<Value> {
-        let path = if query.is_empty() { path.to_string() } else { format!("{path}?{}", encode_form(query)) };
+        let path = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{}", encode_form(query))
+        };
         self.call("DELETE", &path, None)
     }
 
@@ -109,17 +132,36 @@ impl Pve {
         if form.is_some() {
             headers.push(("content-type", "application/x-www-form-urlencoded".into()));
         }
-        let response = http::send(http::Request { method, url: &url, headers, body: form.map(String::into_bytes) })
-            .map_err(PveError::Http)?;
+        let response = http::send(http::Request {
+            method,
+            url: &url,
+            headers,
+            body: form.map(String::into_bytes),
+        })
+        .map_err(PveError::Http)?;
         unwrap_envelope(response)
     }
 
     /// Send a prepared request (multipart uploads) through the same auth and envelope.
-    pub fn send_raw(&self, method: &str, path: &str, content_type: String, body: Vec<u8>) -> PveResult<Value> {
+    pub fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: String,
+        body: Vec<u8>,
+    ) -> PveResult<Value> {
         let url = format!("{}{path}", self.base);
-        let headers = vec![("authorization", self.auth.clone()), ("content-type", content_type)];
-        let response =
-            http::send(http::Request { method, url: &url, headers, body: Some(body) }).map_err(PveError::Http)?;
+        let headers = vec![
+            ("authorization", self.auth.clone()),
+            ("content-type", content_type),
+        ];
+        let response = http::send(http::Request {
+            method,
+            url: &url,
+            headers,
+            body: Some(body),
+        })
+        .map_err(PveError::Http)?;
         unwrap_envelope(response)
     }
 }
@@ -130,11 +172,16 @@ fn unwrap_envelope(response: http::Response) -> PveResult<Value> {
     let parsed: Option<Value> = serde_json::from_slice(&response.body).ok();
     if (200..300).contains(&response.status) {
         let body = parsed.ok_or_else(|| {
-            PveError::BadReply(format!("status {} with a body that is not JSON", response.status))
+            PveError::BadReply(format!(
+                "status {} with a body that is not JSON",
+                response.status
+            ))
         })?;
         return match body {
             Value::Object(mut map) => Ok(map.remove("data").unwrap_or(Value::Null)),
-            other => Err(PveError::BadReply(format!("expected {{\"data\": ...}}, got {other}"))),
+            other => Err(PveError::BadReply(format!(
+                "expected {{\"data\": ...}}, got {other}"
+            ))),
         };
     }
     let message = parsed
@@ -144,15 +191,25 @@ fn unwrap_envelope(response: http::Response) -> PveResult<Value> {
         .map(|m| m.trim().to_string())
         .or_else(|| response.reason.clone())
         .unwrap_or_else(|| format!("HTTP {}", response.status));
-    let errors = parsed.and_then(|mut b| b.get_mut("errors").map(Value::take)).filter(|e| !e.is_null());
-    Err(PveError::Status { status: response.status, message, errors })
+    let errors = parsed
+        .and_then(|mut b| b.get_mut("errors").map(Value::take))
+        .filter(|e| !e.is_null());
+    Err(PveError::Status {
+        status: response.status,
+        message,
+        errors,
+    })
 }
 
 /// Form-encode, percent-encoding everything outside the unreserved set: an unescaped
 /// `=` or `&` inside a value would truncate it on the PVE side.
 #[allow(dead_code)]
 pub fn encode_form(pairs: &[(&str, String)]) -> String {
-    pairs.iter().map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v))).collect::<Vec<_>>().join("&")
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 #[allow(dead_code)]

@@ -6,9 +6,9 @@ use crate::api::Pve;
 use crate::bindings::exports::hyperplug::provider::cluster::{
     ClusterRequest, ClusterStatus, Endpoint, FailureDomain, Guest, IpPool,
 };
+use crate::bindings::hyperplug::provider::log::Level;
 use crate::bindings::hyperplug::provider::types::{PluginError, Progress};
 use crate::spec::{ClusterSpec, IpConfig};
-use crate::bindings::hyperplug::provider::log::Level;
 use crate::{Plugin, invalid, log, parse_spec};
 
 /// How often a ready cluster is re-checked (drift of nodes, credentials).
@@ -20,9 +20,19 @@ impl Guest for Plugin {
         let endpoint = control_plane_endpoint(&spec)?;
         let pools = ip_pools(&spec)?;
         let pve = Pve::new(&req.credentials);
-        let version = pve.get("/version").map_err(|e| e.classify("checking the Proxmox API"))?;
-        let release = version.get("version").and_then(Value::as_str).unwrap_or("unknown").to_string();
-        log(Level::Debug, "Proxmox API reachable", &[("version", release.clone())]);
+        let version = pve
+            .get("/version")
+            .map_err(|e| e.classify("checking the Proxmox API"))?;
+        let release = version
+            .get("version")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string();
+        log(
+            Level::Debug,
+            "Proxmox API reachable",
+            &[("version", release.clone())],
+        );
         let nodes = if spec.allowed_nodes.is_empty() {
             online_nodes(&pve)?
         } else {
@@ -30,7 +40,11 @@ impl Guest for Plugin {
         };
         let failure_domains = nodes
             .iter()
-            .map(|n| FailureDomain { name: n.clone(), control_plane: true, attributes: vec![("node".into(), n.clone())] })
+            .map(|n| FailureDomain {
+                name: n.clone(),
+                control_plane: true,
+                attributes: vec![("node".into(), n.clone())],
+            })
             .collect();
         Ok(ClusterStatus {
             progress: Progress {
@@ -55,22 +69,45 @@ impl Guest for Plugin {
 
 fn control_plane_endpoint(spec: &ClusterSpec) -> Result<Option<Endpoint>, PluginError> {
     match &spec.control_plane_endpoint {
-        Some(ep) if !ep.host.is_empty() => Ok(Some(Endpoint { host: ep.host.clone(), port: ep.port })),
+        Some(ep) if !ep.host.is_empty() => Ok(Some(Endpoint {
+            host: ep.host.clone(),
+            port: ep.port,
+        })),
         _ if spec.external_managed_control_plane == Some(true) => Ok(None),
-        _ => Err(invalid("spec.controlPlaneEndpoint", "a host and port are required (e.g. the kube-vip address)")),
+        _ => Err(invalid(
+            "spec.controlPlaneEndpoint",
+            "a host and port are required (e.g. the kube-vip address)",
+        )),
     }
 }
 
 fn ip_pools(spec: &ClusterSpec) -> Result<Vec<IpPool>, PluginError> {
     let mut pools = Vec::new();
-    for (name, field, config) in [("ipv4", "spec.ipv4Config", &spec.ipv4_config), ("ipv6", "spec.ipv6Config", &spec.ipv6_config)] {
-        let Some(IpConfig { addresses, prefix, gateway, .. }) = config else { continue };
+    for (name, field, config) in [
+        ("ipv4", "spec.ipv4Config", &spec.ipv4_config),
+        ("ipv6", "spec.ipv6Config", &spec.ipv6_config),
+    ] {
+        let Some(IpConfig {
+            addresses,
+            prefix,
+            gateway,
+            ..
+        }) = config
+        else {
+            continue;
+        };
         if addresses.is_empty() {
-            return Err(invalid(&format!("{field}.addresses"), "at least one address range is required"));
+            return Err(invalid(
+                &format!("{field}.addresses"),
+                "at least one address range is required",
+            ));
         }
         let max = if name == "ipv4" { 32 } else { 128 };
         if *prefix == 0 || *prefix > max {
-            return Err(invalid(&format!("{field}.prefix"), format!("must be between 1 and {max}")));
+            return Err(invalid(
+                &format!("{field}.prefix"),
+                format!("must be between 1 and {max}"),
+            ));
         }
         pools.push(IpPool {
             name: name.into(),

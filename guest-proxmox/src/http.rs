@@ -3,7 +3,9 @@
 //! Calls block the plugin (not the host: the host runs plugins asynchronously), and
 //! the host decides where they may go. Bodies are read whole: Proxmox replies are small.
 use wasip2::http::outgoing_handler;
-use wasip2::http::types::{ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme};
+use wasip2::http::types::{
+    ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
+};
 use wasip2::io::streams::StreamError;
 
 /// A request to send.
@@ -55,9 +57,13 @@ const FIRST_BYTE_TIMEOUT_NS: u64 = 20_000_000_000;
 /// Send a request and read the response.
 pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
     let (scheme, authority, path) = split_url(req.url)?;
-    let entries: Vec<(String, Vec<u8>)> =
-        req.headers.iter().map(|(k, v)| (k.to_string(), v.as_bytes().to_vec())).collect();
-    let headers = Fields::from_list(&entries).map_err(|e| HttpError::Invalid(format!("headers: {e:?}")))?;
+    let entries: Vec<(String, Vec<u8>)> = req
+        .headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let headers =
+        Fields::from_list(&entries).map_err(|e| HttpError::Invalid(format!("headers: {e:?}")))?;
     let outgoing = OutgoingRequest::new(headers);
     let method = match req.method {
         "GET" => Method::Get,
@@ -68,9 +74,15 @@ pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
     };
     let bad = |what: &str| HttpError::Invalid(format!("{what} of {}", req.url));
     outgoing.set_method(&method).map_err(|_| bad("method"))?;
-    outgoing.set_scheme(Some(&scheme)).map_err(|_| bad("scheme"))?;
-    outgoing.set_authority(Some(authority)).map_err(|_| bad("authority"))?;
-    outgoing.set_path_with_query(Some(path)).map_err(|_| bad("path"))?;
+    outgoing
+        .set_scheme(Some(&scheme))
+        .map_err(|_| bad("scheme"))?;
+    outgoing
+        .set_authority(Some(authority))
+        .map_err(|_| bad("authority"))?;
+    outgoing
+        .set_path_with_query(Some(path))
+        .map_err(|_| bad("path"))?;
 
     let body = outgoing.body().map_err(|_| bad("body"))?;
     if let Some(bytes) = &req.body {
@@ -100,19 +112,30 @@ pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
         .get("x-hyperplug-reason-phrase")
         .first()
         .map(|v| String::from_utf8_lossy(v).into_owned());
-    let incoming = response.consume().map_err(|_| HttpError::Transport("response body taken".into()))?;
-    let stream = incoming.stream().map_err(|_| HttpError::Transport("response stream taken".into()))?;
+    let incoming = response
+        .consume()
+        .map_err(|_| HttpError::Transport("response body taken".into()))?;
+    let stream = incoming
+        .stream()
+        .map_err(|_| HttpError::Transport("response stream taken".into()))?;
     let mut bytes = Vec::new();
     loop {
         match stream.blocking_read(CHUNK) {
             Ok(chunk) => bytes.extend_from_slice(&chunk),
             Err(StreamError::Closed) => break,
             Err(StreamError::LastOperationFailed(e)) => {
-                return Err(HttpError::Transport(format!("reading the response: {}", e.to_debug_string())));
+                return Err(HttpError::Transport(format!(
+                    "reading the response: {}",
+                    e.to_debug_string()
+                )));
             }
         }
     }
-    Ok(Response { status, reason, body: bytes })
+    Ok(Response {
+        status,
+        reason,
+        body: bytes,
+    })
 }
 
 fn error_code(code: ErrorCode) -> HttpError {

@@ -29,18 +29,31 @@ fn parse_spec<T: serde::de::DeserializeOwned>(json: &str, root: &str) -> Result<
     let de = &mut serde_json::Deserializer::from_str(json);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." || path.is_empty() { root.to_string() } else { format!("{root}.{path}") };
-        PluginError::InvalidSpec(InvalidSpec { field, message: e.into_inner().to_string() })
+        let field = if path == "." || path.is_empty() {
+            root.to_string()
+        } else {
+            format!("{root}.{path}")
+        };
+        PluginError::InvalidSpec(InvalidSpec {
+            field,
+            message: e.into_inner().to_string(),
+        })
     })
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> PluginError {
-    PluginError::InvalidSpec(InvalidSpec { field: field.into(), message: message.into() })
+    PluginError::InvalidSpec(InvalidSpec {
+        field: field.into(),
+        message: message.into(),
+    })
 }
 
 /// Log through the host.
 fn log(level: bindings::hyperplug::provider::log::Level, message: &str, fields: &[(&str, String)]) {
-    let fields: Vec<(String, String)> = fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let fields: Vec<(String, String)> = fields
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
     bindings::hyperplug::provider::log::log(level, message, &fields);
 }
 

@@ -32,8 +32,14 @@ impl Guest for Plugin {
         let cpus = spec.num_sockets.unwrap_or(1) * spec.num_cores.unwrap_or(1);
         let memory = spec.memory_mib.unwrap_or(2048);
         Ok(TemplateStatus {
-            capacity: vec![("cpu".into(), cpus.to_string()), ("memory".into(), format!("{memory}Mi"))],
-            node_info: vec![("architecture".into(), "amd64".into()), ("operatingSystem".into(), "linux".into())],
+            capacity: vec![
+                ("cpu".into(), cpus.to_string()),
+                ("memory".into(), format!("{memory}Mi")),
+            ],
+            node_info: vec![
+                ("architecture".into(), "amd64".into()),
+                ("operatingSystem".into(), "linux".into()),
+            ],
         })
     }
 }

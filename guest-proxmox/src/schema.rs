@@ -23,7 +23,10 @@ fn clean(value: &mut Value) {
             }
             // CRDs allow only a few formats; Rust's integer widths are not among them.
             if let Some(Value::String(f)) = map.get("format")
-                && matches!(f.as_str(), "uint" | "uint8" | "uint16" | "uint32" | "uint64" | "int" | "int8" | "int16")
+                && matches!(
+                    f.as_str(),
+                    "uint" | "uint8" | "uint16" | "uint32" | "uint64" | "int" | "int8" | "int16"
+                )
             {
                 map.remove("format");
             }

@@ -78,7 +78,11 @@ pub struct MachineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_node: Option<String>,
     /// VM ID of the template to clone.
-    #[serde(default, rename = "templateID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "templateID",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(range(min = 100, max = 999_999_999))]
     pub template_id: Option<u32>,
     /// Pick the template carrying all these tags instead of `templateID`.

@@ -20,7 +20,11 @@ pub fn provider_label_value(info: &PluginInfo) -> String {
 /// Lower-case plural of a kind, as CRD names use it (`ProxmoxMachine` → `proxmoxmachines`).
 pub fn plural(kind: &str) -> String {
     let lower = kind.to_ascii_lowercase();
-    if lower.ends_with('s') { format!("{lower}es") } else { format!("{lower}s") }
+    if lower.ends_with('s') {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    }
 }
 
 /// One CRD per declared kind.
@@ -44,10 +48,14 @@ fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
     check_structural(&spec, &format!("{}.spec", kind.kind))?;
     let spec = match kind.role {
         KindRole::InfraMachine => {
-            add_property(&mut spec, "providerID", json!({
-                "type": "string",
-                "description": "The machine's ID as the workload cluster's Node reports it; set by the provider."
-            }));
+            add_property(
+                &mut spec,
+                "providerID",
+                json!({
+                    "type": "string",
+                    "description": "The machine's ID as the workload cluster's Node reports it; set by the provider."
+                }),
+            );
             spec
         }
         KindRole::InfraCluster => {
@@ -237,26 +245,59 @@ fn status_schema(role: KindRole) -> Value {
 
 /// `kubectl get` columns the host fills for every plugin; plugin columns go before Age.
 fn host_columns(role: KindRole) -> Vec<Value> {
-    let col = |name: &str, ty: &str, path: &str, desc: &str| {
-        json!({"name": name, "type": ty, "jsonPath": path, "description": desc})
-    };
-    let cluster = col("Cluster", "string", ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']", "The Cluster this object belongs to");
-    let age = col("Age", "date", ".metadata.creationTimestamp", "Time since creation");
-    let ready = col("Ready", "string", ".status.conditions[?(@.type=='Ready')].status", "Ready condition");
+    let col = |name: &str, ty: &str, path: &str, desc: &str| json!({"name": name, "type": ty, "jsonPath": path, "description": desc});
+    let cluster = col(
+        "Cluster",
+        "string",
+        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        "The Cluster this object belongs to",
+    );
+    let age = col(
+        "Age",
+        "date",
+        ".metadata.creationTimestamp",
+        "Time since creation",
+    );
+    let ready = col(
+        "Ready",
+        "string",
+        ".status.conditions[?(@.type=='Ready')].status",
+        "Ready condition",
+    );
     let phase = col("Phase", "string", ".status.phase", "Current step");
     match role {
         KindRole::InfraMachine => vec![
             cluster,
-            col("Machine", "string", ".metadata.ownerReferences[?(@.kind=='Machine')].name", "The owning Machine"),
+            col(
+                "Machine",
+                "string",
+                ".metadata.ownerReferences[?(@.kind=='Machine')].name",
+                "The owning Machine",
+            ),
             col("ProviderID", "string", ".spec.providerID", "Provider ID"),
-            col("Provisioned", "boolean", ".status.initialization.provisioned", "Infrastructure provisioned"),
+            col(
+                "Provisioned",
+                "boolean",
+                ".status.initialization.provisioned",
+                "Infrastructure provisioned",
+            ),
             phase,
             age,
         ],
         KindRole::InfraCluster => vec![
             cluster,
-            col("Provisioned", "boolean", ".status.initialization.provisioned", "Infrastructure provisioned"),
-            col("Endpoint", "string", ".spec.controlPlaneEndpoint.host", "Control-plane endpoint"),
+            col(
+                "Provisioned",
+                "boolean",
+                ".status.initialization.provisioned",
+                "Infrastructure provisioned",
+            ),
+            col(
+                "Endpoint",
+                "string",
+                ".spec.controlPlaneEndpoint.host",
+                "Control-plane endpoint",
+            ),
             ready,
             age,
         ],
@@ -271,7 +312,9 @@ fn check_structural(schema: &Value, path: &str) -> Result<(), String> {
         return Err(format!("{path}: schema must be a JSON object"));
     };
     if obj.contains_key("$ref") {
-        return Err(format!("{path}: `$ref` is not allowed in CRD schemas; inline it"));
+        return Err(format!(
+            "{path}: `$ref` is not allowed in CRD schemas; inline it"
+        ));
     }
     let typed = obj.contains_key("type")
         || obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
@@ -313,6 +356,10 @@ mod tests {
     #[test]
     fn refs_are_refused() {
         let schema = json!({"type": "object", "properties": {"a": {"$ref": "#/x"}}});
-        assert!(check_structural(&schema, "X.spec").unwrap_err().contains("$ref"));
+        assert!(
+            check_structural(&schema, "X.spec")
+                .unwrap_err()
+                .contains("$ref")
+        );
     }
 }

@@ -20,9 +20,13 @@ pub struct InspectArgs {
 }
 
 pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let plugin = load_plugins(std::slice::from_ref(&args.plugin), Limits::default(), &args.cache)
-        .await?
-        .remove(0);
+    let plugin = load_plugins(
+        std::slice::from_ref(&args.plugin),
+        Limits::default(),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
     let info = plugin.info();
     let wit = format!("{WIT_PACKAGE}@{WIT_VERSION}");
     let imports = plugin.imports();
@@ -42,10 +46,21 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!("plugin:       {} {}", info.name, info.version);
-    println!("file:         {} (sha256 {})", plugin.path().display(), plugin.digest());
+    println!(
+        "file:         {} (sha256 {})",
+        plugin.path().display(),
+        plugin.digest()
+    );
     println!("wit:          {wit}");
     println!("api:          {}/{}", info.group, info.api_version);
-    println!("capabilities: {}", if info.capabilities.is_empty() { "-".into() } else { info.capabilities.join(", ") });
+    println!(
+        "capabilities: {}",
+        if info.capabilities.is_empty() {
+            "-".into()
+        } else {
+            info.capabilities.join(", ")
+        }
+    );
     println!("kinds:");
     for k in &info.kinds {
         println!("  {:<28} {}", k.kind, role_name(k.role));

@@ -74,7 +74,11 @@ fn default_cache_dir() -> Option<PathBuf> {
 }
 
 /// Load plugins with a fresh runtime; errors name the file and what is wrong with it.
-pub async fn load_plugins(paths: &[PathBuf], limits: Limits, cache: &CacheArgs) -> anyhow::Result<Vec<Plugin>> {
+pub async fn load_plugins(
+    paths: &[PathBuf],
+    limits: Limits,
+    cache: &CacheArgs,
+) -> anyhow::Result<Vec<Plugin>> {
     let runtime = Runtime::new(limits, cache.dir())?;
     let mut plugins = Vec::new();
     for path in paths {

@@ -9,7 +9,12 @@ use crate::runtime::Limits;
 pub struct RunArgs {
     /// A plugin component to serve; repeat for several. Each plugin's kinds get their
     /// own controllers.
-    #[arg(long = "plugin", required = true, env = "HYPERPLUG_PLUGINS", value_delimiter = ',')]
+    #[arg(
+        long = "plugin",
+        required = true,
+        env = "HYPERPLUG_PLUGINS",
+        value_delimiter = ','
+    )]
     pub plugins: Vec<PathBuf>,
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "HYPERPLUG_NAMESPACE")]
@@ -23,7 +28,12 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let plugins = load_plugins(&args.plugins, args.limits.clone(), &args.cache).await?;
     for plugin in &plugins {
-        let kinds: Vec<_> = plugin.info().kinds.iter().map(|k| k.kind.as_str()).collect();
+        let kinds: Vec<_> = plugin
+            .info()
+            .kinds
+            .iter()
+            .map(|k| k.kind.as_str())
+            .collect();
         tracing::info!(plugin = plugin.name(), version = %plugin.info().version, ?kinds, "plugin loaded");
     }
     tracing::info!("manager started; waiting for a termination signal");

@@ -178,7 +178,10 @@ async fn forward(
     let mut response = http::Response::from(response);
     // wasi:http has no field for the reason phrase, and some APIs put their error
     // message there: pass it on as a header.
-    let reason = response.extensions().get::<hyper::ext::ReasonPhrase>().cloned();
+    let reason = response
+        .extensions()
+        .get::<hyper::ext::ReasonPhrase>()
+        .cloned();
     if let Some(value) = reason.and_then(|r| http::HeaderValue::from_bytes(r.as_bytes()).ok()) {
         response.headers_mut().insert(REASON_HEADER, value);
     }

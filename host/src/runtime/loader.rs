@@ -85,9 +85,16 @@ fn compile_cached(
     if let Some(cached) = &cached
         && cached.exists()
     {
-        // SAFETY: the file was written by `precompile_component` of an engine with the
-        // same compatibility hash, into our own cache directory, under its content hash.
-        match unsafe { Component::deserialize_file(engine, cached) } {
+        // Read, not mmap: a file rewritten in place under a mapping would crash us.
+        let loaded = std::fs::read(cached)
+            .map_err(wasmtime::Error::from)
+            .and_then(|bytes| {
+                // SAFETY: the file was written by `precompile_component` of an engine with
+                // the same compatibility hash, into our own cache directory, under its
+                // content hash; wasmtime also checks the header before using it.
+                unsafe { Component::deserialize(engine, &bytes) }
+            });
+        match loaded {
             Ok(component) => return Ok(component),
             Err(e) => {
                 tracing::warn!(cache = %cached.display(), error = %e, "ignoring unusable cached plugin")

@@ -14,7 +14,12 @@ bindings::export!(Hostile with_types_in bindings);
 
 fn status(message: String) -> machine::MachineStatus {
     machine::MachineStatus {
-        progress: Progress { state: String::new(), phase: "Done".into(), message, requeue_after_ms: None },
+        progress: Progress {
+            state: String::new(),
+            phase: "Done".into(),
+            message,
+            requeue_after_ms: None,
+        },
         ready: true,
         provider_id: Some("hostile://1".into()),
         addresses: vec![],
@@ -27,7 +32,10 @@ fn status(message: String) -> machine::MachineStatus {
 }
 
 fn failed(message: String) -> PluginError {
-    PluginError::Transient(TransientError { message, retry_after_ms: None })
+    PluginError::Transient(TransientError {
+        message,
+        retry_after_ms: None,
+    })
 }
 
 impl identity::Guest for Hostile {
@@ -40,7 +48,8 @@ impl identity::Guest for Hostile {
             kinds: vec![identity::KindInfo {
                 kind: "HostileMachine".into(),
                 role: identity::KindRole::InfraMachine,
-                spec_schema: r#"{"type":"object","x-kubernetes-preserve-unknown-fields":true}"#.into(),
+                spec_schema: r#"{"type":"object","x-kubernetes-preserve-unknown-fields":true}"#
+                    .into(),
                 columns: vec![],
             }],
             capabilities: vec![],
@@ -51,7 +60,12 @@ impl identity::Guest for Hostile {
 impl machine::Guest for Hostile {
     fn create(req: machine::MachineRequest) -> Result<machine::MachineStatus, PluginError> {
         let spec: serde_json::Value = serde_json::from_str(&req.spec).unwrap_or_default();
-        let arg = |k: &str| spec.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let arg = |k: &str| {
+            spec.get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
         match arg("attack").as_str() {
             "noop" => Ok(status("ok".into())),
             "read-file" => match std::fs::read(arg("path")) {
@@ -60,18 +74,26 @@ impl machine::Guest for Hostile {
             },
             "read-env" => {
                 let vars: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
-                Ok(status(format!("saw {} environment variables: {}", vars.len(), vars.join(","))))
+                Ok(status(format!(
+                    "saw {} environment variables: {}",
+                    vars.len(),
+                    vars.join(",")
+                )))
             }
             "connect" => {
-                let req = wasip2::http::types::OutgoingRequest::new(wasip2::http::types::Fields::new());
+                let req =
+                    wasip2::http::types::OutgoingRequest::new(wasip2::http::types::Fields::new());
                 let _ = req.set_scheme(Some(&wasip2::http::types::Scheme::Http));
                 let _ = req.set_authority(Some(&arg("authority")));
+                let _ = req.set_path_with_query(Some("/"));
                 match wasip2::http::outgoing_handler::handle(req, None) {
                     Err(code) => Err(failed(format!("connect failed: {code:?}"))),
                     Ok(pending) => {
                         pending.subscribe().block();
                         match pending.get() {
-                            Some(Ok(Ok(resp))) => Ok(status(format!("connected: HTTP {}", resp.status()))),
+                            Some(Ok(Ok(resp))) => {
+                                Ok(status(format!("connected: HTTP {}", resp.status())))
+                            }
                             Some(Ok(Err(code))) => Err(failed(format!("connect failed: {code:?}"))),
                             other => Err(failed(format!("connect failed: {other:?}"))),
                         }
@@ -107,8 +129,13 @@ impl machine::Guest for Hostile {
         Ok(None)
     }
 
-    fn describe_template(_req: machine::TemplateRequest) -> Result<machine::TemplateStatus, PluginError> {
-        Ok(machine::TemplateStatus { capacity: vec![], node_info: vec![] })
+    fn describe_template(
+        _req: machine::TemplateRequest,
+    ) -> Result<machine::TemplateStatus, PluginError> {
+        Ok(machine::TemplateStatus {
+            capacity: vec![],
+            node_info: vec![],
+        })
     }
 }
 

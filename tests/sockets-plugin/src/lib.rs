@@ -10,7 +10,10 @@ bindings::export!(Sockets with_types_in bindings);
 
 fn refuse() -> PluginError {
     let reached = std::net::TcpStream::connect("127.0.0.1:1").is_ok();
-    PluginError::Transient(TransientError { message: format!("reached: {reached}"), retry_after_ms: None })
+    PluginError::Transient(TransientError {
+        message: format!("reached: {reached}"),
+        retry_after_ms: None,
+    })
 }
 
 impl identity::Guest for Sockets {
@@ -35,7 +38,9 @@ impl machine::Guest for Sockets {
     fn delete(_: machine::MachineRequest) -> Result<Option<Progress>, PluginError> {
         Err(refuse())
     }
-    fn describe_template(_: machine::TemplateRequest) -> Result<machine::TemplateStatus, PluginError> {
+    fn describe_template(
+        _: machine::TemplateRequest,
+    ) -> Result<machine::TemplateStatus, PluginError> {
         Err(refuse())
     }
 }
