@@ -15,9 +15,9 @@
 //! // The default world (nodes pve1..pve3, storages local + local-lvm, template 9000),
 //! // with every task duration and boot/agent delay at zero:
 //! let sim = Simulator::start(Config::fast(), ListenOpts { addr: "127.0.0.1:0".into(), tls: true }).await?;
-//! let base = sim.base_url();          // "https://127.0.0.1:PORT"; API under /api2/json
-//! let ca = sim.ca_pem();              // PEM of the generated CA (also at sim.ca_path())
-//! let fp = sim.fingerprint();         // leaf SHA-256, "AA:BB:..."
+//! let base = sim.base_url().to_string(); // "https://127.0.0.1:PORT"; API under /api2/json
+//! let ca = sim.ca_pem().to_string();     // PEM of the generated CA (also at sim.ca_path())
+//! let fp = sim.fingerprint().to_string(); // leaf SHA-256, "AA:BB:..."
 //! let token = pve_sim::DEFAULT_TOKEN; // "capmox@pve!capi=REDACTED-SIM-SECRET"
 //! // header: Authorization: PVEAPIToken=capmox@pve!capi=REDACTED-SIM-SECRET
 //! let state = sim.state();

@@ -5,6 +5,16 @@ use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_pve-sim");
 
+/// Stops the spawned simulator even when an assertion fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn pve_sim_help_documents_the_configuration() {
     let out = Command::new(BIN).arg("--help").output().expect("runs");
@@ -76,33 +86,35 @@ latency_ms = 1
 "#,
     )
     .unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            "bot@pve!t=S3CRET",
-            "--seed",
-            "7",
-            "--config",
-        ])
-        .arg(&cfg_path)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(
+        Command::new(BIN)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--token",
+                "bot@pve!t=S3CRET",
+                "--seed",
+                "7",
+                "--config",
+            ])
+            .arg(&cfg_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts"),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let (mut api, mut ca, mut fp) = (String::new(), String::new(), String::new());
     for line in lines.by_ref() {
         let line = line.unwrap();
         let value = line.split_whitespace().last().unwrap_or("").to_string();
-        if line.contains("API:") {
-            api = value;
-        } else if line.contains("CA:") {
-            ca = value;
-        } else if line.contains("fingerprint:") {
-            fp = value;
-        } else if line.contains("inspection:") {
-            break;
+        let label = line.split_whitespace().next().unwrap_or("");
+        match label {
+            "API:" => api = value,
+            "CA:" => ca = value,
+            "fingerprint:" => fp = value,
+            "inspection:" => break,
+            _ => {}
         }
     }
     assert!(
@@ -144,7 +156,6 @@ latency_ms = 1
         .await
         .unwrap();
     assert_eq!(old.status(), 401, "--token replaces the default token");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -183,12 +183,12 @@ pub fn resources(c: &mut Call) -> ApiResult<Data> {
     #[derive(Serialize)]
     #[serde(untagged)]
     enum Entry<'a> {
-        Vm(VmResource<'a>),
+        Vm(Box<VmResource<'a>>),
         Other(Value),
     }
     let all: Vec<Entry> = vms
         .into_iter()
-        .map(Entry::Vm)
+        .map(|v| Entry::Vm(Box::new(v)))
         .chain(out.into_iter().map(Entry::Other))
         .collect();
     Ok(Data::serialize(&all))

@@ -195,11 +195,12 @@ pub fn schema() -> &'static Value {
 /// Fields real PVE returns although the schema does not declare them (seen in the real
 /// captures of shared/reference/pve: `/nodes` has `disk`, `id`, `maxdisk`, `type`; content
 /// listings have `content`; the qemu lists have `disk`; `cpuinfo` of node status has
-/// `flags`, `hvm`, `mhz`, `user_hz` in the go-proxmox capture). Undeclared fields are flagged only
+/// `flags`, `hvm`, `mhz`, `user_hz` in the go-proxmox capture; the ticket answer has `cap`,
+/// the capabilities the web UI reads). Undeclared fields are flagged only
 /// against the newest (9.1.3) schema: older schemas leave out fields those versions
 /// return (`tags`, `template`, `diskread`, ... in `/cluster/resources`).
 const UNDECLARED_BUT_REAL: &[&str] = &[
-    "disk", "id", "maxdisk", "type", "content", "flags", "hvm", "mhz", "user_hz",
+    "disk", "id", "maxdisk", "type", "content", "flags", "hvm", "mhz", "user_hz", "cap",
 ];
 
 fn truthy(v: &Value) -> bool {
