@@ -48,6 +48,8 @@ pub struct Config {
     pub default_task_ms: u64,
     /// How many tasks may run at once on one node; further tasks queue (status `running`).
     pub node_task_concurrency: usize,
+    /// Delay before answering a failed authentication (PVE waits about 3 s; default 0).
+    pub auth_failure_delay_ms: u64,
     /// How long an operation waits for a VM's config file lock held by a running task
     /// before failing with "can't lock file ... - got timeout" (PVE: 10 s).
     pub lock_wait_ms: u64,
@@ -325,6 +327,7 @@ impl Default for Config {
             default_task_ms: 50,
             node_task_concurrency: 4,
             lock_wait_ms: 10_000,
+            auth_failure_delay_ms: 0,
             boot_delay_ms: 500,
             agent_delay_ms: 500,
             strict_memory: false,

@@ -20,8 +20,11 @@ use pve_sim::{Config, ListenOpts, Simulator};
 /// memory, base_memory_used, ip, online), [[storages]] (id, type = dir|lvmthin|zfspool,
 /// content, total, nodes, shared), [[vms]] (vmid, node, config = {key = "value"},
 /// running, pool), pools, tokens, users = {"root@pam" = "pw"}, task_ms = {qmclone = 300,
-/// qmstart = 200, ...}, default_task_ms, node_task_concurrency, boot_delay_ms,
-/// agent_delay_ms, [dhcp] (start, end, prefix, gateway), [faults] (latency_ms,
+/// qmstart = 200, ...}, default_task_ms, node_task_concurrency, lock_wait_ms (how long
+/// an operation waits for a VM's config lock held by a running task; 10000),
+/// auth_failure_delay_ms, boot_delay_ms, agent_delay_ms, strict_memory, [[vm_sets]]
+/// (count, clone_of, first_vmid, nodes, running, name_prefix, pool: bulk VMs for
+/// benchmarks), [dhcp] (start, end, prefix, gateway), [faults] (latency_ms,
 /// latency_jitter_ms, task_failure_rate, task_failure_message, lock_timeout_rate,
 /// slow_task_rate, slow_task_factor, unreachable_nodes, [[faults.errors]] with endpoint =
 /// "POST /nodes/{node}/qemu/{vmid}/clone" or "*", rate, status = 500|595, message), seed,

@@ -87,6 +87,15 @@ async fn unknown_paths_and_gets_with_a_body_are_501() {
         )
         .await;
     assert_eq!(r.status, 501);
+    assert_eq!(r.reason, "Unexpected content for method 'DELETE'");
+    let r = s
+        .send(
+            s.http
+                .delete(s.url("/nodes/pve1/qemu/9000"))
+                .body("purge=1"),
+        )
+        .await;
+    assert_eq!(r.status, 401, "authentication comes first");
 }
 
 #[tokio::test]

@@ -324,17 +324,21 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
     let endpoint: &'static str = route.template;
     let key = format!("{method} {endpoint}");
     shared.lock().count(&key);
-    if (method == "GET" || method == "DELETE") && !body.is_empty() {
-        return Err(ApiError::with_status(
-            501,
-            format!("Unexpected content for method '{method}'"),
-        ));
-    }
-    // authentication
+    // authentication (PVE delays failures; `auth_failure_delay_ms`)
     let user = if endpoint == "/access/ticket" && method == "POST" {
         String::new()
     } else {
-        match authenticate(shared, &parts)? {
+        let auth = match authenticate(shared, &parts) {
+            Ok(a) => a,
+            Err(e) => {
+                let delay = shared.config.auth_failure_delay_ms;
+                if delay > 0 {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
+                return Err(e);
+            }
+        };
+        match auth {
             Auth::Token(id) => id,
             Auth::Ticket { user, csrf } => {
                 if method != "GET" && header(&parts, "CSRFPreventionToken") != csrf {
@@ -346,6 +350,13 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
             }
         }
     };
+    // pve-http-server refuses a body on anything but POST/PUT, after authentication
+    if method != "POST" && method != "PUT" && !body.is_empty() {
+        return Err(ApiError::with_status(
+            501,
+            format!("Unexpected content for method '{method}'"),
+        ));
+    }
     // faults
     let (latency, injected, unreachable) = {
         let mut w = shared.lock();
