@@ -261,6 +261,8 @@ pub struct World {
     pub tasks: HashMap<String, Task>,
     pub task_order: Vec<String>,
     pub leases: HashMap<String, Ipv4Addr>,
+    /// Leased addresses (as integers), for allocation.
+    pub leased: std::collections::HashSet<u32>,
     pub counters: Counters,
     pub faults: Faults,
     pub rng: fastrand::Rng,
@@ -293,6 +295,7 @@ impl World {
             tasks: HashMap::new(),
             task_order: Vec::new(),
             leases: HashMap::new(),
+            leased: Default::default(),
             counters: BTreeMap::new(),
             faults: cfg.faults.clone(),
             rng,
@@ -679,8 +682,8 @@ impl World {
         if let Some(ip) = self.leases.get(&mac) {
             return Some(*ip);
         }
-        let used: BTreeSet<u32> = self.leases.values().map(|ip| u32::from(*ip)).collect();
-        let ip = (self.dhcp_start..=self.dhcp_end).find(|a| !used.contains(a))?;
+        let ip = (self.dhcp_start..=self.dhcp_end).find(|a| !self.leased.contains(a))?;
+        self.leased.insert(ip);
         let ip = Ipv4Addr::from(ip);
         self.leases.insert(mac, ip);
         Some(ip)
@@ -692,6 +695,12 @@ impl World {
             .iter()
             .find(|(_, m)| m.contains(&vmid))
             .map(|(p, _)| p.as_str())
+    }
+
+    /// Whether a node answers (online and not made unreachable by a fault).
+    pub fn node_up(&self, node: &str) -> bool {
+        self.nodes.get(node).is_some_and(|n| n.online)
+            && !self.faults.unreachable_nodes.iter().any(|n| n == node)
     }
 
     /// Counts one request on an endpoint.

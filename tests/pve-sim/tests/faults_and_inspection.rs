@@ -35,6 +35,17 @@ async fn endpoint_errors_can_be_injected_at_start_and_at_runtime() {
     assert_eq!(r.text, "");
     assert_eq!(s.get("/nodes/pve2/status").await.status.as_u16(), 595);
     assert_eq!(s.get("/nodes/pve1/status").await.status, 200);
+    let nodes = s
+        .call(Method::GET, "/cluster/resources", &[("type", "node")])
+        .await
+        .data();
+    let pve2 = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "pve2")
+        .unwrap();
+    assert_eq!(pve2["status"], "offline");
     assert_eq!(
         s.sim.state().faults().unreachable_nodes,
         vec!["pve2".to_string()]

@@ -81,7 +81,7 @@ pub struct VmResource<'a> {
 }
 
 /// The `/cluster/resources` entry of a VM.
-pub fn vm_resource<'a>(vm: &'a Vm, pool: Option<&'a str>) -> VmResource<'a> {
+pub fn vm_resource<'a>(vm: &'a Vm, pool: Option<&'a str>, node_up: bool) -> VmResource<'a> {
     let running = vm.run.is_some();
     let maxmem = vm.memory_mib() << 20;
     VmResource {
@@ -90,7 +90,8 @@ pub fn vm_resource<'a>(vm: &'a Vm, pool: Option<&'a str>) -> VmResource<'a> {
         vmid: vm.vmid,
         name: vm.name(),
         node: &vm.node,
-        status: vm.status(),
+        // VMs on a node that does not answer are "unknown" in the cluster view
+        status: if node_up { vm.status() } else { "unknown" },
         template: u8::from(vm.is_template()),
         maxmem,
         mem: if running { maxmem / 3 } else { 0 },
@@ -123,7 +124,7 @@ pub fn node_resource(w: &World, name: &str) -> Value {
         "id": format!("node/{}", n.name),
         "type": "node",
         "node": n.name,
-        "status": if n.online { "online" } else { "offline" },
+        "status": if w.node_up(name) { "online" } else { "offline" },
         "maxcpu": n.cpus,
         "cpu": 0.02,
         "maxmem": n.memory,
@@ -162,7 +163,7 @@ pub fn resources(c: &mut Call) -> ApiResult<Data> {
         vms.extend(
             w.vms
                 .values()
-                .map(|vm| vm_resource(vm, pools.get(&vm.vmid).copied())),
+                .map(|vm| vm_resource(vm, pools.get(&vm.vmid).copied(), w.node_up(&vm.node))),
         );
     }
     if ty.is_none() || ty == Some("node") {
