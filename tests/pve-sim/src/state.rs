@@ -263,6 +263,8 @@ pub struct World {
     pub leases: HashMap<String, Ipv4Addr>,
     /// Leased addresses (as integers), for allocation.
     pub leased: std::collections::HashSet<u32>,
+    /// MACs handed out, to keep generated ones unique.
+    pub macs: std::collections::HashSet<String>,
     pub counters: Counters,
     pub faults: Faults,
     pub rng: fastrand::Rng,
@@ -296,6 +298,7 @@ impl World {
             task_order: Vec::new(),
             leases: HashMap::new(),
             leased: Default::default(),
+            macs: Default::default(),
             counters: BTreeMap::new(),
             faults: cfg.faults.clone(),
             rng,
@@ -505,12 +508,17 @@ impl World {
 
     /// A MAC from Proxmox's OUI `BC:24:11`.
     pub fn mac(&mut self) -> String {
-        format!(
-            "BC:24:11:{:02X}:{:02X}:{:02X}",
-            self.rng.u8(..),
-            self.rng.u8(..),
-            self.rng.u8(..)
-        )
+        loop {
+            let mac = format!(
+                "BC:24:11:{:02X}:{:02X}:{:02X}",
+                self.rng.u8(..),
+                self.rng.u8(..),
+                self.rng.u8(..)
+            );
+            if self.macs.insert(mac.clone()) {
+                return mac;
+            }
+        }
     }
 
     /// Normalizes a `netN` value: `model=MAC` first, a MAC generated when missing (or

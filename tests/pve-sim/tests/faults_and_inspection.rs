@@ -272,3 +272,48 @@ async fn a_config_write_waits_for_the_lock_a_running_task_holds_and_can_time_out
     .await
     .data();
 }
+
+#[tokio::test]
+async fn slow_tasks_stay_running_and_can_be_stopped() {
+    let s = start_fast().await;
+    s.sim.state().set_faults(Faults {
+        slow_task_rate: 1.0,
+        slow_task_factor: Some(600.0),
+        ..Faults::default()
+    });
+    let upid = s
+        .call(
+            Method::POST,
+            "/nodes/pve1/qemu/9000/clone",
+            &[("newid", "100")],
+        )
+        .await
+        .data();
+    let upid = upid.as_str().unwrap();
+    let st = s
+        .get(&format!("/nodes/pve1/tasks/{}/status", common::enc(upid)))
+        .await
+        .data();
+    assert_eq!(st["status"], "running");
+    let active = s
+        .call(Method::GET, "/nodes/pve1/tasks", &[("source", "active")])
+        .await
+        .data();
+    assert_eq!(active[0]["upid"], upid);
+    s.call(
+        Method::DELETE,
+        &format!("/nodes/pve1/tasks/{}", common::enc(upid)),
+        &[],
+    )
+    .await
+    .data();
+    assert_eq!(
+        s.wait_task(upid).await["exitstatus"],
+        "interrupted by signal"
+    );
+    // like PVE, an interrupted clone leaves its locked config behind
+    assert_eq!(
+        s.get("/nodes/pve1/qemu/100/config").await.data()["lock"],
+        "clone"
+    );
+}
