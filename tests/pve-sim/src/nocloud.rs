@@ -120,6 +120,9 @@ fn read_root_files(iso: &[u8]) -> Option<(String, BTreeMap<String, Vec<u8>>)> {
             off = (off / SECTOR + 1) * SECTOR;
             continue;
         }
+        if len < 34 {
+            return None; // malformed directory record
+        }
         let rec = dir.get(off..off + len)?;
         off += len;
         let flags = rec[25];
@@ -425,6 +428,23 @@ mod tests {
         let i = parse_network_config(net);
         assert_eq!(i[0].addresses, vec![("192.168.5.9".to_string(), 24)]);
         assert_eq!(i[0].gateway4.as_deref(), Some("192.168.5.1"));
+    }
+
+    #[test]
+    fn garbage_and_truncated_images_do_not_panic() {
+        let mut rng = fastrand::Rng::with_seed(1);
+        let iso = build_cidata_iso("a: b\n", "", Some("version: 2\n"));
+        for n in [0, 10, 2048 * 16 + 7, 2048 * 17, 2048 * 19, iso.len() - 1] {
+            let _ = read_cidata(&iso[..n]);
+        }
+        for _ in 0..200 {
+            let mut img = iso.clone();
+            for _ in 0..32 {
+                let i = rng.usize(16 * 2048..img.len());
+                img[i] = rng.u8(..);
+            }
+            let _ = read_cidata(&img);
+        }
     }
 
     #[test]

@@ -133,7 +133,11 @@ async fn accept_loop(
             _ = stop.changed() => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             acc = listener.accept() => {
-                let Ok((stream, _peer)) = acc else { continue };
+                let Ok((stream, _peer)) = acc else {
+                    // e.g. out of file descriptors: back off instead of spinning
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let shared = shared.clone();
                 let tls = tls.clone();
