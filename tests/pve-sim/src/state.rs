@@ -240,7 +240,7 @@ pub fn drive_string(opts: &BTreeMap<String, String>) -> String {
     parts.join(",")
 }
 
-/// A task as listed for inspection.
+/// Requests per endpoint, keyed `"METHOD /path/template"`.
 pub type Counters = BTreeMap<String, u64>;
 
 /// Issued login tickets.

@@ -10,7 +10,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use sha2::{Digest, Sha256};
 
 /// Generated TLS material.
@@ -89,6 +89,3 @@ pub fn generate(extra_names: &[String], ca_dir: &std::path::Path) -> anyhow::Res
         server_config: Arc::new(server_config),
     })
 }
-
-/// Re-exported for callers building clients.
-pub type Der = CertificateDer<'static>;

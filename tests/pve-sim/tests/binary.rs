@@ -159,3 +159,20 @@ latency_ms = 1
     drop(child);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_readme_config_example_parses() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block = readme
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("a toml block in the README");
+    let cfg = pve_sim::Config::from_toml(block).expect("README example parses");
+    assert_eq!(cfg.vm_sets[0].count, 3000);
+    assert_eq!(
+        cfg.faults.errors[0].endpoint,
+        "POST /nodes/{node}/qemu/{vmid}/clone"
+    );
+}

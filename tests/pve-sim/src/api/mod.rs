@@ -134,8 +134,7 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Finds the route for a path: `Ok` with captures, `Err(true)` if the path exists with
-/// another method, `Err(false)` if unknown.
+/// Finds the route for a method and path, with the path parameters it captures.
 fn find_route(method: &str, path: &str) -> Option<(&'static Route, Params)> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     'routes: for r in ROUTES {
