@@ -243,6 +243,7 @@ pub fn default_task_ms() -> BTreeMap<String, u64> {
         ("qmshutdown", 300),
         ("qmreboot", 300),
         ("qmdestroy", 100),
+        ("qmcreate", 100),
         ("resize", 100),
         ("qmconfig", 20),
         ("imgcopy", 50),

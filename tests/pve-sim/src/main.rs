@@ -8,33 +8,48 @@ use pve_sim::{Config, ListenOpts, Simulator};
 
 /// Proxmox VE API simulator (the /api2/json subset a Cluster API provider uses).
 ///
-/// Without --config it serves the default world: nodes pve1, pve2, pve3 (16 CPUs, 64 GiB
-/// each); on every node the storages `local` (dir: iso,vztmpl,backup,snippets) and
-/// `local-lvm` (lvmthin: images,rootdir); template VM 9000 `ubuntu-2404-cloudinit` on pve1
-/// (scsi0 on local-lvm, net0 virtio on vmbr0, agent on, ide2 cloud-init drive); pool
-/// `capi`; API token `capmox@pve!capi=REDACTED-SIM-SECRET`; user root@pam with password
-/// `REDACTED-SIM-PASSWORD` for tickets; DHCP leases from 10.10.0.100-250.
+/// Default world (without --config):
+///   nodes pve1, pve2, pve3 (16 CPUs, 64 GiB each); on every node the storages
+///   `local` (dir: iso,vztmpl,backup,snippets) and `local-lvm` (lvmthin: images,rootdir);
+///   template VM 9000 `ubuntu-2404-cloudinit` on pve1 (scsi0 on local-lvm, net0 virtio on
+///   vmbr0, agent on, ide2 cloud-init drive); pool `capi`; API token
+///   `capmox@pve!capi=REDACTED-SIM-SECRET`; user root@pam, password
+///   `REDACTED-SIM-PASSWORD` (tickets); DHCP leases from 10.10.0.100-250.
 ///
-/// The config file is TOML with these top-level keys (all optional; print the defaults
-/// with --print-default-config): pve_version, cluster_name, [[nodes]] (name, cpus,
-/// memory, base_memory_used, ip, online), [[storages]] (id, type = dir|lvmthin|zfspool,
-/// content, total, nodes, shared), [[vms]] (vmid, node, config = {key = "value"},
-/// running, pool), pools, tokens, users = {"root@pam" = "pw"}, task_ms = {qmclone = 300,
-/// qmstart = 200, ...}, default_task_ms, node_task_concurrency, lock_wait_ms (how long
-/// an operation waits for a VM's config lock held by a running task; 10000),
-/// auth_failure_delay_ms, boot_delay_ms, agent_delay_ms, strict_memory, [[vm_sets]]
-/// (count, clone_of, first_vmid, nodes, running, name_prefix, pool: bulk VMs for
-/// benchmarks), [dhcp] (start, end, prefix, gateway), [faults] (latency_ms,
-/// latency_jitter_ms, task_failure_rate, task_failure_message, lock_timeout_rate,
-/// slow_task_rate, slow_task_factor, unreachable_nodes, [[faults.errors]] with endpoint =
-/// "POST /nodes/{node}/qemu/{vmid}/clone" or "*", rate, status = 500|595, message), seed,
-/// max_body_bytes.
+/// Config file (TOML, every key optional; --print-default-config prints the defaults):
+///   pve_version            version presented: 8.0.x, 8.4.x, 9.x (schema, error bodies)
+///   cluster_name           shown by /cluster/status
+///   [[nodes]]              name, cpus, memory (bytes), base_memory_used, ip, online
+///   [[storages]]           id, type = dir|lvmthin|zfspool, content = [..], total,
+///                          nodes = [..] (empty: all), shared
+///   [[vms]]                vmid, node, config = { key = "value", .. }, running, pool
+///   [[vm_sets]]            bulk copies for benchmarks: count, clone_of, first_vmid,
+///                          nodes, running, name_prefix, pool
+///   pools, tokens          ["capi"], ["USER@REALM!TOKENID=SECRET"]
+///   users                  { "root@pam" = "password" }
+///   [task_ms]              per task type: qmclone, qmstart, qmstop, qmshutdown, qmreboot,
+///                          qmdestroy, resize, qmconfig, qmcreate, imgcopy, imgdel (ms)
+///   default_task_ms        duration of other task types
+///   node_task_concurrency  tasks running at once per node (0 = unlimited)
+///   lock_wait_ms           wait for a VM's config lock held by a task (10000)
+///   auth_failure_delay_ms  delay of 401 answers (PVE: ~3000; default 0)
+///   boot_delay_ms          start task end -> guest booted with addresses
+///   agent_delay_ms         boot -> guest agent answers
+///   strict_memory          refuse starts beyond the node's free memory
+///   [dhcp]                 start, end, prefix, gateway
+///   [faults]               latency_ms, latency_jitter_ms, task_failure_rate,
+///                          task_failure_message, lock_timeout_rate, slow_task_rate,
+///                          slow_task_factor, unreachable_nodes = [..]
+///   [[faults.errors]]      endpoint = "POST /nodes/{node}/qemu/{vmid}/clone" or "*",
+///                          rate, status = 500|595, message
+///   seed, max_body_bytes   reproducible randomness; largest request body
 ///
-/// Unauthenticated inspection on the same listener: GET /_sim/vms, /_sim/vms/{vmid},
-/// /_sim/state, /_sim/counters, /_sim/tasks, /_sim/faults, /_sim/endpoints;
-/// POST /_sim/counters/reset; PUT /_sim/faults (JSON, same keys as [faults]).
+/// Inspection (unauthenticated, same listener):
+///   GET /_sim/vms, /_sim/vms/{vmid}, /_sim/state, /_sim/counters, /_sim/tasks,
+///   /_sim/faults, /_sim/endpoints; POST /_sim/counters/reset;
+///   PUT /_sim/faults (JSON with the keys of [faults]).
 #[derive(Debug, Parser)]
-#[command(name = "pve-sim", version, about, long_about)]
+#[command(name = "pve-sim", version, about, long_about, verbatim_doc_comment)]
 struct Cli {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "PVE_SIM_LISTEN", default_value = "127.0.0.1:8006")]
