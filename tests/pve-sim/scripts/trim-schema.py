@@ -2,8 +2,8 @@
 """Derive schema/params.json from the official PVE API schema subset.
 
 Keeps, per PVE version and endpoint, only what parameter validation needs
-(type, format, enum, bounds, pattern, optional, default_key, aliases) and the
-value types of `GET .../config` returns. Run from the repository root:
+(type, format, enum, bounds, pattern, optional, default_key, aliases), the
+permission check expression, and the value types of `GET .../config` returns. Run from the repository root:
     python3 tests/pve-sim/scripts/trim-schema.py
 """
 import json, os
@@ -30,6 +30,9 @@ for ver, eps in src["endpoints"].items():
         params = ep.get("parameters", {}) or {}
         props = params.get("properties", {}) or {}
         e = {"properties": {k: trim(v) for k, v in props.items()}}
+        perms = ep.get("permissions") or {}
+        if "check" in perms:
+            e["permission_check"] = perms["check"]
         if name == "GET /nodes/{node}/qemu/{vmid}/config":
             e["return_types"] = {k: v.get("type", "string") for k, v in ep["returns"]["properties"].items()}
         r[name] = e

@@ -38,6 +38,8 @@ pub struct Config {
     pub pools: Vec<String>,
     /// Accepted API tokens, each `USER@REALM!TOKENID=SECRET`.
     pub tokens: Vec<String>,
+    /// Access control entries. Principals without entries are unrestricted.
+    pub acls: Vec<AclEntry>,
     /// Users that may log in with `POST /access/ticket`: `userid -> password`.
     pub users: BTreeMap<String, String>,
     /// Task durations in milliseconds, by task type (`qmclone`, `qmstart`, `qmstop`,
@@ -209,6 +211,45 @@ impl Default for VmSet {
     }
 }
 
+/// One ACL entry: `principal` (a user `u@realm`, covering its tokens, or a token
+/// `u@realm!id`) gets `privs` and the privileges of `role` on `path` (`/`, `/vms/100`,
+/// `/pool/capi`, `/storage/local`, `/nodes/pve1`, ...), and below it with `propagate`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AclEntry {
+    pub path: String,
+    pub principal: String,
+    pub role: Option<String>,
+    pub privs: Vec<String>,
+    pub propagate: bool,
+}
+
+impl Default for AclEntry {
+    fn default() -> Self {
+        Self {
+            path: "/".into(),
+            principal: String::new(),
+            role: None,
+            privs: vec![],
+            propagate: true,
+        }
+    }
+}
+
+impl AclEntry {
+    /// Every privilege the entry grants (role privileges included).
+    pub fn granted(&self) -> impl Iterator<Item = &str> {
+        self.privs.iter().map(String::as_str).chain(
+            self.role
+                .as_deref()
+                .map(crate::perms::role_privs)
+                .unwrap_or(&[])
+                .iter()
+                .copied(),
+        )
+    }
+}
+
 /// DHCP range for leases (IPv4).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -321,6 +362,7 @@ impl Default for Config {
             vm_sets: vec![],
             pools: vec!["capi".into()],
             tokens: vec![DEFAULT_TOKEN.into()],
+            acls: vec![],
             users: [("root@pam".to_string(), DEFAULT_ROOT_PASSWORD.to_string())]
                 .into_iter()
                 .collect(),

@@ -48,14 +48,15 @@ pub mod guest;
 pub mod inspect;
 pub mod nocloud;
 pub mod params;
+pub mod perms;
 pub mod server;
 pub mod state;
 pub mod tasks;
 pub mod tls;
 
 pub use config::{
-    Config, DEFAULT_ROOT_PASSWORD, DEFAULT_TOKEN, DEFAULT_TOKEN_SECRET, DhcpConfig, NodeConfig,
-    StorageConfig, StorageType, VmSeed, VmSet,
+    AclEntry, Config, DEFAULT_ROOT_PASSWORD, DEFAULT_TOKEN, DEFAULT_TOKEN_SECRET, DhcpConfig,
+    NodeConfig, StorageConfig, StorageType, VmSeed, VmSet,
 };
 pub use faults::{EndpointError, Faults};
 pub use server::{ListenOpts, RunningSim, Simulator, StateHandle};

@@ -27,6 +27,8 @@ use pve_sim::{Config, ListenOpts, Simulator};
 ///                          nodes, running, name_prefix, pool
 ///   pools, tokens          ["capi"], ["USER@REALM!TOKENID=SECRET"]
 ///   users                  { "root@pam" = "password" }
+///   [[acls]]               path, principal (user or token), role, privs = [..],
+///                          propagate; principals without entries are unrestricted
 ///   [task_ms]              per task type: qmclone, qmstart, qmstop, qmshutdown, qmreboot,
 ///                          qmdestroy, resize, qmconfig, qmcreate, imgcopy, imgdel (ms)
 ///   default_task_ms        duration of other task types

@@ -72,6 +72,13 @@ pub fn schema_version(version: (u32, u32)) -> &'static str {
     }
 }
 
+/// The official permission check of an endpoint (`"METHOD /template"`), if it has one.
+pub fn permission_check(version: (u32, u32), endpoint: &str) -> Option<&'static Value> {
+    schema()[schema_version(version)]
+        .get(endpoint)
+        .and_then(|e| e.get("permission_check"))
+}
+
 /// The value types of `GET .../config` returns (`integer`, `boolean`, `string`, ...).
 pub fn config_return_types(version: (u32, u32)) -> &'static Map<String, Value> {
     static EMPTY: OnceLock<Map<String, Value>> = OnceLock::new();

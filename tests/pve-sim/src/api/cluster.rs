@@ -163,6 +163,7 @@ pub fn resources(c: &mut Call) -> ApiResult<Data> {
         vms.extend(
             w.vms
                 .values()
+                .filter(|vm| c.can(&w, &format!("/vms/{}", vm.vmid), "VM.Audit"))
                 .map(|vm| vm_resource(vm, pools.get(&vm.vmid).copied(), w.node_up(&vm.node))),
         );
     }
@@ -172,7 +173,9 @@ pub fn resources(c: &mut Call) -> ApiResult<Data> {
     if ty.is_none() || ty == Some("storage") {
         for n in w.nodes.keys() {
             for s in w.node_storages(n) {
-                out.push(storage_resource(n, s));
+                if c.can(&w, &format!("/storage/{}", s.id), "Datastore.Audit") {
+                    out.push(storage_resource(n, s));
+                }
             }
         }
     }

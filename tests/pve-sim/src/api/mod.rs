@@ -50,6 +50,10 @@ impl Call<'_> {
     pub fn ms(&self, kind: &str) -> u64 {
         self.shared.config.task_duration_ms(kind)
     }
+    /// Whether the caller has `privilege` on `path` (for filtering listings).
+    pub fn can(&self, w: &World, path: &str, privilege: &str) -> bool {
+        crate::perms::has(w, &self.shared.config.acls, &self.user, path, privilege)
+    }
 }
 
 type Handler = fn(&mut Call) -> ApiResult<Data>;
@@ -411,6 +415,7 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
     if let Some(node) = params.get("node") {
         check_node(&shared.lock(), node)?;
     }
+    crate::perms::check(&shared.lock(), &shared.config.acls, &user, &key, &params)?;
     // synchronous config writes take the VM's config file lock: wait for running tasks
     if endpoint == "/nodes/{node}/qemu/{vmid}/config"
         && method != "GET"

@@ -73,6 +73,7 @@ pub fn list(c: &mut Call) -> ApiResult<Data> {
         .vms
         .values()
         .filter(|vm| vm.node == node)
+        .filter(|vm| c.can(&w, &format!("/vms/{}", vm.vmid), "VM.Audit"))
         .map(|vm| {
             let running = vm.run.is_some();
             let maxmem = vm.memory_mib() << 20;

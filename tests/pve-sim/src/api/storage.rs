@@ -36,6 +36,10 @@ pub fn list(c: &mut Call) -> ApiResult {
         w.node_storages(c.node())
             .into_iter()
             .filter(|s| c.p("storage").is_none_or(|id| id == s.id))
+            .filter(|s| {
+                let path = format!("/storage/{}", s.id);
+                c.can(&w, &path, "Datastore.Audit") || c.can(&w, &path, "Datastore.AllocateSpace")
+            })
             .filter(|s| wanted.iter().all(|ct| s.has_content(ct)))
             .map(storage_entry)
             .collect(),
