@@ -39,6 +39,24 @@
 //! * [`nocloud::build_cidata_iso`] builds a NoCloud ISO for tests.
 //!
 //! The same inspection is served unauthenticated under `/_sim/` (see [`inspect`]).
+//!
+//! # Modules
+//!
+//! | module | what |
+//! |---|---|
+//! | [`config`] | `Config` and its parts (TOML) |
+//! | [`server`] | listener (HTTPS/HTTP), `Simulator`, `RunningSim`, `StateHandle` |
+//! | [`tls`] | CA + leaf generation, fingerprint |
+//! | [`api`] | routing, auth, faults, parameter handling; one submodule per area |
+//! | [`envelope`] | PVE's `{"data": ...}` envelope and error format, in one place |
+//! | [`params`] | PVE-style form decoding, schema-based validation |
+//! | [`perms`] | ACLs and the official permission checks |
+//! | [`state`] | the world model: nodes, storages, volumes, VMs, pools, leases |
+//! | [`tasks`] | UPIDs, durations, per-node concurrency, config-file locks |
+//! | [`guest`] | what a booted guest reports: interfaces, addresses, hostname |
+//! | [`nocloud`] | reading (and building) NoCloud `cidata` ISO images |
+//! | [`faults`] | fault injection settings |
+//! | [`inspect`] | `/_sim/` routes |
 
 pub mod api;
 pub mod config;
