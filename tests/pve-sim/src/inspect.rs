@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `GET /_sim/vms` | every VM: node, status, lock, pool, config (with digest), guest addresses |
 //! | `GET /_sim/vms/{vmid}` | one VM (404 if absent) |
+//! | `POST /_sim/vms/{vmid}/crash` | the VM stops at once, without a task (a guest crash) |
 //! | `GET /_sim/state` | everything: nodes, storages and volumes, VMs, pools, tasks, counters, faults, leases |
 //! | `GET /_sim/counters` | requests per endpoint, `{"METHOD /path/template": n}` |
 //! | `POST /_sim/counters/reset` | zero the counters |
@@ -139,6 +140,18 @@ pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
             raw_json(200, &Value::Array(t))
         }
         ("GET", "/_sim/endpoints") => raw_json(200, &json!(crate::api::endpoints())),
+        ("POST", p) if p.starts_with("/_sim/vms/") && p.ends_with("/crash") => {
+            let id: Option<u32> = p["/_sim/vms/".len()..p.len() - "/crash".len()].parse().ok();
+            let mut w = shared.lock();
+            match id.and_then(|id| w.vms.get_mut(&id)) {
+                Some(vm) if vm.run.is_some() => {
+                    vm.run = None;
+                    raw_json(200, &json!({"ok": true}))
+                }
+                Some(_) => raw_json(409, &json!({"error": "VM is not running"})),
+                None => raw_json(404, &json!({"error": "no such VM"})),
+            }
+        }
         ("GET", p) if p.starts_with("/_sim/vms/") => {
             let id: Option<u32> = p["/_sim/vms/".len()..].parse().ok();
             let w = shared.lock();

@@ -48,7 +48,7 @@ use pve_sim::{Config, ListenOpts, Simulator};
 ///
 /// Inspection (unauthenticated, same listener):
 ///   GET /_sim/vms, /_sim/vms/{vmid}, /_sim/state, /_sim/counters, /_sim/tasks,
-///   /_sim/faults, /_sim/endpoints; POST /_sim/counters/reset;
+///   /_sim/faults, /_sim/endpoints; POST /_sim/counters/reset, /_sim/vms/{vmid}/crash;
 ///   PUT /_sim/faults (JSON with the keys of [faults]).
 #[derive(Debug, Parser)]
 #[command(name = "pve-sim", version, about, long_about, verbatim_doc_comment)]

@@ -276,6 +276,18 @@ impl StateHandle {
     pub fn dump(&self) -> Value {
         crate::inspect::dump(&self.0.lock())
     }
+    /// Stops a running VM at once, without a task (a guest crash); `false` if it was not
+    /// running or does not exist.
+    pub fn crash_vm(&self, vmid: u32) -> bool {
+        let mut w = self.0.lock();
+        match w.vms.get_mut(&vmid) {
+            Some(vm) if vm.run.is_some() => {
+                vm.run = None;
+                true
+            }
+            _ => false,
+        }
+    }
     /// Status objects of all tasks, oldest first.
     pub fn tasks(&self) -> Vec<Value> {
         let w = self.0.lock();

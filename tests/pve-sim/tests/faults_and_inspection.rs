@@ -317,3 +317,32 @@ async fn slow_tasks_stay_running_and_can_be_stopped() {
         "clone"
     );
 }
+
+#[tokio::test]
+async fn a_crashed_vm_is_stopped_without_a_task() {
+    let s = start_fast().await;
+    s.task(
+        Method::POST,
+        "/nodes/pve1/qemu/9000/clone",
+        &[("newid", "100")],
+    )
+    .await;
+    s.task(Method::POST, "/nodes/pve1/qemu/100/status/start", &[])
+        .await;
+    let r = s
+        .http
+        .post(format!("{}/_sim/vms/100/crash", s.sim.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        s.get("/nodes/pve1/qemu/100/status/current").await.data()["status"],
+        "stopped"
+    );
+    assert!(!s.sim.state().crash_vm(100), "already stopped");
+    let r = s
+        .get("/nodes/pve1/qemu/100/agent/network-get-interfaces")
+        .await;
+    assert_eq!(r.reason, "VM 100 is not running");
+}
