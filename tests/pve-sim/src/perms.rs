@@ -5,7 +5,7 @@
 //! exactly the privileges they grant: on the entry's path and, with `propagate` (default),
 //! below it; an entry on `/pool/<pool>` also covers the pool's VMs (`/vms/<vmid>`). Entries
 //! for a user also apply to its tokens. A failed check is PVE's 403 "Permission check
-//! failed (<path>, <privilege>)"; VM and storage listings only show what the principal may
+//! failed (PATH, PRIVILEGE)"; VM and storage listings only show what the principal may
 //! audit.
 
 use serde_json::Value;
