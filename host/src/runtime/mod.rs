@@ -30,6 +30,9 @@ use egress::{ClientCache, Egress, Origin};
 use state::{CallLog, CallState};
 use tls::TlsPolicy;
 
+/// Bytes of each pooled memory, table and stack slot kept resident between calls.
+const KEEP_RESIDENT: usize = 64 << 10;
+
 /// How often the engine's epoch advances: the resolution of the CPU budget.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -57,7 +60,12 @@ impl Runtime {
         pool.total_component_instances(limits.concurrency + 8)
             .total_memories(limits.concurrency + 8)
             .total_tables(limits.concurrency + 8)
-            .max_memory_size(limits.memory_bytes());
+            .max_memory_size(limits.memory_bytes())
+            // Keep the first pages of each slot mapped between calls: resetting them with
+            // memset is cheaper than unmapping and faulting them back in every call.
+            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .table_keep_resident(KEEP_RESIDENT)
+            .async_stack_keep_resident(KEEP_RESIDENT);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);

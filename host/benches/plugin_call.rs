@@ -1,0 +1,106 @@
+//! Plugin call overhead: instantiate a fresh sandbox, call a function that does no I/O,
+//! drop it. Prints a table of percentiles in microseconds; asserts nothing.
+//!
+//! `cargo bench -p hyperplug --bench plugin_call` (set `HYPERPLUG_BENCH_ITERS` to change
+//! the sample count; `scripts/build-plugins.sh --test-out DIR` builds the test plugin,
+//! which this bench does itself).
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hyperplug::runtime::bindings::machine::MachineRequest;
+use hyperplug::runtime::{Credentials, Limits, ObjectRef, Runtime};
+
+fn test_plugin() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target-bench-plugins");
+    let out = std::env::var_os("CARGO_TARGET_DIR").map(|d| PathBuf::from(d).join("bench-plugins")).unwrap_or(out);
+    let status = std::process::Command::new("bash")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-plugins.sh"))
+        .arg("--test-out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run build-plugins.sh");
+    assert!(status.success(), "building the plugins failed");
+    out.join("hostile.wasm")
+}
+
+fn request() -> MachineRequest {
+    let object = |name: &str| ObjectRef { namespace: "bench".into(), name: name.into(), uid: format!("uid-{name}") };
+    MachineRequest {
+        machine: object("m"),
+        cluster: object("c"),
+        spec: r#"{"attack":"noop"}"#.into(),
+        cluster_spec: "{}".into(),
+        state: None,
+        bootstrap: None,
+        failure_domain: None,
+        addresses: vec![],
+        credentials: Credentials {
+            endpoint: "https://127.0.0.1:8006".into(),
+            token: "bench@pve!t".into(),
+            secret: "s".into(),
+            ca_bundle: None,
+            fingerprint: None,
+            insecure: false,
+        },
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+fn main() {
+    let iters: usize = std::env::var("HYPERPLUG_BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let path = test_plugin();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::new(Limits::default(), None).expect("runtime");
+        let plugin = runtime.load(&path).await.expect("load");
+        let req = request();
+        for _ in 0..iters.min(1_000) {
+            plugin.describe_machine(&req).await.unwrap().unwrap();
+        }
+        let mut samples = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let start = Instant::now();
+            let status = plugin.describe_machine(&req).await.unwrap().unwrap();
+            samples.push(start.elapsed());
+            std::hint::black_box(status);
+        }
+        samples.sort();
+        // Many calls in flight: 64 tasks at once on 2 workers.
+        let concurrent = 64;
+        let start = Instant::now();
+        let rounds = (iters / concurrent).max(1);
+        for _ in 0..rounds {
+            let tasks: Vec<_> = (0..concurrent)
+                .map(|_| {
+                    let (plugin, req) = (plugin.clone(), req.clone());
+                    tokio::spawn(async move { plugin.describe_machine(&req).await.unwrap().unwrap() })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        }
+        let per_sec = (rounds * concurrent) as f64 / start.elapsed().as_secs_f64();
+        println!("plugin call overhead: instantiate + describe (no I/O) + drop, {iters} calls");
+        println!("| wasmtime | p50 µs | p90 µs | p99 µs | max µs | calls/s at 64 in flight |");
+        println!("|---|---|---|---|---|---|");
+        println!(
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
+            wasmtime_version(),
+            percentile(&samples, 0.50),
+            percentile(&samples, 0.90),
+            percentile(&samples, 0.99),
+            percentile(&samples, 1.0),
+            per_sec
+        );
+    });
+}
+
+fn wasmtime_version() -> &'static str {
+    env!("HYPERPLUG_WASMTIME_VERSION")
+}
