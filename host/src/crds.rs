@@ -194,6 +194,11 @@ fn status_schema(role: KindRole) -> Value {
             "type": "string",
             "description": "Opaque progress the plugin hands back on its next call.",
         },
+        "failedGeneration": {
+            "type": "integer",
+            "format": "int64",
+            "description": "Generation that failed terminally; retried when the spec changes.",
+        },
     });
     let extra = match role {
         KindRole::InfraMachine => json!({

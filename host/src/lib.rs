@@ -2,6 +2,9 @@
 //! in sandboxed WebAssembly plugins. This crate knows Kubernetes and Cluster API; it
 //! knows no hypervisor.
 pub mod cli;
+pub mod controller;
 pub mod crds;
+pub mod health;
+pub mod metrics;
 pub mod runtime;
 pub mod telemetry;

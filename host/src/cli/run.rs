@@ -1,8 +1,17 @@
 //! `hyperplug run`: the manager.
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
 
 use super::{CacheArgs, load_plugins};
+use crate::controller::{self, ManagerOptions};
+use crate::health::{self, Health};
+use crate::metrics::Metrics;
 use crate::runtime::Limits;
 
 #[derive(Debug, clap::Args)]
@@ -19,6 +28,24 @@ pub struct RunArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "HYPERPLUG_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Secret (`NAMESPACE/NAME`) with the credentials used when an InfraCluster has no
+    /// `spec.credentialsRef`. Keys: `url`, `token`, `secret`, optional `ca.crt`,
+    /// `fingerprint`, `insecure`.
+    #[arg(long, env = "HYPERPLUG_DEFAULT_CREDENTIALS_SECRET")]
+    pub default_credentials_secret: Option<String>,
+    /// Address of the Prometheus `/metrics` endpoint (also serves `/healthz`, `/readyz`
+    /// when it equals --health-addr).
+    #[arg(long, default_value = "0.0.0.0:8080", env = "HYPERPLUG_METRICS_ADDR")]
+    pub metrics_addr: SocketAddr,
+    /// Address of `/healthz` and `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8081", env = "HYPERPLUG_HEALTH_ADDR")]
+    pub health_addr: SocketAddr,
+    /// Reconciles in flight per kind.
+    #[arg(long, default_value_t = 16, env = "HYPERPLUG_CONCURRENCY")]
+    pub concurrency: u16,
+    /// Seconds between drift checks of provisioned objects.
+    #[arg(long, default_value_t = 300, env = "HYPERPLUG_RESYNC_SECONDS")]
+    pub resync_seconds: u64,
     #[command(flatten)]
     pub limits: Limits,
     #[command(flatten)]
@@ -26,6 +53,15 @@ pub struct RunArgs {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let default_credentials = match &args.default_credentials_secret {
+        None => None,
+        Some(s) => {
+            let (ns, name) = s.split_once('/').with_context(|| {
+                format!("--default-credentials-secret `{s}` must be NAMESPACE/NAME")
+            })?;
+            Some((ns.to_string(), name.to_string()))
+        }
+    };
     let plugins = load_plugins(&args.plugins, args.limits.clone(), &args.cache).await?;
     for plugin in &plugins {
         let kinds: Vec<_> = plugin
@@ -36,7 +72,42 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .collect();
         tracing::info!(plugin = plugin.name(), version = %plugin.info().version, ?kinds, "plugin loaded");
     }
-    tracing::info!("manager started; waiting for a termination signal");
-    tokio::signal::ctrl_c().await?;
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let health = Health {
+        ready: ready.clone(),
+        metrics: metrics.clone(),
+    };
+    tokio::spawn(log_exit(
+        "health",
+        health::serve(args.health_addr, health.clone()),
+    ));
+    if args.metrics_addr != args.health_addr {
+        tokio::spawn(log_exit(
+            "metrics",
+            health::serve(args.metrics_addr, health),
+        ));
+    }
+    let options = ManagerOptions {
+        default_credentials,
+        namespace: args.namespace.clone(),
+        concurrency: args.concurrency,
+        resync: Duration::from_secs(args.resync_seconds),
+    };
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!("manager started");
+    tokio::select! {
+        _ = controller::run(client, plugins, options, metrics) => {}
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn log_exit(what: &str, fut: impl Future<Output = anyhow::Result<()>>) {
+    if let Err(e) = fut.await {
+        tracing::error!(server = what, error = %e, "server stopped");
+    }
 }

@@ -109,7 +109,7 @@ impl log::Host for CallState {
                 cut -= 1;
             }
             message.truncate(cut);
-            message.push_str("…");
+            message.push('…');
         }
         let fields: String = fields
             .iter()

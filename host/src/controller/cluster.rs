@@ -1,0 +1,231 @@
+//! The InfraCluster reconciler: validate the infrastructure, publish the control-plane
+//! endpoint and failure domains, realize the IP pools.
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use serde_json::{Map, Value, json};
+
+use super::conditions::{self, Condition, PAUSED, PROVISIONED, READY, reasons};
+use super::context::{Context, finalizer};
+use super::error::{Error, Result};
+use super::machine::{key, object_ref, publish};
+use super::objects::{self, api, capi_cluster, str_field};
+use super::outcome::{self, Outcome};
+use super::{credentials, ipam, patch};
+use crate::runtime::bindings::cluster::ClusterRequest;
+
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = obj.namespace().unwrap_or_default();
+    let own = api(&ctx.client, &ctx.resource, &ns);
+    let generation = obj.metadata.generation.unwrap_or(0);
+    if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
+        return Ok(Action::await_change());
+    }
+    let cluster = match objects::cluster_name(&obj) {
+        Some(name) => {
+            api(&ctx.client, &capi_cluster(), &ns)
+                .get_opt(&name)
+                .await?
+        }
+        None => None,
+    };
+    let paused_by_cluster = cluster
+        .as_ref()
+        .and_then(|c| objects::field(c, "spec.paused"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    if paused_by_cluster || objects::has_annotation(&obj, objects::PAUSED_ANNOTATION) {
+        let why = if paused_by_cluster {
+            "the Cluster is paused"
+        } else {
+            "the object has the paused annotation"
+        };
+        let mut fields = Map::new();
+        let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
+        fields.insert(
+            "conditions".into(),
+            conditions::merge(
+                existing,
+                &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
+                generation,
+            ),
+        );
+        patch::status(&own, &obj, fields).await?;
+        return Ok(Action::await_change());
+    }
+    let creds = credentials::for_cluster(&ctx, &obj).await;
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    if deleting {
+        if !obj
+            .finalizers()
+            .iter()
+            .any(|f| *f == finalizer(&ctx.plugin))
+        {
+            return Ok(Action::await_change());
+        }
+        let req = ClusterRequest {
+            cluster: object_ref(&obj),
+            spec: spec(&obj),
+            state: state(&obj),
+            credentials: creds?,
+        };
+        let result = ctx
+            .metrics
+            .plugin_call(
+                ctx.plugin.name(),
+                "cluster.delete",
+                ctx.plugin.delete_cluster(&req),
+            )
+            .await;
+        return match outcome::of(result) {
+            Outcome::Done(None) => {
+                patch::remove_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
+                Ok(Action::await_change())
+            }
+            Outcome::Done(Some(p)) => Ok(Action::requeue(Duration::from_millis(
+                p.requeue_after_ms.unwrap_or(2_000),
+            ))),
+            Outcome::Failed(e) => Err(e),
+        };
+    }
+    if objects::field(&obj, "status.failedGeneration").and_then(Value::as_i64) == Some(generation) {
+        return Ok(Action::await_change());
+    }
+    patch::add_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
+    let req = ClusterRequest {
+        cluster: object_ref(&obj),
+        spec: spec(&obj),
+        state: state(&obj),
+        credentials: creds?,
+    };
+    let result = ctx
+        .metrics
+        .plugin_call(
+            ctx.plugin.name(),
+            "cluster.reconcile",
+            ctx.plugin.reconcile_cluster(&req),
+        )
+        .await;
+    let status = match outcome::of(result) {
+        Outcome::Done(s) => s,
+        Outcome::Failed(err) => {
+            let (reason, message, terminal) = match &err {
+                Error::Terminal { reason, message } => (reason.clone(), message.clone(), true),
+                other => (
+                    reasons::TRANSIENT_ERROR.to_string(),
+                    other.to_string(),
+                    false,
+                ),
+            };
+            let mut fields = Map::new();
+            let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
+            fields.insert(
+                "conditions".into(),
+                conditions::merge(
+                    existing,
+                    &[Condition::new(READY, false, &reason, &message)],
+                    generation,
+                ),
+            );
+            if terminal {
+                fields.insert("failedGeneration".into(), json!(generation));
+                publish(&ctx, &obj, &reason, &message, true).await;
+                patch::status(&own, &obj, fields).await?;
+                return Ok(Action::await_change());
+            }
+            patch::status(&own, &obj, fields).await?;
+            return Err(err);
+        }
+    };
+    ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
+    if let Some(ep) = &status.control_plane_endpoint
+        && str_field(&obj, "spec.controlPlaneEndpoint.host").is_none()
+    {
+        patch::spec_field(
+            &own,
+            &obj,
+            "controlPlaneEndpoint",
+            json!({"host": ep.host, "port": ep.port}),
+        )
+        .await?;
+    }
+    let mut fields = Map::new();
+    fields.insert("pluginState".into(), json!(status.progress.state));
+    fields.insert("phase".into(), json!(status.progress.phase));
+    fields.insert("observedGeneration".into(), json!(generation));
+    fields.insert("failedGeneration".into(), Value::Null);
+    let domains: Vec<Value> = status
+        .failure_domains
+        .iter()
+        .map(|d| {
+            let attributes: Map<String, Value> = d
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect();
+            json!({"name": d.name, "controlPlane": d.control_plane, "attributes": attributes})
+        })
+        .collect();
+    fields.insert("failureDomains".into(), json!(domains));
+    let details: Map<String, Value> = status
+        .details
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    fields.insert("details".into(), Value::Object(details));
+    if status.ready {
+        fields.insert("initialization".into(), json!({"provisioned": true}));
+        fields.insert("ready".into(), json!(true));
+    }
+    let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
+    let reason = if status.ready {
+        reasons::PROVISIONED.to_string()
+    } else {
+        status.progress.phase.clone()
+    };
+    let updates = [
+        Condition::new(READY, status.ready, &reason, &status.progress.message),
+        Condition::new(
+            PROVISIONED,
+            status.ready,
+            &status.progress.phase,
+            &status.progress.message,
+        ),
+        Condition::new(PAUSED, false, reasons::NOT_PAUSED, ""),
+    ];
+    fields.insert(
+        "conditions".into(),
+        conditions::merge(existing, &updates, generation),
+    );
+    if str_field(&obj, "status.phase") != Some(status.progress.phase.as_str()) {
+        publish(
+            &ctx,
+            &obj,
+            &status.progress.phase,
+            &status.progress.message,
+            false,
+        )
+        .await;
+    }
+    patch::status(&own, &obj, fields).await?;
+    ctx.backoff.reset(&key(&obj));
+    Ok(match status.progress.requeue_after_ms {
+        Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),
+        None => Action::requeue(ctx.options.resync),
+    })
+}
+
+fn spec(obj: &DynamicObject) -> String {
+    obj.data
+        .get("spec")
+        .cloned()
+        .unwrap_or(json!({}))
+        .to_string()
+}
+
+fn state(obj: &DynamicObject) -> Option<String> {
+    str_field(obj, "status.pluginState").map(str::to_string)
+}

@@ -1,0 +1,220 @@
+//! The controllers: for every kind a loaded plugin declares, a kube-rs controller of the
+//! role that kind plays in the Cluster API contract. Discovered at start, so a new
+//! plugin adds kinds without a rebuild.
+mod backoff;
+mod cluster;
+pub mod conditions;
+mod context;
+mod credentials;
+mod error;
+mod events;
+mod ipam;
+mod machine;
+pub mod objects;
+mod outcome;
+mod patch;
+mod template;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+
+pub use context::ManagerOptions;
+pub use credentials::{CA, FINGERPRINT, INSECURE, SECRET, TOKEN, URL};
+pub use error::Error;
+
+use crate::metrics::Metrics;
+use crate::runtime::Plugin;
+use crate::runtime::bindings::identity::{KindInfo, KindRole};
+use context::Context;
+
+/// Run every controller until they stop (they do not, unless the API is gone).
+pub async fn run(
+    client: Client,
+    plugins: Vec<Plugin>,
+    options: ManagerOptions,
+    metrics: Arc<Metrics>,
+) {
+    let mut running: Vec<BoxFuture<'static, ()>> = Vec::new();
+    let reporter = Reporter {
+        controller: "hyperplug".into(),
+        instance: std::env::var("HOSTNAME").ok(),
+    };
+    for plugin in plugins {
+        let info = plugin.info().clone();
+        let resource = |k: &KindInfo| {
+            let gvk = GroupVersionKind::gvk(&info.group, &info.api_version, &k.kind);
+            ApiResource::from_gvk_with_plural(&gvk, &crate::crds::plural(&k.kind))
+        };
+        let cluster_kind = info
+            .kinds
+            .iter()
+            .find(|k| k.role == KindRole::InfraCluster)
+            .map(resource);
+        for kind in &info.kinds {
+            let ctx = Arc::new(Context {
+                client: client.clone(),
+                plugin: plugin.clone(),
+                kind: kind.clone(),
+                resource: resource(kind),
+                cluster_kind: cluster_kind.clone(),
+                recorder: Recorder::new(client.clone(), reporter.clone()),
+                metrics: metrics.clone(),
+                backoff: backoff::Backoff::new(
+                    Duration::from_millis(500),
+                    Duration::from_secs(300),
+                ),
+                options: options.clone(),
+            });
+            tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
+            match kind.role {
+                KindRole::InfraMachine => running.push(Box::pin(machines(ctx))),
+                KindRole::InfraCluster => running.push(Box::pin(clusters(ctx))),
+                KindRole::InfraMachineTemplate => running.push(Box::pin(templates(ctx))),
+                // Nothing to reconcile: ClusterClass copies it into InfraClusters.
+                KindRole::InfraClusterTemplate => {}
+            }
+        }
+    }
+    futures::future::join_all(running).await;
+}
+
+fn all_or_namespaced(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<DynamicObject> {
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    }
+}
+
+fn config(ctx: &Context) -> ControllerConfig {
+    ControllerConfig::default().concurrency(ctx.options.concurrency)
+}
+
+async fn machines(ctx: Arc<Context>) {
+    let ns = &ctx.options.namespace;
+    let ar = ctx.resource.clone();
+    let controller = Controller::new_with(
+        all_or_namespaced(&ctx.client, &ar, ns),
+        watcher::Config::default(),
+        ar.clone(),
+    );
+    let store = controller.store();
+    let (group, kind) = (ar.group.clone(), ar.kind.clone());
+    let machine_ar = ar.clone();
+    let cluster_ar = ar.clone();
+    controller
+        .with_config(config(&ctx))
+        // A Machine changing (owner set, bootstrap data ready, failure domain) maps to
+        // the InfraMachine it references.
+        .watches_with(
+            all_or_namespaced(&ctx.client, &objects::capi_machine(), ns),
+            objects::capi_machine(),
+            watcher::Config::default(),
+            move |m: DynamicObject| {
+                let ns = m.namespace().unwrap_or_default();
+                objects::reference_to(&m, "spec.infrastructureRef", &group, &kind)
+                    .map(|name| ObjectRef::new_with(&name, machine_ar.clone()).within(&ns))
+            },
+        )
+        // A Cluster changing (paused, infrastructure ready) maps to all its machines.
+        .watches_with(
+            all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
+            objects::capi_cluster(),
+            watcher::Config::default(),
+            move |c: DynamicObject| {
+                let (name, ns) = (c.name_any(), c.namespace());
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace() == ns
+                            && objects::cluster_name(m).as_deref() == Some(name.as_str())
+                    })
+                    .map(|m| ObjectRef::from_obj_with(m.as_ref(), cluster_ar.clone()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(
+            |o, c| timed(o, c, |o, c| Box::pin(machine::reconcile(o, c))),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+async fn clusters(ctx: Arc<Context>) {
+    let ns = &ctx.options.namespace;
+    let ar = ctx.resource.clone();
+    let (group, kind) = (ar.group.clone(), ar.kind.clone());
+    let mapped = ar.clone();
+    Controller::new_with(
+        all_or_namespaced(&ctx.client, &ar, ns),
+        watcher::Config::default(),
+        ar.clone(),
+    )
+    .with_config(config(&ctx))
+    .watches_with(
+        all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
+        objects::capi_cluster(),
+        watcher::Config::default(),
+        move |c: DynamicObject| {
+            let ns = c.namespace().unwrap_or_default();
+            objects::reference_to(&c, "spec.infrastructureRef", &group, &kind)
+                .map(|name| ObjectRef::new_with(&name, mapped.clone()).within(&ns))
+        },
+    )
+    .run(
+        |o, c| timed(o, c, |o, c| Box::pin(cluster::reconcile(o, c))),
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| futures::future::ready(()))
+    .await;
+}
+
+async fn templates(ctx: Arc<Context>) {
+    let ar = ctx.resource.clone();
+    Controller::new_with(
+        all_or_namespaced(&ctx.client, &ar, &ctx.options.namespace),
+        watcher::Config::default(),
+        ar,
+    )
+    .with_config(config(&ctx))
+    .run(
+        |o, c| timed(o, c, |o, c| Box::pin(template::reconcile(o, c))),
+        error_policy,
+        ctx.clone(),
+    )
+    .for_each(|_| futures::future::ready(()))
+    .await;
+}
+
+type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Result<Action, Error>>;
+
+/// Count and time every reconcile by kind and result.
+async fn timed(obj: Arc<DynamicObject>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = f(obj, ctx.clone()).await;
+    let label = match &result {
+        Ok(_) => "ok",
+        Err(e) => e.metric_label(),
+    };
+    ctx.metrics.reconciled(&ctx.kind.kind, label, started);
+    result
+}
+
+/// Transient failures come back with exponential backoff and jitter, per object.
+fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.next(&machine::key(&obj));
+    tracing::warn!(kind = %ctx.kind.kind, object = %machine::key(&obj), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

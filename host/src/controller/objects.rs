@@ -1,0 +1,88 @@
+//! Reading and addressing the objects of the Cluster API contract, kept dynamic: the
+//! host serves kinds it learns from plugins at start.
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
+
+pub fn capi_cluster() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(CAPI_GROUP, "v1beta2", "Cluster"),
+        "clusters",
+    )
+}
+
+pub fn capi_machine() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(CAPI_GROUP, "v1beta2", "Machine"),
+        "machines",
+    )
+}
+
+pub fn ip_address_claim() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddressClaim"),
+        "ipaddressclaims",
+    )
+}
+
+pub fn ip_address() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1beta2", "IPAddress"),
+        "ipaddresses",
+    )
+}
+
+pub fn in_cluster_ip_pool() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1alpha2", "InClusterIPPool"),
+        "inclusterippools",
+    )
+}
+
+pub fn api(client: &Client, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, ar)
+}
+
+/// `obj.data` at a dotted path, e.g. `spec.bootstrap.dataSecretName`.
+pub fn field<'a>(obj: &'a DynamicObject, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(&obj.data, |v, k| v.get(k))
+}
+
+pub fn str_field<'a>(obj: &'a DynamicObject, path: &str) -> Option<&'a str> {
+    field(obj, path)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+pub fn has_annotation(obj: &DynamicObject, key: &str) -> bool {
+    obj.annotations().contains_key(key)
+}
+
+/// The name of the owner of `kind` in the CAPI group, from ownerReferences.
+pub fn capi_owner(obj: &DynamicObject, kind: &str) -> Option<String> {
+    obj.owner_references()
+        .iter()
+        .find(|o| o.kind == kind && o.api_version.starts_with(&format!("{CAPI_GROUP}/")))
+        .map(|o| o.name.clone())
+}
+
+/// The CAPI Cluster an object belongs to: its owner, or the cluster-name label.
+pub fn cluster_name(obj: &DynamicObject) -> Option<String> {
+    capi_owner(obj, "Cluster").or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned())
+}
+
+/// A v1beta2 contract reference `{apiGroup, kind, name}` at `path`, if it names `kind`
+/// in `group`.
+pub fn reference_to(obj: &DynamicObject, path: &str, group: &str, kind: &str) -> Option<String> {
+    let r = field(obj, path)?;
+    let matches = r.get("kind").and_then(Value::as_str) == Some(kind)
+        && r.get("apiGroup").and_then(Value::as_str) == Some(group);
+    matches
+        .then(|| r.get("name").and_then(Value::as_str).map(str::to_string))
+        .flatten()
+}

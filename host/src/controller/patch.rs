@@ -1,0 +1,104 @@
+//! Writes to our objects: status through the status subresource with a merge patch of
+//! only the fields we own (never a blind full update), finalizers with JSON patches that
+//! test before they change, and only when something changed.
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::error::Result;
+
+/// Merge-patch `fields` into `status`, skipping the write when nothing differs.
+pub async fn status(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    fields: Map<String, Value>,
+) -> Result<bool> {
+    let current = obj.data.get("status").and_then(Value::as_object);
+    let changed: Map<String, Value> = fields
+        .into_iter()
+        .filter(|(k, v)| {
+            current.and_then(|c| c.get(k)) != Some(v)
+                && !(v.is_null() && current.and_then(|c| c.get(k)).is_none())
+        })
+        .collect();
+    if changed.is_empty() {
+        return Ok(false);
+    }
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": changed})),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Merge-patch one spec field if it differs.
+pub async fn spec_field(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    key: &str,
+    value: Value,
+) -> Result<()> {
+    if obj.data.get("spec").and_then(|s| s.get(key)) == Some(&value) {
+        return Ok(());
+    }
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {key: value}})),
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn add_finalizer(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    finalizer: &str,
+) -> Result<()> {
+    let current = obj.finalizers();
+    if current.iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let ops = if current.is_empty() {
+        // `add` on a missing list creates it; the version test makes a concurrent
+        // writer's finalizer a conflict (retried) rather than lost.
+        json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": obj.resource_version()},
+            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
+        ])
+    } else {
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}])
+    };
+    let patch: json_patch::Patch = serde_json::from_value(ops).expect("valid JSON patch");
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn remove_finalizer(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    finalizer: &str,
+) -> Result<()> {
+    let Some(i) = obj.finalizers().iter().position(|f| f == finalizer) else {
+        return Ok(());
+    };
+    let ops = json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": finalizer},
+        {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
+    ]);
+    let patch: json_patch::Patch = serde_json::from_value(ops).expect("valid JSON patch");
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::<()>::Json(patch),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! The InfraMachineTemplate reconciler: `status.capacity` and `status.nodeInfo`, so the
+//! cluster autoscaler can scale a MachineDeployment from zero.
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use serde_json::{Map, Value, json};
+
+use super::context::Context;
+use super::error::Result;
+use super::machine::object_ref;
+use super::objects::api;
+use super::outcome::{self, Outcome};
+use super::patch;
+use crate::runtime::bindings::machine::TemplateRequest;
+
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    let own = api(
+        &ctx.client,
+        &ctx.resource,
+        &obj.namespace().unwrap_or_default(),
+    );
+    let spec = obj
+        .data
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .and_then(|t| t.get("spec"))
+        .cloned()
+        .unwrap_or(json!({}));
+    let req = TemplateRequest {
+        template: object_ref(&obj),
+        spec: spec.to_string(),
+        credentials: None,
+    };
+    let result = ctx
+        .metrics
+        .plugin_call(
+            ctx.plugin.name(),
+            "machine.describe-template",
+            ctx.plugin.describe_template(&req),
+        )
+        .await;
+    match outcome::of(result) {
+        Outcome::Done(status) => {
+            let capacity: Map<String, Value> = status
+                .capacity
+                .into_iter()
+                .map(|(k, v)| (k, json!(v)))
+                .collect();
+            let node_info: Map<String, Value> = status
+                .node_info
+                .into_iter()
+                .map(|(k, v)| (k, json!(v)))
+                .collect();
+            let mut fields = Map::new();
+            fields.insert("capacity".into(), Value::Object(capacity));
+            fields.insert("nodeInfo".into(), Value::Object(node_info));
+            patch::status(&own, &obj, fields).await?;
+            Ok(Action::await_change())
+        }
+        Outcome::Failed(e) => {
+            tracing::warn!(template = %obj.name_any(), error = %e, "cannot describe template");
+            Ok(Action::requeue(Duration::from_secs(60)))
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Prometheus metrics, all under the `hyperplug_` prefix.
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::runtime::{CallError, PluginError};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub kind: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub plugin: String,
+    pub call: String,
+    pub result: String,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub reconcile_seconds: Family<KindLabels, Histogram>,
+    pub plugin_calls: Family<CallLabels, Counter>,
+    pub plugin_call_seconds: Family<CallLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("hyperplug");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        let reconcile_seconds = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 16))
+        });
+        let plugin_calls = Family::<CallLabels, Counter>::default();
+        let plugin_call_seconds = Family::<CallLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+        });
+        registry.register(
+            "reconciles",
+            "Reconciles by kind and result",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration by kind",
+            reconcile_seconds.clone(),
+        );
+        registry.register(
+            "plugin_calls",
+            "Plugin calls by plugin, call and result",
+            plugin_calls.clone(),
+        );
+        registry.register(
+            "plugin_call_duration_seconds",
+            "Plugin call duration",
+            plugin_call_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_seconds,
+            plugin_calls,
+            plugin_call_seconds,
+        }
+    }
+}
+
+impl Metrics {
+    /// Time and count one plugin call by its outcome.
+    pub async fn plugin_call<T>(
+        &self,
+        plugin: &str,
+        call: &str,
+        fut: impl Future<Output = Result<Result<T, PluginError>, CallError>>,
+    ) -> Result<Result<T, PluginError>, CallError> {
+        let start = Instant::now();
+        let result = fut.await;
+        let outcome = match &result {
+            Ok(Ok(_)) => "ok",
+            Ok(Err(PluginError::Transient(_))) => "transient",
+            Ok(Err(PluginError::Terminal(_))) => "terminal",
+            Ok(Err(PluginError::InvalidSpec(_))) => "invalid_spec",
+            Err(e) => e.kind(),
+        };
+        let labels = CallLabels {
+            plugin: plugin.into(),
+            call: call.into(),
+            result: outcome.into(),
+        };
+        self.plugin_calls.get_or_create(&labels).inc();
+        self.plugin_call_seconds
+            .get_or_create(&labels)
+            .observe(start.elapsed().as_secs_f64());
+        result
+    }
+
+    pub fn reconciled(&self, kind: &str, result: &str, started: Instant) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind: kind.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.reconcile_seconds
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encode metrics");
+        out
+    }
+}
