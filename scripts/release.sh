@@ -17,6 +17,8 @@
 #   IMAGE      manager image (default: ghcr.io/hyperplug/hyperplug:VERSION)
 #   HYPERPLUG  the hyperplug binary (default: `cargo run -p hyperplug`)
 #   PLUGIN     the bundled plugin (default: plugins/proxmox.wasm, built if missing)
+#   CRDS       a file holding `hyperplug crds PLUGIN` output, used instead of running
+#              hyperplug (tests render the CRDs in process)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -36,13 +38,15 @@ if ! awk -v ma="$major" -v mi="$minor" '
   exit 2
 fi
 
-if [ ! -f "$plugin" ]; then
-  bash scripts/build-plugins.sh >/dev/null
-fi
-if [ -n "${HYPERPLUG:-}" ]; then
-  hyperplug=("$HYPERPLUG")
-else
-  hyperplug=(cargo run --quiet -p hyperplug --)
+if [ -z "${CRDS:-}" ]; then
+  if [ ! -f "$plugin" ]; then
+    bash scripts/build-plugins.sh >/dev/null
+  fi
+  if [ -n "${HYPERPLUG:-}" ]; then
+    hyperplug=("$HYPERPLUG")
+  else
+    hyperplug=(cargo run --quiet -p hyperplug --)
+  fi
 fi
 
 dir="$out/infrastructure-proxmox/$version"
@@ -51,7 +55,11 @@ mkdir -p "$dir"
 
 crds="$(mktemp)"
 trap 'rm -f "$crds"' EXIT
-"${hyperplug[@]}" crds "$plugin" >"$crds"
+if [ -n "${CRDS:-}" ]; then
+  cp "$CRDS" "$crds"
+else
+  "${hyperplug[@]}" crds "$plugin" >"$crds"
+fi
 grep -q 'cluster.x-k8s.io/v1beta2:' "$crds" || { echo "release.sh: CRDs lack the contract label" >&2; exit 1; }
 
 {
