@@ -215,7 +215,7 @@ fn susp_root() -> Vec<u8> {
 }
 
 fn record(extent: u32, size: u32, dir: bool, id: &[u8], system_use: &[u8]) -> Vec<u8> {
-    let pad = usize::from(id.len() % 2 == 0);
+    let pad = usize::from(id.len().is_multiple_of(2));
     let mut len = 33 + id.len() + pad + system_use.len();
     len += len % 2;
     let mut r = vec![0u8; len];

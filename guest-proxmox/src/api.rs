@@ -48,8 +48,6 @@ impl std::fmt::Display for PveError {
     }
 }
 
-// The machine lifecycle uses the rest of this client.
-#[allow(dead_code)]
 impl PveError {
     /// PVE says "not found" with a 500 and this phrase.
     pub fn is_not_found(&self) -> bool {
@@ -83,9 +81,56 @@ impl PveError {
             PveError::Status { status: 403, .. } => terminal("PermissionDenied", text),
             PveError::Status { status: 400, .. } => terminal("InvalidConfiguration", text),
             PveError::Status { status: 501, .. } => terminal("UnsupportedAPI", text),
+            PveError::Status {
+                status: 500,
+                message,
+                ..
+            } => match classify_message(message) {
+                Some(reason) => terminal(reason, text),
+                None => transient(text),
+            },
             PveError::Status { .. } => transient(text),
         }
     }
+}
+
+/// Terminal reasons for PVE error texts (500s and task exit statuses) that will not go
+/// away by retrying; everything else (lock timeouts, busy VMs, 5xx, 595) is transient.
+pub fn classify_message(message: &str) -> Option<&'static str> {
+    let m = message.to_ascii_lowercase();
+    if m.contains("got timeout") || m.contains("is locked") || m.contains("already running") {
+        return None;
+    }
+    if m.contains("permission check failed") || m.contains("permission denied") {
+        return Some("PermissionDenied");
+    }
+    let config = [
+        "storage '",
+        "pool '",
+        "hostname lookup",
+        "does not support",
+        "can't clone vm to node",
+        "linked clone feature is not supported",
+        "option can only be used",
+        "shrinking disks is not supported",
+        "can't upload to storage",
+        "you can't start a vm if it's a template",
+        "no such",
+    ];
+    config
+        .iter()
+        .any(|p| m.contains(p))
+        .then_some("InvalidConfiguration")
+}
+
+/// A PVE task's state, from `GET /nodes/{node}/tasks/{upid}/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Task {
+    Running,
+    /// `exitstatus` "OK" or "WARNINGS: N".
+    Done,
+    /// Any other `exitstatus`: PVE's error text.
+    Failed(String),
 }
 
 pub type PveResult<T> = Result<T, PveError>;
@@ -124,6 +169,72 @@ impl Pve {
             format!("{path}?{}", encode_form(query))
         };
         self.call("DELETE", &path, None)
+    }
+
+    /// The state of the task `upid`, asked of the node named in the UPID.
+    pub fn task(&self, upid: &str) -> PveResult<Task> {
+        let node = upid
+            .split(':')
+            .nth(1)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| PveError::BadReply(format!("`{upid}` is not a UPID")))?;
+        let status = self.get(&format!(
+            "/nodes/{}/tasks/{}/status",
+            percent_encode(node),
+            percent_encode(upid)
+        ))?;
+        let running = status.get("status").and_then(Value::as_str) == Some("running");
+        if running {
+            return Ok(Task::Running);
+        }
+        let exit = status
+            .get("exitstatus")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown task exit status");
+        if exit == "OK" || exit.starts_with("WARNINGS") {
+            Ok(Task::Done)
+        } else {
+            Ok(Task::Failed(exit.to_string()))
+        }
+    }
+
+    /// Upload `data` as `filename` to `storage` on `node` (`content` e.g. `iso`):
+    /// multipart with the `content` field first and the file part last, as PVE wants.
+    /// Returns the `imgcopy` task's UPID.
+    pub fn upload(
+        &self,
+        node: &str,
+        storage: &str,
+        content: &str,
+        filename: &str,
+        data: &[u8],
+    ) -> PveResult<Value> {
+        let boundary = format!("hyperplug-{:016x}", fnv1a(data));
+        let mut body = Vec::with_capacity(data.len() + 512);
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"content\"\r\n\r\n{content}\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"filename\"; filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(data);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        self.send_raw(
+            "POST",
+            &format!(
+                "/nodes/{}/storage/{}/upload",
+                percent_encode(node),
+                percent_encode(storage)
+            ),
+            format!("multipart/form-data; boundary={boundary}"),
+            body,
+        )
     }
 
     fn call(&self, method: &str, path: &str, form: Option<String>) -> PveResult<Value> {
@@ -223,4 +334,11 @@ pub fn percent_encode(text: &str) -> String {
         }
     }
     out
+}
+
+/// FNV-1a, for stable, non-cryptographic spreading (multipart boundaries, VMID offsets).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }

@@ -85,6 +85,13 @@ pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
         .map_err(|_| bad("path"))?;
 
     let body = outgoing.body().map_err(|_| bad("body"))?;
+    let options = RequestOptions::new();
+    let _ = options.set_connect_timeout(Some(CONNECT_TIMEOUT_NS));
+    let _ = options.set_first_byte_timeout(Some(FIRST_BYTE_TIMEOUT_NS));
+    // Hand the request over first, then stream the body: the host only drains the
+    // body stream once the request is on its way, so a body larger than the stream's
+    // buffer (an ISO upload) written before `handle` would block forever.
+    let pending = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
     if let Some(bytes) = &req.body {
         let stream = body.write().map_err(|_| bad("body stream"))?;
         for chunk in bytes.chunks(4096) {
@@ -94,10 +101,6 @@ pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
         }
         drop(stream);
     }
-    let options = RequestOptions::new();
-    let _ = options.set_connect_timeout(Some(CONNECT_TIMEOUT_NS));
-    let _ = options.set_first_byte_timeout(Some(FIRST_BYTE_TIMEOUT_NS));
-    let pending = outgoing_handler::handle(outgoing, Some(options)).map_err(error_code)?;
     OutgoingBody::finish(body, None).map_err(error_code)?;
 
     pending.subscribe().block();
