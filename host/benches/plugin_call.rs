@@ -12,7 +12,9 @@ use hyperplug::runtime::{Credentials, Limits, ObjectRef, Runtime};
 
 fn test_plugin() -> PathBuf {
     let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target-bench-plugins");
-    let out = std::env::var_os("CARGO_TARGET_DIR").map(|d| PathBuf::from(d).join("bench-plugins")).unwrap_or(out);
+    let out = std::env::var_os("CARGO_TARGET_DIR")
+        .map(|d| PathBuf::from(d).join("bench-plugins"))
+        .unwrap_or(out);
     let status = std::process::Command::new("bash")
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-plugins.sh"))
         .arg("--test-out")
@@ -25,7 +27,11 @@ fn test_plugin() -> PathBuf {
 }
 
 fn request() -> MachineRequest {
-    let object = |name: &str| ObjectRef { namespace: "bench".into(), name: name.into(), uid: format!("uid-{name}") };
+    let object = |name: &str| ObjectRef {
+        namespace: "bench".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+    };
     MachineRequest {
         machine: object("m"),
         cluster: object("c"),
@@ -52,9 +58,16 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 }
 
 fn main() {
-    let iters: usize = std::env::var("HYPERPLUG_BENCH_ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let iters: usize = std::env::var("HYPERPLUG_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
     let path = test_plugin();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let runtime = Runtime::new(Limits::default(), None).expect("runtime");
         let plugin = runtime.load(&path).await.expect("load");
@@ -78,7 +91,9 @@ fn main() {
             let tasks: Vec<_> = (0..concurrent)
                 .map(|_| {
                     let (plugin, req) = (plugin.clone(), req.clone());
-                    tokio::spawn(async move { plugin.describe_machine(&req).await.unwrap().unwrap() })
+                    tokio::spawn(
+                        async move { plugin.describe_machine(&req).await.unwrap().unwrap() },
+                    )
                 })
                 .collect();
             for t in tasks {

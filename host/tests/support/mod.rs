@@ -1,5 +1,6 @@
 //! What the host's integration tests share: the built plugins and request builders.
 #![allow(dead_code)]
+pub mod world;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
