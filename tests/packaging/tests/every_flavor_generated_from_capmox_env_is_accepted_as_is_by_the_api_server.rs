@@ -51,6 +51,38 @@ async fn start_managers(plane: &Plane) -> Result<()> {
             extra_args: vec![TOPOLOGY_GATE.into()],
         })
         .await?;
+    release_contract_labels(plane)
+}
+
+/// kube-world installs the kubeadm CRDs from `config/crd/bases`; released components
+/// (what `clusterctl init` installs) carry the contract labels their kustomization adds,
+/// which the ClusterClass controller needs to resolve template references. Add them
+/// from the same kustomization files.
+fn release_contract_labels(plane: &Plane) -> Result<()> {
+    let capi = plane.tools().capi_dir();
+    for (dir, crds) in [
+        ("bootstrap/kubeadm/config/crd", &["kubeadmconfigs.bootstrap.cluster.x-k8s.io", "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io"]),
+        ("controlplane/kubeadm/config/crd", &["kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", "kubeadmcontrolplanetemplates.controlplane.cluster.x-k8s.io"]),
+    ] {
+        let kustomization: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(capi.join(dir).join("kustomization.yaml"))?)?;
+        let mut labels: Vec<String> = Vec::new();
+        for entry in kustomization["labels"].as_array().context("kustomization without labels")? {
+            for (k, v) in entry["pairs"].as_object().context("labels without pairs")? {
+                labels.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+            }
+        }
+        ensure!(labels.iter().any(|l| l.starts_with("cluster.x-k8s.io/v1beta2=")), "{dir}: {labels:?}");
+        for crd in crds {
+            let out = std::process::Command::new(plane.tools().kubectl())
+                .arg("--kubeconfig")
+                .arg(plane.kubeconfig_path())
+                .args(["label", "--overwrite", "crd", crd])
+                .args(&labels)
+                .output()?;
+            ensure!(out.status.success(), "labelling {crd}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
     Ok(())
 }
 
