@@ -554,7 +554,7 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
         "sourceNode": "pve1",
         "templateID": 9000,
         "memoryMiB": 1024,
-        "vmIDRange": {"start": 700, "end": 729},
+        "vmIDRange": {"start": 700, "end": 719},
         "checks": {"skipCloudInitStatus": true},
     });
     let mut handles = vec![];
@@ -581,11 +581,13 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
     for h in handles {
         let (uid, vmid, status) = h.await.unwrap();
         assert!(status.ready);
-        assert!((700..=729).contains(&vmid));
+        assert!((700..=719).contains(&vmid));
         assert!(vmids.insert(vmid), "VMID {vmid} handed out twice");
         owners.insert(vmid, uid);
     }
-    assert_eq!(vmids.len(), 20);
+    assert_eq!(vmids.len(), 20, "every ID of the 20-ID range used once");
+    let clones = sim.state().counters()["POST /nodes/{node}/qemu/{vmid}/clone"];
+    assert!(clones >= 20, "{clones} clone calls");
     let vms = non_templates(&sim);
     assert_eq!(vms.len(), 20, "exactly one VM per machine");
     for vm in vms {
@@ -915,4 +917,76 @@ async fn template_selector_failure_domain_and_templates() {
     let cap: BTreeMap<_, _> = t.capacity.into_iter().collect();
     assert_eq!(cap.get("cpu").map(String::as_str), Some("2"));
     assert_eq!(cap.get("memory").map(String::as_str), Some("4096Mi"));
+}
+
+#[tokio::test]
+async fn concurrent_creates_on_nextid_share_no_vmid() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let plugin = Arc::new(plugin);
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000, "memoryMiB": 1024,
+                      "checks": {"skipCloudInitStatus": true}});
+    let mut handles = vec![];
+    for i in 0..10 {
+        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
+        let mut req = request(
+            &sim,
+            &format!("{cluster}-n{i}"),
+            cluster,
+            spec.clone(),
+            dhcp_cluster(),
+        );
+        req.bootstrap = Some(bootstrap());
+        let plugin = plugin.clone();
+        handles.push(tokio::spawn(async move {
+            let (status, _) = drive_create_dyn(&plugin, &mut req, 200)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            vmid_of(&status)
+        }));
+    }
+    let mut vmids = BTreeSet::new();
+    for h in handles {
+        assert!(vmids.insert(h.await.unwrap()), "a VMID handed out twice");
+    }
+    assert_eq!(non_templates(&sim).len(), 10);
+}
+
+#[tokio::test]
+async fn scheduling_checks_memory_with_the_adjustment_and_cpus() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let cluster = |adjustment: u64| {
+        json!({"allowedNodes": ["pve1"], "controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443},
+               "schedulerHints": {"memoryAdjustment": adjustment}})
+    };
+    // 70000 MiB does not fit in pve1's 64 GiB at 100 %.
+    let big = json!({"sourceNode": "pve1", "templateID": 9000, "memoryMiB": 70000});
+    let req = request(&sim, "m1", "c1", big.clone(), cluster(100));
+    match plugin.create_machine(&req).await.unwrap() {
+        Err(PluginError::Transient(e)) => {
+            assert!(
+                e.message.contains("no node can take the VM"),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains("pve1"), "{}", e.message);
+        }
+        other => panic!("expected a transient scheduling error, got {other:?}"),
+    }
+    // ... fits at 200 % (overcommit).
+    let req = request(&sim, "m2", "c1", big.clone(), cluster(200));
+    let s = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert!(vmid_of(&s) >= 100);
+    // ... and 0 disables the memory check.
+    let req = request(&sim, "m3", "c1", big, cluster(0));
+    assert!(plugin.create_machine(&req).await.unwrap().is_ok());
+    // More vCPUs than the node has.
+    let wide = json!({"sourceNode": "pve1", "templateID": 9000, "numSockets": 2, "numCores": 16});
+    let req = request(&sim, "m4", "c1", wide, cluster(0));
+    match plugin.create_machine(&req).await.unwrap() {
+        Err(PluginError::Transient(e)) => assert!(e.message.contains("CPUs"), "{}", e.message),
+        other => panic!("expected a transient scheduling error, got {other:?}"),
+    }
+    assert_eq!(non_templates(&sim).len(), 2);
 }
