@@ -250,5 +250,30 @@ async fn topology_rendered_the_proxmox_cluster(plane: &Plane, ns: &str) -> Resul
     ensure!(spec["ipv4Config"]["addresses"] == list(&capmox_var("NODE_IP_RANGES")), "ipv4Config: {spec}");
     ensure!(spec["ipv4Config"]["gateway"] == capmox_var("GATEWAY").as_str(), "ipv4Config: {spec}");
     ensure!(spec["schedulerHints"]["memoryAdjustment"] == 0, "schedulerHints: {spec}");
+
+    // The control plane: kube-vip at the endpoint, root's SSH keys.
+    let api = plane
+        .dynamic_api("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", Some(ns))
+        .await?;
+    let kcp = loop {
+        if let Some(kcp) = api.list(&Default::default()).await?.items.into_iter().next() {
+            break serde_json::to_value(kcp)?;
+        }
+        if Instant::now() > deadline {
+            bail!("no KubeadmControlPlane from the topology within 90 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let config = &kcp["spec"]["kubeadmConfigSpec"];
+    ensure!(kcp["spec"]["version"] == packaging::SEED_KUBERNETES_VERSION, "{}", kcp["spec"]);
+    ensure!(config["users"][0]["sshAuthorizedKeys"] == json!([capmox_var("VM_SSH_KEYS")]), "users: {config}");
+    let content = config["files"][0]["content"].as_str().unwrap_or_default();
+    let manifest: Value = serde_yaml::from_str(content).context("kube-vip manifest")?;
+    let env = &manifest["spec"]["containers"][0]["env"];
+    ensure!(
+        env.as_array()
+            .is_some_and(|e| e.iter().any(|e| e["name"] == "address" && e["value"] == capmox_var("CONTROL_PLANE_ENDPOINT_IP").as_str())),
+        "kube-vip env: {env}"
+    );
     Ok(())
 }
