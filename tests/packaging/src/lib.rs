@@ -215,7 +215,12 @@ impl Clusterctl {
     /// The seed's command: `clusterctl generate cluster NAME --from TEMPLATE
     /// --kubernetes-version v1.33.0 --control-plane-machine-count=1
     /// --worker-machine-count=1`, into `namespace`.
-    pub fn generate_seed_cluster(&self, name: &str, template: &Path, namespace: &str) -> Result<String> {
+    pub fn generate_seed_cluster(
+        &self,
+        name: &str,
+        template: &Path,
+        namespace: &str,
+    ) -> Result<String> {
         self.run(&[
             "generate",
             "cluster",
@@ -306,11 +311,29 @@ mod tests {
     fn the_capmox_fixture_has_every_variable_of_the_seed() {
         let names: Vec<String> = capmox_env().unwrap().into_iter().map(|(k, _)| k).collect();
         for seed in [
-            "PROXMOX_URL", "PROXMOX_TOKEN", "PROXMOX_SECRET", "PROXMOX_SOURCENODE",
-            "TEMPLATE_VMID", "ALLOWED_NODES", "VM_SSH_KEYS", "CONTROL_PLANE_ENDPOINT_IP",
-            "NODE_IP_RANGES", "GATEWAY", "IP_PREFIX", "DNS_SERVERS", "BRIDGE", "NETWORK_MODEL",
-            "BOOT_VOLUME_DEVICE", "BOOT_VOLUME_SIZE", "NUM_SOCKETS", "NUM_CORES", "MEMORY_MIB",
-            "FILE_STORAGE_FORMAT", "STORAGE_NODE", "NODE_REPLICAS", "CLOUD_INIT_CONFIG",
+            "PROXMOX_URL",
+            "PROXMOX_TOKEN",
+            "PROXMOX_SECRET",
+            "PROXMOX_SOURCENODE",
+            "TEMPLATE_VMID",
+            "ALLOWED_NODES",
+            "VM_SSH_KEYS",
+            "CONTROL_PLANE_ENDPOINT_IP",
+            "NODE_IP_RANGES",
+            "GATEWAY",
+            "IP_PREFIX",
+            "DNS_SERVERS",
+            "BRIDGE",
+            "NETWORK_MODEL",
+            "BOOT_VOLUME_DEVICE",
+            "BOOT_VOLUME_SIZE",
+            "NUM_SOCKETS",
+            "NUM_CORES",
+            "MEMORY_MIB",
+            "FILE_STORAGE_FORMAT",
+            "STORAGE_NODE",
+            "NODE_REPLICAS",
+            "CLOUD_INIT_CONFIG",
         ] {
             assert!(names.iter().any(|n| n == seed), "capmox.env lacks {seed}");
         }

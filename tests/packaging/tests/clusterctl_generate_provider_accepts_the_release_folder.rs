@@ -22,7 +22,14 @@ fn is_cluster_scoped(kind: &str) -> bool {
 fn generate_provider(release: &Release, clusterctl: &Clusterctl, extra: &[&str]) -> Vec<Value> {
     let config = release.clusterctl_config().unwrap();
     let config = config.display().to_string();
-    let mut args = vec!["generate", "provider", "--infrastructure", "proxmox", "--config", &config];
+    let mut args = vec![
+        "generate",
+        "provider",
+        "--infrastructure",
+        "proxmox",
+        "--config",
+        &config,
+    ];
     args.extend_from_slice(extra);
     documents(&clusterctl.run(&args).unwrap()).unwrap()
 }
@@ -34,7 +41,10 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
     let docs = generate_provider(&release, &clusterctl, &[]);
 
     // Exactly one Namespace, holding every namespaced object.
-    let ns = the_one(&docs, "Namespace")["metadata"]["name"].as_str().unwrap().to_string();
+    let ns = the_one(&docs, "Namespace")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(ns, "hyperplug-system");
     for d in &docs {
         let kind = d["kind"].as_str().unwrap();
@@ -44,7 +54,10 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
             "{kind} {name} lacks the provider label"
         );
         if is_cluster_scoped(kind) {
-            assert!(d["metadata"]["namespace"].is_null(), "{kind} {name} is cluster-scoped");
+            assert!(
+                d["metadata"]["namespace"].is_null(),
+                "{kind} {name} is cluster-scoped"
+            );
         } else {
             assert_eq!(d["metadata"]["namespace"], ns.as_str(), "{kind} {name}");
         }
@@ -65,14 +78,20 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
             "proxmoxmachinetemplates.infrastructure.cluster.x-k8s.io",
         ])
     );
-    for crd in docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition") {
+    for crd in docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+    {
         let versions: Vec<&str> = crd["spec"]["versions"]
             .as_array()
             .unwrap()
             .iter()
             .map(|v| v["name"].as_str().unwrap())
             .collect();
-        assert_eq!(crd["metadata"]["labels"][CONTRACT_LABEL], versions.join("_"));
+        assert_eq!(
+            crd["metadata"]["labels"][CONTRACT_LABEL],
+            versions.join("_")
+        );
     }
 
     // The manager: container `manager`, the release image, the bundled plugin, the flags.
@@ -114,20 +133,37 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
     // Unset variable: an empty value (clusterctl drops `value: ""`, the kubelet then sets
     // the variable to ""), which the manager reads as "all namespaces".
     let watch = &env("HYPERPLUG_NAMESPACE")["value"];
-    assert!(watch.is_null() || *watch == "", "HYPERPLUG_NAMESPACE {watch}");
-    assert_eq!(env("POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
+    assert!(
+        watch.is_null() || *watch == "",
+        "HYPERPLUG_NAMESPACE {watch}"
+    );
+    assert_eq!(
+        env("POD_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
     assert_eq!(manager["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(manager["readinessProbe"]["httpGet"]["path"], "/readyz");
     let ports: BTreeSet<(&str, i64)> = manager["ports"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["containerPort"].as_i64().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(ports, BTreeSet::from([("metrics", 8080), ("healthz", 8081)]));
+    assert_eq!(
+        ports,
+        BTreeSet::from([("metrics", 8080), ("healthz", 8081)])
+    );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(manager["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(manager["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        manager["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
     assert_eq!(pod["serviceAccountName"], "hyperplug-manager");
 
     // The default credentials, from capmox.env.
@@ -146,7 +182,15 @@ async fn clusterctl_describes_the_provider_variables_and_image() {
     let config = release.clusterctl_config().unwrap().display().to_string();
     let out = Clusterctl::with_capmox_env()
         .unwrap()
-        .run(&["generate", "provider", "--infrastructure", "proxmox", "--config", &config, "--describe"])
+        .run(&[
+            "generate",
+            "provider",
+            "--infrastructure",
+            "proxmox",
+            "--config",
+            &config,
+            "--describe",
+        ])
         .unwrap();
     let vars: Vec<&str> = out
         .lines()
@@ -167,8 +211,14 @@ async fn clusterctl_describes_the_provider_variables_and_image() {
         ],
         "{out}"
     );
-    assert!(out.contains(&format!("Version:            {}", release.version)), "{out}");
-    assert!(out.contains("TargetNamespace:    hyperplug-system"), "{out}");
+    assert!(
+        out.contains(&format!("Version:            {}", release.version)),
+        "{out}"
+    );
+    assert!(
+        out.contains("TargetNamespace:    hyperplug-system"),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,9 +228,19 @@ async fn a_target_namespace_and_a_watch_namespace_reach_every_object_and_the_man
         .unwrap()
         .var("HYPERPLUG_WATCH_NAMESPACE", "tenants")
         .var("PROXMOX_INSECURE", "true");
-    let docs = generate_provider(&release, &clusterctl, &["--target-namespace", "capmox-system"]);
-    assert_eq!(the_one(&docs, "Namespace")["metadata"]["name"], "capmox-system");
-    for d in docs.iter().filter(|d| !is_cluster_scoped(d["kind"].as_str().unwrap())) {
+    let docs = generate_provider(
+        &release,
+        &clusterctl,
+        &["--target-namespace", "capmox-system"],
+    );
+    assert_eq!(
+        the_one(&docs, "Namespace")["metadata"]["name"],
+        "capmox-system"
+    );
+    for d in docs
+        .iter()
+        .filter(|d| !is_cluster_scoped(d["kind"].as_str().unwrap()))
+    {
         assert_eq!(d["metadata"]["namespace"], "capmox-system", "{}", d["kind"]);
     }
     for binding in docs
@@ -208,33 +268,52 @@ async fn the_manager_role_grants_what_the_controllers_need_and_no_wildcards() {
     let rules = role["rules"].as_array().unwrap();
     let grants = |group: &str, resource: &str, verb: &str| {
         rules.iter().any(|r| {
-            let has = |key: &str, want: &str| {
-                r[key].as_array().unwrap().iter().any(|v| v == want)
-            };
+            let has = |key: &str, want: &str| r[key].as_array().unwrap().iter().any(|v| v == want);
             has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
         })
     };
     for r in rules {
         for key in ["apiGroups", "resources", "verbs"] {
-            assert!(!r[key].as_array().unwrap().iter().any(|v| v == "*"), "wildcard in {r}");
+            assert!(
+                !r[key].as_array().unwrap().iter().any(|v| v == "*"),
+                "wildcard in {r}"
+            );
         }
     }
     let infra = "infrastructure.cluster.x-k8s.io";
     for kind in ["proxmoxclusters", "proxmoxmachines"] {
-        for verb in ["get", "list", "watch", "create", "update", "patch", "delete"] {
+        for verb in [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ] {
             assert!(grants(infra, kind, verb), "{kind} {verb}");
         }
         assert!(grants(infra, &format!("{kind}/status"), "patch"));
         assert!(grants(infra, &format!("{kind}/finalizers"), "update"));
     }
     for (group, resource, verbs) in [
-        ("cluster.x-k8s.io", "clusters", &["get", "list", "watch"][..]),
+        (
+            "cluster.x-k8s.io",
+            "clusters",
+            &["get", "list", "watch"][..],
+        ),
         ("cluster.x-k8s.io", "machines", &["get", "list", "watch"]),
         ("", "secrets", &["get", "list", "watch"]),
         ("", "events", &["create", "patch"]),
-        ("ipam.cluster.x-k8s.io", "ipaddressclaims", &["create", "delete", "get", "list", "watch", "patch"]),
-        ("ipam.cluster.x-k8s.io", "ipaddresses", &["get", "list", "watch"]),
-        ("ipam.cluster.x-k8s.io", "inclusterippools", &["create", "get", "list", "watch", "patch", "delete"]),
+        (
+            "ipam.cluster.x-k8s.io",
+            "ipaddressclaims",
+            &["create", "delete", "get", "list", "watch", "patch"],
+        ),
+        (
+            "ipam.cluster.x-k8s.io",
+            "ipaddresses",
+            &["get", "list", "watch"],
+        ),
+        (
+            "ipam.cluster.x-k8s.io",
+            "inclusterippools",
+            &["create", "get", "list", "watch", "patch", "delete"],
+        ),
     ] {
         for verb in verbs {
             assert!(grants(group, resource, verb), "{group}/{resource} {verb}");
@@ -259,7 +338,14 @@ async fn clusterctl_refuses_a_release_folder_whose_metadata_lacks_the_release_se
     let config = release.clusterctl_config().unwrap().display().to_string();
     let err = Clusterctl::with_capmox_env()
         .unwrap()
-        .run(&["generate", "provider", "--infrastructure", "proxmox", "--config", &config])
+        .run(&[
+            "generate",
+            "provider",
+            "--infrastructure",
+            "proxmox",
+            "--config",
+            &config,
+        ])
         .unwrap_err();
     assert!(
         format!("{err:#}").contains("does not match any release series"),
@@ -268,26 +354,43 @@ async fn clusterctl_refuses_a_release_folder_whose_metadata_lacks_the_release_se
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clusterctl_adds_the_cluster_class_when_it_generates_the_topology_flavor_from_the_release() {
+async fn clusterctl_adds_the_cluster_class_when_it_generates_the_topology_flavor_from_the_release()
+{
     let release = Release::render().await.unwrap();
     let config = release.clusterctl_config().unwrap().display().to_string();
     let provider = format!("proxmox:{}", release.version);
     let out = Clusterctl::with_capmox_env()
         .unwrap()
         .run(&[
-            "generate", "cluster", "capi-quickstart", "--infrastructure", &provider,
-            "--flavor", "topology", "--config", &config, "--target-namespace", "default",
-            "--kubernetes-version", packaging::SEED_KUBERNETES_VERSION,
-            "--control-plane-machine-count=1", "--worker-machine-count=1",
+            "generate",
+            "cluster",
+            "capi-quickstart",
+            "--infrastructure",
+            &provider,
+            "--flavor",
+            "topology",
+            "--config",
+            &config,
+            "--target-namespace",
+            "default",
+            "--kubernetes-version",
+            packaging::SEED_KUBERNETES_VERSION,
+            "--control-plane-machine-count=1",
+            "--worker-machine-count=1",
         ])
         .unwrap();
     let docs = documents(&out).unwrap();
     let class = the_one(&docs, "ClusterClass");
     assert_eq!(class["metadata"]["name"], packaging::CLUSTER_CLASS.0);
     let cluster = the_one(&docs, "Cluster");
-    assert_eq!(cluster["spec"]["topology"]["classRef"]["name"], packaging::CLUSTER_CLASS.0);
     assert_eq!(
-        docs.iter().filter(|d| d["kind"] == "ProxmoxMachineTemplate").count(),
+        cluster["spec"]["topology"]["classRef"]["name"],
+        packaging::CLUSTER_CLASS.0
+    );
+    assert_eq!(
+        docs.iter()
+            .filter(|d| d["kind"] == "ProxmoxMachineTemplate")
+            .count(),
         2
     );
 }

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use kube_world::managers::ManagerSpec;
 use kube_world::{Plane, PlaneOpts};
-use packaging::{CLUSTER_CLASS, Clusterctl, FLAVORS, bundled_plugin_crds, capmox_var, kubectl_apply, repo_root};
+use packaging::{
+    CLUSTER_CLASS, Clusterctl, FLAVORS, bundled_plugin_crds, capmox_var, kubectl_apply, repo_root,
+};
 use serde_json::{Value, json};
 
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
@@ -22,7 +24,9 @@ const TOPOLOGY_GATE: &str = "--feature-gates=ClusterTopology=true";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_flavor_generated_from_capmox_env_is_accepted_as_is_by_the_api_server() {
-    let plane = Plane::start(PlaneOpts::default()).await.expect("starting the plane");
+    let plane = Plane::start(PlaneOpts::default())
+        .await
+        .expect("starting the plane");
     start_managers(&plane).await.expect("starting the managers");
     let mut failures = Vec::new();
     for (flavor, file) in FLAVORS {
@@ -36,7 +40,9 @@ async fn every_flavor_generated_from_capmox_env_is_accepted_as_is_by_the_api_ser
 
 async fn start_managers(plane: &Plane) -> Result<()> {
     plane.install_capi_crds().await?;
-    plane.install_crds_yaml(&bundled_plugin_crds().await?).await?;
+    plane
+        .install_crds_yaml(&bundled_plugin_crds().await?)
+        .await?;
     plane.start_capi_core_with(&[TOPOLOGY_GATE]).await?;
     plane.start_kubeadm_bootstrap().await?;
     // As `start_kubeadm_control_plane`, with the topology gate its template webhook needs.
@@ -46,7 +52,9 @@ async fn start_managers(plane: &Plane) -> Result<()> {
             name: "kubeadm-control-plane".into(),
             binary: plane.tools().kubeadm_control_plane_manager(),
             crd_dirs: vec![capi.join("controlplane/kubeadm/config/crd/bases")],
-            webhook_manifests: Some(capi.join("controlplane/kubeadm/config/webhook/manifests.yaml")),
+            webhook_manifests: Some(
+                capi.join("controlplane/kubeadm/config/webhook/manifests.yaml"),
+            ),
             health_flag: "--health-addr".into(),
             extra_args: vec![TOPOLOGY_GATE.into()],
         })
@@ -61,18 +69,39 @@ async fn start_managers(plane: &Plane) -> Result<()> {
 fn release_contract_labels(plane: &Plane) -> Result<()> {
     let capi = plane.tools().capi_dir();
     for (dir, crds) in [
-        ("bootstrap/kubeadm/config/crd", &["kubeadmconfigs.bootstrap.cluster.x-k8s.io", "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io"]),
-        ("controlplane/kubeadm/config/crd", &["kubeadmcontrolplanes.controlplane.cluster.x-k8s.io", "kubeadmcontrolplanetemplates.controlplane.cluster.x-k8s.io"]),
+        (
+            "bootstrap/kubeadm/config/crd",
+            &[
+                "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+                "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+            ],
+        ),
+        (
+            "controlplane/kubeadm/config/crd",
+            &[
+                "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+                "kubeadmcontrolplanetemplates.controlplane.cluster.x-k8s.io",
+            ],
+        ),
     ] {
-        let kustomization: Value =
-            serde_yaml::from_str(&std::fs::read_to_string(capi.join(dir).join("kustomization.yaml"))?)?;
+        let kustomization: Value = serde_yaml::from_str(&std::fs::read_to_string(
+            capi.join(dir).join("kustomization.yaml"),
+        )?)?;
         let mut labels: Vec<String> = Vec::new();
-        for entry in kustomization["labels"].as_array().context("kustomization without labels")? {
+        for entry in kustomization["labels"]
+            .as_array()
+            .context("kustomization without labels")?
+        {
             for (k, v) in entry["pairs"].as_object().context("labels without pairs")? {
                 labels.push(format!("{k}={}", v.as_str().unwrap_or_default()));
             }
         }
-        ensure!(labels.iter().any(|l| l.starts_with("cluster.x-k8s.io/v1beta2=")), "{dir}: {labels:?}");
+        ensure!(
+            labels
+                .iter()
+                .any(|l| l.starts_with("cluster.x-k8s.io/v1beta2=")),
+            "{dir}: {labels:?}"
+        );
         for crd in crds {
             let out = std::process::Command::new(plane.tools().kubectl())
                 .arg("--kubeconfig")
@@ -80,7 +109,11 @@ fn release_contract_labels(plane: &Plane) -> Result<()> {
                 .args(["label", "--overwrite", "crd", crd])
                 .args(&labels)
                 .output()?;
-            ensure!(out.status.success(), "labelling {crd}: {}", String::from_utf8_lossy(&out.stderr));
+            ensure!(
+                out.status.success(),
+                "labelling {crd}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
     Ok(())
@@ -103,7 +136,14 @@ async fn flavor_is_accepted(plane: &Plane, name: &str, file: &str) -> Result<()>
     let yaml = clusterctl.generate_seed_cluster("capi-quickstart", &templates.join(file), &ns)?;
     kubectl_apply(plane, &ns, &yaml).context("applying the generated cluster")?;
 
-    let cluster = get(plane, &ns, "cluster.x-k8s.io/v1beta2", "Cluster", "capi-quickstart").await?;
+    let cluster = get(
+        plane,
+        &ns,
+        "cluster.x-k8s.io/v1beta2",
+        "Cluster",
+        "capi-quickstart",
+    )
+    .await?;
     ensure!(cluster["metadata"]["namespace"] == ns.as_str());
     if name == "topology" {
         topology_rendered_the_proxmox_cluster(plane, &ns).await
@@ -125,35 +165,65 @@ async fn get(plane: &Plane, ns: &str, api_version: &str, kind: &str, name: &str)
 async fn wait_class_reconciled(plane: &Plane, ns: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let class = get(plane, ns, "cluster.x-k8s.io/v1beta2", "ClusterClass", CLUSTER_CLASS.0).await?;
+        let class = get(
+            plane,
+            ns,
+            "cluster.x-k8s.io/v1beta2",
+            "ClusterClass",
+            CLUSTER_CLASS.0,
+        )
+        .await?;
         if class["status"]["observedGeneration"] == class["metadata"]["generation"]
-            && class["status"]["variables"].as_array().is_some_and(|v| !v.is_empty())
+            && class["status"]["variables"]
+                .as_array()
+                .is_some_and(|v| !v.is_empty())
         {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("ClusterClass not reconciled within 60 s: {}", class["status"]);
+            bail!(
+                "ClusterClass not reconciled within 60 s: {}",
+                class["status"]
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
 fn list(vars: &str) -> Value {
-    json!(vars.trim_matches(['[', ']']).split(',').map(str::trim).collect::<Vec<_>>())
+    json!(
+        vars.trim_matches(['[', ']'])
+            .split(',')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+    )
 }
 
 async fn objects_carry_the_capmox_values(plane: &Plane, ns: &str, dhcp: bool) -> Result<()> {
     let pc = get(plane, ns, INFRA, "ProxmoxCluster", "capi-quickstart").await?;
     let spec = &pc["spec"];
-    ensure!(spec["allowedNodes"] == list(&capmox_var("ALLOWED_NODES")), "allowedNodes: {spec}");
-    ensure!(spec["dnsServers"] == list(&capmox_var("DNS_SERVERS")), "dnsServers: {spec}");
     ensure!(
-        spec["controlPlaneEndpoint"] == json!({"host": capmox_var("CONTROL_PLANE_ENDPOINT_IP"), "port": 6443}),
+        spec["allowedNodes"] == list(&capmox_var("ALLOWED_NODES")),
+        "allowedNodes: {spec}"
+    );
+    ensure!(
+        spec["dnsServers"] == list(&capmox_var("DNS_SERVERS")),
+        "dnsServers: {spec}"
+    );
+    ensure!(
+        spec["controlPlaneEndpoint"]
+            == json!({"host": capmox_var("CONTROL_PLANE_ENDPOINT_IP"), "port": 6443}),
         "controlPlaneEndpoint: {spec}"
     );
-    ensure!(spec["schedulerHints"]["memoryAdjustment"] == 0, "schedulerHints: {spec}");
+    ensure!(
+        spec["schedulerHints"]["memoryAdjustment"] == 0,
+        "schedulerHints: {spec}"
+    );
     if dhcp {
-        ensure!(spec["ipv4Config"].is_null(), "DHCP flavor with ipv4Config: {spec}");
+        ensure!(
+            spec["ipv4Config"].is_null(),
+            "DHCP flavor with ipv4Config: {spec}"
+        );
     } else {
         ensure!(
             spec["ipv4Config"]
@@ -201,7 +271,10 @@ async fn objects_carry_the_capmox_values(plane: &Plane, ns: &str, dhcp: bool) ->
     let config = &kcp["spec"]["kubeadmConfigSpec"];
     let kube_vip = config["files"]
         .as_array()
-        .and_then(|f| f.iter().find(|f| f["path"] == "/etc/kubernetes/manifests/kube-vip.yaml"))
+        .and_then(|f| {
+            f.iter()
+                .find(|f| f["path"] == "/etc/kubernetes/manifests/kube-vip.yaml")
+        })
         .context("no kube-vip manifest in the control plane files")?;
     let manifest: Value = serde_yaml::from_str(kube_vip["content"].as_str().unwrap_or_default())?;
     let address = manifest["spec"]["containers"][0]["env"]
@@ -210,8 +283,19 @@ async fn objects_carry_the_capmox_values(plane: &Plane, ns: &str, dhcp: bool) ->
         .context("kube-vip without address")?;
     ensure!(address["value"] == capmox_var("CONTROL_PLANE_ENDPOINT_IP").as_str());
     ensure!(config["users"][0]["sshAuthorizedKeys"] == json!([capmox_var("VM_SSH_KEYS")]));
-    let md = get(plane, ns, "cluster.x-k8s.io/v1beta2", "MachineDeployment", "capi-quickstart-workers").await?;
-    ensure!(md["spec"]["replicas"] == 1, "worker replicas: {}", md["spec"]);
+    let md = get(
+        plane,
+        ns,
+        "cluster.x-k8s.io/v1beta2",
+        "MachineDeployment",
+        "capi-quickstart-workers",
+    )
+    .await?;
+    ensure!(
+        md["spec"]["replicas"] == 1,
+        "worker replicas: {}",
+        md["spec"]
+    );
     let kct = get(
         plane,
         ns,
@@ -220,7 +304,10 @@ async fn objects_carry_the_capmox_values(plane: &Plane, ns: &str, dhcp: bool) ->
         "capi-quickstart-workers",
     )
     .await?;
-    ensure!(kct["spec"]["template"]["spec"]["users"][0]["sshAuthorizedKeys"] == json!([capmox_var("VM_SSH_KEYS")]));
+    ensure!(
+        kct["spec"]["template"]["spec"]["users"][0]["sshAuthorizedKeys"]
+            == json!([capmox_var("VM_SSH_KEYS")])
+    );
     Ok(())
 }
 
@@ -235,28 +322,64 @@ async fn topology_rendered_the_proxmox_cluster(plane: &Plane, ns: &str) -> Resul
             break serde_json::to_value(pc)?;
         }
         if Instant::now() > deadline {
-            let cluster = get(plane, ns, "cluster.x-k8s.io/v1beta2", "Cluster", "capi-quickstart").await?;
-            bail!("no ProxmoxCluster from the topology within 90 s; Cluster status: {}", cluster["status"]);
+            let cluster = get(
+                plane,
+                ns,
+                "cluster.x-k8s.io/v1beta2",
+                "Cluster",
+                "capi-quickstart",
+            )
+            .await?;
+            bail!(
+                "no ProxmoxCluster from the topology within 90 s; Cluster status: {}",
+                cluster["status"]
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let spec = &pc["spec"];
     ensure!(
-        spec["controlPlaneEndpoint"] == json!({"host": capmox_var("CONTROL_PLANE_ENDPOINT_IP"), "port": 6443}),
+        spec["controlPlaneEndpoint"]
+            == json!({"host": capmox_var("CONTROL_PLANE_ENDPOINT_IP"), "port": 6443}),
         "controlPlaneEndpoint: {spec}"
     );
-    ensure!(spec["allowedNodes"] == list(&capmox_var("ALLOWED_NODES")), "allowedNodes: {spec}");
-    ensure!(spec["dnsServers"] == list(&capmox_var("DNS_SERVERS")), "dnsServers: {spec}");
-    ensure!(spec["ipv4Config"]["addresses"] == list(&capmox_var("NODE_IP_RANGES")), "ipv4Config: {spec}");
-    ensure!(spec["ipv4Config"]["gateway"] == capmox_var("GATEWAY").as_str(), "ipv4Config: {spec}");
-    ensure!(spec["schedulerHints"]["memoryAdjustment"] == 0, "schedulerHints: {spec}");
+    ensure!(
+        spec["allowedNodes"] == list(&capmox_var("ALLOWED_NODES")),
+        "allowedNodes: {spec}"
+    );
+    ensure!(
+        spec["dnsServers"] == list(&capmox_var("DNS_SERVERS")),
+        "dnsServers: {spec}"
+    );
+    ensure!(
+        spec["ipv4Config"]["addresses"] == list(&capmox_var("NODE_IP_RANGES")),
+        "ipv4Config: {spec}"
+    );
+    ensure!(
+        spec["ipv4Config"]["gateway"] == capmox_var("GATEWAY").as_str(),
+        "ipv4Config: {spec}"
+    );
+    ensure!(
+        spec["schedulerHints"]["memoryAdjustment"] == 0,
+        "schedulerHints: {spec}"
+    );
 
     // The control plane: kube-vip at the endpoint, root's SSH keys.
     let api = plane
-        .dynamic_api("controlplane.cluster.x-k8s.io/v1beta2", "KubeadmControlPlane", Some(ns))
+        .dynamic_api(
+            "controlplane.cluster.x-k8s.io/v1beta2",
+            "KubeadmControlPlane",
+            Some(ns),
+        )
         .await?;
     let kcp = loop {
-        if let Some(kcp) = api.list(&Default::default()).await?.items.into_iter().next() {
+        if let Some(kcp) = api
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .next()
+        {
             break serde_json::to_value(kcp)?;
         }
         if Instant::now() > deadline {
@@ -265,14 +388,22 @@ async fn topology_rendered_the_proxmox_cluster(plane: &Plane, ns: &str) -> Resul
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let config = &kcp["spec"]["kubeadmConfigSpec"];
-    ensure!(kcp["spec"]["version"] == packaging::SEED_KUBERNETES_VERSION, "{}", kcp["spec"]);
-    ensure!(config["users"][0]["sshAuthorizedKeys"] == json!([capmox_var("VM_SSH_KEYS")]), "users: {config}");
+    ensure!(
+        kcp["spec"]["version"] == packaging::SEED_KUBERNETES_VERSION,
+        "{}",
+        kcp["spec"]
+    );
+    ensure!(
+        config["users"][0]["sshAuthorizedKeys"] == json!([capmox_var("VM_SSH_KEYS")]),
+        "users: {config}"
+    );
     let content = config["files"][0]["content"].as_str().unwrap_or_default();
     let manifest: Value = serde_yaml::from_str(content).context("kube-vip manifest")?;
     let env = &manifest["spec"]["containers"][0]["env"];
     ensure!(
         env.as_array()
-            .is_some_and(|e| e.iter().any(|e| e["name"] == "address" && e["value"] == capmox_var("CONTROL_PLANE_ENDPOINT_IP").as_str())),
+            .is_some_and(|e| e.iter().any(|e| e["name"] == "address"
+                && e["value"] == capmox_var("CONTROL_PLANE_ENDPOINT_IP").as_str())),
         "kube-vip env: {env}"
     );
     Ok(())

@@ -48,15 +48,26 @@ fn metadata_yaml_parses_strictly_and_maps_the_workspace_release_series_to_v1beta
             .any(|s| s.major == major && s.minor == minor),
         "no release series for the workspace version {major}.{minor}"
     );
-    let mut series: Vec<_> = meta.release_series.iter().map(|s| (s.major, s.minor)).collect();
+    let mut series: Vec<_> = meta
+        .release_series
+        .iter()
+        .map(|s| (s.major, s.minor))
+        .collect();
     series.sort();
     series.dedup();
-    assert_eq!(series.len(), meta.release_series.len(), "duplicate release series");
+    assert_eq!(
+        series.len(),
+        meta.release_series.len(),
+        "duplicate release series"
+    );
 }
 
 #[test]
 fn a_metadata_yaml_with_an_unknown_field_is_rejected_by_the_strict_parse() {
     let bad = "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n- {major: 0, minor: 1, contract: v1beta2, contracts: v1beta2}\n";
     let err = serde_yaml::from_str::<Metadata>(bad).unwrap_err();
-    assert!(err.to_string().contains("unknown field `contracts`"), "{err}");
+    assert!(
+        err.to_string().contains("unknown field `contracts`"),
+        "{err}"
+    );
 }
