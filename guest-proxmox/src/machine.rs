@@ -2077,8 +2077,36 @@ impl Guest for Plugin {
             }
             other => Err(other),
         })?;
-        let cpus = spec.num_sockets.unwrap_or(1) * spec.num_cores.unwrap_or(1);
-        let memory = spec.memory_mib.unwrap_or(2048);
+        // What the spec leaves out comes from the template itself when it can be read
+        // (credentials given); the clone keeps the template's values.
+        let template = match (&req.credentials, spec.template_id, &spec.source_node) {
+            (Some(c), Some(id), Some(node))
+                if spec.num_sockets.is_none()
+                    || spec.num_cores.is_none()
+                    || spec.memory_mib.is_none() =>
+            {
+                Pve::new(c)
+                    .get(&format!("/nodes/{}/qemu/{id}/config", percent_encode(node)))
+                    .ok()
+            }
+            _ => None,
+        };
+        let from_template = |key: &str, default: u64| {
+            template
+                .as_ref()
+                .and_then(|t| u64_of(t, key))
+                .unwrap_or(default)
+        };
+        let sockets = spec
+            .num_sockets
+            .map_or_else(|| from_template("sockets", 1), u64::from);
+        let cores = spec
+            .num_cores
+            .map_or_else(|| from_template("cores", 1), u64::from);
+        let cpus = sockets * cores;
+        let memory = spec
+            .memory_mib
+            .unwrap_or_else(|| from_template("memory", 2048));
         Ok(TemplateStatus {
             capacity: vec![
                 ("cpu".into(), cpus.to_string()),

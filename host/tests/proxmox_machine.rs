@@ -217,6 +217,7 @@ fn full_spec() -> Value {
         "templateID": 9000,
         "full": true,
         "storage": "local-lvm",
+        "format": "raw",
         "pool": "capi",
         "description": "worker of the lifecycle test",
         "tags": ["k8s", "worker"],
@@ -917,6 +918,19 @@ async fn template_selector_failure_domain_and_templates() {
     let cap: BTreeMap<_, _> = t.capacity.into_iter().collect();
     assert_eq!(cap.get("cpu").map(String::as_str), Some("2"));
     assert_eq!(cap.get("memory").map(String::as_str), Some("4096Mi"));
+    // Unset values come from the template (9000: 2 cores, 2048 MiB) when it can be read.
+    let t = plugin
+        .describe_template(&hyperplug::runtime::bindings::machine::TemplateRequest {
+            template: object("tpl"),
+            spec: json!({"sourceNode": "pve1", "templateID": 9000, "numSockets": 2}).to_string(),
+            credentials: Some(pinned(&sim)),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let cap: BTreeMap<_, _> = t.capacity.into_iter().collect();
+    assert_eq!(cap.get("cpu").map(String::as_str), Some("4"));
+    assert_eq!(cap.get("memory").map(String::as_str), Some("2048Mi"));
 }
 
 #[tokio::test]
