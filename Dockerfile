@@ -37,7 +37,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     install -D -m 0755 "target/$target/release/hyperplug" /out/hyperplug; \
     install -D -m 0644 plugins/proxmox.wasm /out/plugins/proxmox.wasm; \
     # Refuse a dynamically linked binary: the runtime image has no libc.
-    if ldd /out/hyperplug >/dev/null 2>&1; then ldd /out/hyperplug; exit 1; fi; \
+    if readelf -d /out/hyperplug | grep -q '(NEEDED)'; then readelf -d /out/hyperplug; exit 1; fi; \
     # The binary loads the plugin it ships with.
     /out/hyperplug inspect --no-plugin-cache /out/plugins/proxmox.wasm; \
     mkdir -p /out/cache
