@@ -1004,3 +1004,116 @@ async fn scheduling_checks_memory_with_the_adjustment_and_cpus() {
     }
     assert_eq!(non_templates(&sim).len(), 2);
 }
+
+/// Real-ish durations (clone 300 ms, start 200 ms, boot and agent 500 ms each): every
+/// wait is returned as progress, none is slept through inside a call.
+#[tokio::test]
+async fn with_pve_task_durations_every_wait_is_a_requeue() {
+    let sim = sim_with(Config::default()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut spec = full_spec();
+    spec["network"]["additionalDevices"] = json!([]);
+    let mut req = request(&sim, "m1", "c1", spec, seed_cluster());
+    req.bootstrap = Some(bootstrap());
+    let mut next = 220;
+    let mut pool = |device: &str, pool: &str| {
+        assert_eq!((device, pool), ("net0", "ipv4"));
+        next += 1;
+        AllocatedAddress {
+            device: device.into(),
+            address: format!("192.168.1.{next}"),
+            prefix: 24,
+            gateway: Some("192.168.1.1".into()),
+        }
+    };
+    let (status, run) = drive_create(&plugin, &mut req, &mut pool, 400)
+        .await
+        .unwrap();
+    assert!(status.ready);
+    for phase in [
+        "WaitingForAddresses",
+        "Cloning",
+        "Resizing",
+        "PoweringOn",
+        "WaitingForGuestAgent",
+        "Ready",
+    ] {
+        assert!(
+            run.phases.iter().any(|p| p == phase),
+            "{phase} in {:?}",
+            run.phases
+        );
+    }
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    assert!(
+        vm["ipv4"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("192.168.1.221")),
+        "{}",
+        vm["ipv4"]
+    );
+    let phases = drive_delete(&plugin, &mut req, 400).await.unwrap();
+    assert_eq!(phases, ["Stopping", "Deleting"], "{phases:?}");
+    assert!(non_templates(&sim).is_empty());
+}
+
+/// A delete that arrives while the clone still holds its lock waits for it, then
+/// stops and destroys; nothing is left.
+#[tokio::test]
+async fn delete_during_the_clone_waits_for_the_lock() {
+    let mut config = Config::fast();
+    config.task_ms.insert("qmclone".into(), 300);
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    let first = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert_eq!(first.progress.phase, "Cloning");
+    let vmid = vmid_of(&first);
+    req.state = Some(first.progress.state.clone());
+    let phases = drive_delete(&plugin, &mut req, 200).await.unwrap();
+    assert_eq!(
+        phases.first().map(String::as_str),
+        Some("Stopping"),
+        "{phases:?}"
+    );
+    assert!(sim.state().vm(vmid).is_none());
+    assert!(non_templates(&sim).is_empty());
+}
+
+/// Ignition goes into `user-data` as it is (Ignition's Proxmox VE platform reads the
+/// NoCloud `user-data`); without the guest agent the ISO stays attached.
+#[tokio::test]
+async fn ignition_bootstrap_data_is_the_user_data() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000,
+                      "cloudInit": {"isoStorage": "local", "cdSlot": "sata1"},
+                      "checks": {"skipQemuGuestAgent": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    let ignition = r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[]}}"#;
+    req.bootstrap = Some(BootstrapData {
+        format: "ignition".into(),
+        value: ignition.as_bytes().to_vec(),
+    });
+    let (status, _) = drive_create_dyn(&plugin, &mut req, 50).await.unwrap();
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    let isos = iso_volumes(&sim);
+    assert_eq!(isos.len(), 1);
+    let volid = isos[0]["volid"].as_str().unwrap();
+    assert_eq!(
+        cfg(&vm, "sata1"),
+        format!("{volid},media=cdrom"),
+        "the configured CD slot"
+    );
+    assert!(
+        cfg(&vm, "ide2").is_empty(),
+        "PVE's cloud-init drive removed: {}",
+        vm["config"]
+    );
+    assert_eq!(isos[0]["nocloud"]["user_data"], ignition);
+    // DHCP: the address comes from the DHCP lease the guest reports... without the
+    // agent, only the hostname is known.
+    assert!(status.provider_id.is_some());
+}
