@@ -772,6 +772,16 @@ fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError>
         } else {
             Step::Configuring
         };
+        // A running VM has booted from its seed already: only its addresses are missing.
+        if st.step == Step::Configuring {
+            let current = cx
+                .pve
+                .get(&format!("{}/status/current", cx.config_path(st)))
+                .map_err(|e| e.classify("reading the adopted VM's status"))?;
+            if str_of(&current, "status").as_deref() == Some("running") {
+                st.step = Step::WaitingForGuestAgent;
+            }
+        }
         return Ok(None);
     }
     let (src_node, template) = resolve_template(cx)?;

@@ -647,6 +647,11 @@ async fn a_state_lost_between_clone_and_save_adopts_the_vm() {
         Some(&1),
         "{counters:?}"
     );
+    assert_eq!(
+        counters.get("POST /nodes/{node}/storage/{storage}/upload"),
+        Some(&1),
+        "a running adopted VM gets no second seed: {counters:?}"
+    );
 }
 
 #[tokio::test]
