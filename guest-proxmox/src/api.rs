@@ -116,6 +116,7 @@ pub fn classify_message(message: &str) -> Option<&'static str> {
         "can't upload to storage",
         "you can't start a vm if it's a template",
         "no such",
+        "protection mode enabled",
     ];
     config
         .iter()

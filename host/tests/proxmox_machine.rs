@@ -1122,3 +1122,57 @@ async fn ignition_bootstrap_data_is_the_user_data() {
     // agent, only the hostname is known.
     assert!(status.provider_id.is_some());
 }
+
+/// CAPI's failure domain is the node: a template on shared storage is cloned there, and
+/// the seed goes to that node's ISO storage.
+#[tokio::test]
+async fn the_failure_domain_is_the_node_the_vm_lands_on() {
+    let mut config = Config::fast();
+    config.storages.push(pve_sim::StorageConfig {
+        id: "shared".into(),
+        kind: pve_sim::StorageType::Dir,
+        content: vec!["images".into()],
+        shared: true,
+        ..pve_sim::StorageConfig::default()
+    });
+    config.vms.push(pve_sim::VmSeed {
+        vmid: 9100,
+        node: "pve1".into(),
+        config: [
+            ("name", "shared-template"),
+            ("template", "1"),
+            ("scsi0", "shared:9100/base-9100-disk-0.raw,size=10G"),
+            ("net0", "virtio,bridge=vmbr0"),
+            ("agent", "1"),
+            ("cores", "2"),
+            ("memory", "2048"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        ..pve_sim::VmSeed::default()
+    });
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let cluster = json!({"allowedNodes": ["pve1", "pve2", "pve3"],
+                         "controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443}});
+    let spec = json!({"sourceNode": "pve1", "templateID": 9100,
+                      "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, cluster);
+    req.bootstrap = Some(bootstrap());
+    req.failure_domain = Some("pve2".into());
+    let (status, _) = drive_create_dyn(&plugin, &mut req, 50).await.unwrap();
+    assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    assert_eq!(vm["node"], "pve2");
+    assert_eq!(vm["status"], "running");
+    assert!(
+        cfg(&vm, "scsi0").starts_with("shared:"),
+        "{}",
+        cfg(&vm, "scsi0")
+    );
+    let details: BTreeMap<_, _> = status.details.iter().cloned().collect();
+    assert_eq!(details.get("node").map(String::as_str), Some("pve2"));
+    drive_delete(&plugin, &mut req, 30).await.unwrap();
+    assert!(non_templates(&sim).is_empty());
+}
