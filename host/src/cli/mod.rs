@@ -86,3 +86,13 @@ pub async fn load_plugins(
     }
     Ok(plugins)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -41,8 +41,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "0.0.0.0:8081", env = "HYPERPLUG_HEALTH_ADDR")]
     pub health_addr: SocketAddr,
     /// Reconciles in flight per kind.
-    #[arg(long, default_value_t = 16, env = "HYPERPLUG_CONCURRENCY")]
-    pub concurrency: u16,
+    #[arg(long, default_value_t = 16, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
+    pub reconcile_concurrency: u16,
     /// Seconds between drift checks of provisioned objects.
     #[arg(long, default_value_t = 300, env = "HYPERPLUG_RESYNC_SECONDS")]
     pub resync_seconds: u64,
@@ -94,7 +94,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = ManagerOptions {
         default_credentials,
         namespace: args.namespace.clone(),
-        concurrency: args.concurrency,
+        concurrency: args.reconcile_concurrency,
         resync: Duration::from_secs(args.resync_seconds),
     };
     ready.store(true, Ordering::Relaxed);

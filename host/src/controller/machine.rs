@@ -157,9 +157,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         Outcome::Failed(err) => return fail(&ctx, &own, &obj, err).await,
     };
     // Addresses the plugin needs: claim them now, hand them over on the next call.
+    let mut addresses_pending = false;
     if !status.address_requests.is_empty() {
         let infra_cluster_name = infra_cluster.name_any();
-        ipam::ensure_claims(
+        let bound = ipam::ensure_claims(
             &ctx,
             &obj,
             &cluster_name,
@@ -167,6 +168,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             &status.address_requests,
         )
         .await?;
+        // The IPAM provider binds claims asynchronously and we do not watch them:
+        // come back soon while any is unbound.
+        addresses_pending = bound.len() < status.address_requests.len();
     }
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         patch::spec_field(&own, &obj, "providerID", json!(id)).await?;
@@ -175,6 +179,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ctx.backoff.reset(&key(&obj));
     Ok(match status.progress.requeue_after_ms {
         Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),
+        None if addresses_pending => Action::requeue(Duration::from_secs(1)),
         None if status.ready => Action::requeue(ctx.options.resync),
         None => Action::await_change(),
     })

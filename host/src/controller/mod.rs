@@ -110,6 +110,14 @@ async fn machines(ctx: Arc<Context>) {
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let machine_ar = ar.clone();
     let cluster_ar = ar.clone();
+    let infra_ar = ar.clone();
+    let infra_store = store.clone();
+    // A plugin without a cluster kind still gets this watch, on a kind that maps to
+    // nothing it owns.
+    let infra_cluster_ar = ctx
+        .cluster_kind
+        .clone()
+        .unwrap_or_else(objects::capi_cluster);
     controller
         .with_config(config(&ctx))
         // A Machine changing (owner set, bootstrap data ready, failure domain) maps to
@@ -139,6 +147,25 @@ async fn machines(ctx: Arc<Context>) {
                             && objects::cluster_name(m).as_deref() == Some(name.as_str())
                     })
                     .map(|m| ObjectRef::from_obj_with(m.as_ref(), cluster_ar.clone()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        // The InfraCluster becoming ready maps to all machines of its cluster.
+        .watches_with(
+            all_or_namespaced(&ctx.client, &infra_cluster_ar, ns),
+            infra_cluster_ar.clone(),
+            watcher::Config::default(),
+            move |c: DynamicObject| {
+                let (cluster, ns) = (objects::cluster_name(&c), c.namespace());
+                infra_store
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace() == ns
+                            && cluster.is_some()
+                            && objects::cluster_name(m) == cluster
+                    })
+                    .map(|m| ObjectRef::from_obj_with(m.as_ref(), infra_ar.clone()))
                     .collect::<Vec<_>>()
             },
         )

@@ -20,12 +20,14 @@ pub struct World {
     pub sim: RunningSim,
     pub ns: String,
     pub plugin: Plugin,
-    controllers: tokio::task::JoinHandle<()>,
+    controllers: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for World {
     fn drop(&mut self) {
-        self.controllers.abort();
+        if let Some(c) = &self.controllers {
+            c.abort();
+        }
     }
 }
 
@@ -57,7 +59,13 @@ impl std::io::Write for LogWriter {
 }
 
 impl World {
-    pub async fn start(mut sim_config: Config) -> World {
+    /// The world with the controllers running in this process.
+    pub async fn start(sim_config: Config) -> World {
+        World::start_with(sim_config, true).await
+    }
+
+    /// The world without controllers (a test runs `hyperplug run` as a process).
+    pub async fn start_with(mut sim_config: Config, in_process: bool) -> World {
         logs();
         let plane = Plane::start(PlaneOpts {
             controller_manager: true,
@@ -96,12 +104,14 @@ impl World {
             resync: Duration::from_secs(5),
             ..ManagerOptions::default()
         };
-        let controllers = tokio::spawn(controller::run(
-            plane.client(),
-            vec![plugin.clone()],
-            options,
-            Arc::new(Metrics::default()),
-        ));
+        let controllers = in_process.then(|| {
+            tokio::spawn(controller::run(
+                plane.client(),
+                vec![plugin.clone()],
+                options,
+                Arc::new(Metrics::default()),
+            ))
+        });
         World {
             plane,
             sim,
