@@ -1784,12 +1784,17 @@ fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
                     vmid: Some(vmid),
                     ..State::default()
                 };
-                Ok(cx.status(
-                    &probe,
-                    "Pending",
-                    "this machine's VM exists but is not recorded: create adopts it",
-                    None,
-                ))
+                {
+                    let mut s = cx.status(
+                        &probe,
+                        "Pending",
+                        "this machine's VM exists but is not recorded: create adopts it",
+                        None,
+                    );
+                    // Describe changes nothing: the state handed back is the one given.
+                    s.progress.state = serde_json::to_string(&st).unwrap_or_default();
+                    Ok(s)
+                }
             }
             None => Ok(cx.status(&st, phase, "no VM yet", None)),
         };
