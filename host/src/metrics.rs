@@ -27,8 +27,17 @@ pub struct CallLabels {
     pub result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub plugin: String,
+    pub method: String,
+    /// The path with IDs folded (`/nodes/{id}/qemu/{id}/status/current`).
+    pub path: String,
+}
+
 pub struct Metrics {
     pub registry: Registry,
+    pub infrastructure_requests: Family<HttpLabels, Counter>,
     pub reconciles: Family<ReconcileLabels, Counter>,
     pub reconcile_seconds: Family<KindLabels, Histogram>,
     pub plugin_calls: Family<CallLabels, Counter>,
@@ -46,6 +55,12 @@ impl Default for Metrics {
         let plugin_call_seconds = Family::<CallLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 18))
         });
+        let infrastructure_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "infrastructure_api_requests",
+            "HTTP requests plugins sent to their infrastructure APIs",
+            infrastructure_requests.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconciles by kind and result",
@@ -68,6 +83,7 @@ impl Default for Metrics {
         );
         Metrics {
             registry,
+            infrastructure_requests,
             reconciles,
             reconcile_seconds,
             plugin_calls,
@@ -117,10 +133,45 @@ impl Metrics {
             .observe(started.elapsed().as_secs_f64());
     }
 
+    /// Count one request a plugin sent, keeping label cardinality bounded.
+    pub fn infrastructure_request(&self, plugin: &str, method: &str, path: &str) {
+        let labels = HttpLabels {
+            plugin: plugin.into(),
+            method: method.into(),
+            path: fold_ids(path),
+        };
+        self.infrastructure_requests.get_or_create(&labels).inc();
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("encode metrics");
         out
+    }
+}
+
+/// Replace path segments that look like per-object identifiers (numbers, task IDs,
+/// UUIDs) with `{id}`, so metrics stay bounded whatever the API.
+fn fold_ids(path: &str) -> String {
+    path.split('/')
+        .map(|seg| {
+            let numeric = !seg.is_empty() && seg.chars().all(|c| c.is_ascii_digit());
+            let id_like = numeric || seg.contains(':') || seg.len() > 24;
+            if id_like { "{id}" } else { seg }
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids_are_folded_out_of_paths() {
+        assert_eq!(
+            super::fold_ids("/api2/json/nodes/pve1/qemu/104/status/current"),
+            "/api2/json/nodes/pve1/qemu/{id}/status/current"
+        );
+        assert_eq!(super::fold_ids("/api2/json/version"), "/api2/json/version");
     }
 }

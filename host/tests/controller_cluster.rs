@@ -8,7 +8,11 @@ use serde_json::json;
 use support::world::{TOKEN_SECRET, World, condition, logs};
 
 fn cluster_yaml(endpoint: bool) -> String {
-    let endpoint = if endpoint { "  controlPlaneEndpoint:\n    host: 192.168.1.230\n    port: 6443\n" } else { "" };
+    let endpoint = if endpoint {
+        "  controlPlaneEndpoint:\n    host: 192.168.1.230\n    port: 6443\n"
+    } else {
+        ""
+    };
     // As CAPI has it: the Cluster refers to the ProxmoxCluster, which carries the
     // cluster-name label and an owner reference (set below once the UID is known).
     format!(
@@ -51,19 +55,53 @@ spec:
 async fn a_proxmox_cluster_is_provisioned_with_endpoint_failure_domains_and_pool() {
     let world = World::start(pve_sim::Config::fast()).await;
     world.apply(&cluster_yaml(true)).await;
-    let clusters = world.api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster").await;
+    let clusters = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
+        .await;
     let pc = world
-        .wait_for(&clusters, "demo", "provisioned", |o| o.data["status"]["initialization"]["provisioned"] == true)
+        .wait_for(&clusters, "demo", "provisioned", |o| {
+            o.data["status"]["initialization"]["provisioned"] == true
+        })
         .await;
     assert_eq!(condition(&pc, "Ready").unwrap()["status"], "True");
     assert_eq!(condition(&pc, "Paused").unwrap()["reason"], "NotPaused");
-    let domains: Vec<_> = pc.data["status"]["failureDomains"].as_array().unwrap().iter().map(|d| d["name"].clone()).collect();
+    let domains: Vec<_> = pc.data["status"]["failureDomains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].clone())
+        .collect();
     assert_eq!(domains, [json!("pve1"), json!("pve2")]);
-    assert!(pc.metadata.finalizers.unwrap_or_default().contains(&"proxmox.infrastructure.hyperplug.dev".to_string()));
-    let pools = world.api("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool").await;
-    let pool = world.wait_for(&pools, "demo-ipv4", "pool exists", |_| true).await;
-    assert_eq!(pool.data["spec"]["addresses"], json!(["192.168.1.220-192.168.1.229"]));
+    assert!(
+        pc.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"proxmox.infrastructure.hyperplug.dev".to_string())
+    );
+    let pools = world
+        .api("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool")
+        .await;
+    let pool = world
+        .wait_for(&pools, "demo-ipv4", "pool exists", |_| true)
+        .await;
+    assert_eq!(
+        pool.data["spec"]["addresses"],
+        json!(["192.168.1.220-192.168.1.229"])
+    );
     assert_eq!(pool.data["spec"]["prefix"], 24);
+    // Metrics count reconciles, plugin calls and the API requests plugins made.
+    let text = world.metrics.encode();
+    assert!(
+        text.contains(r#"hyperplug_reconciles_total{kind="ProxmoxCluster",result="ok"}"#),
+        "{text}"
+    );
+    assert!(text.contains(
+        r#"hyperplug_plugin_calls_total{plugin="proxmox",call="cluster.reconcile",result="ok"}"#
+    ));
+    assert!(
+        text.contains(r#"hyperplug_infrastructure_api_requests_total{plugin="proxmox",method="GET",path="/api2/json/version"}"#),
+        "{text}"
+    );
     // Deleting it releases the finalizer (nothing cluster-wide on Proxmox to remove).
     clusters.delete("demo", &Default::default()).await.unwrap();
     world.wait_gone(&clusters, "demo").await;
@@ -73,63 +111,135 @@ async fn a_proxmox_cluster_is_provisioned_with_endpoint_failure_domains_and_pool
 async fn a_spec_error_is_a_terminal_condition_until_the_spec_is_fixed() {
     let world = World::start(pve_sim::Config::fast()).await;
     world.apply(&cluster_yaml(false)).await;
-    let clusters = world.api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster").await;
+    let clusters = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
+        .await;
     let pc = world
-        .wait_for(&clusters, "demo", "terminal failure", |o| o.data["status"]["failedGeneration"].is_i64())
+        .wait_for(&clusters, "demo", "terminal failure", |o| {
+            o.data["status"]["failedGeneration"].is_i64()
+        })
         .await;
     let ready = condition(&pc, "Ready").unwrap();
     assert_eq!(ready["status"], "False");
     assert_eq!(ready["reason"], "InvalidSpec");
-    assert!(ready["message"].as_str().unwrap().starts_with("spec.controlPlaneEndpoint:"), "{ready}");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.controlPlaneEndpoint:"),
+        "{ready}"
+    );
     // No retries while the generation stays: the simulator sees no further calls.
     let before = world.sim.state().counters();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(world.sim.state().counters(), before, "a terminal error must stop retries");
+    assert_eq!(
+        world.sim.state().counters(),
+        before,
+        "a terminal error must stop retries"
+    );
     // Fixing the spec (a new generation) recovers.
     world.apply(&cluster_yaml(true)).await;
-    world.wait_for(&clusters, "demo", "recovered", |o| o.data["status"]["initialization"]["provisioned"] == true).await;
+    world
+        .wait_for(&clusters, "demo", "recovered", |o| {
+            o.data["status"]["initialization"]["provisioned"] == true
+        })
+        .await;
 }
 
 #[tokio::test]
 async fn pausing_the_cluster_stops_plugin_calls_and_unpausing_resumes() {
     let world = World::start(pve_sim::Config::fast()).await;
     world.apply(&cluster_yaml(true)).await;
-    let clusters = world.api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster").await;
-    world.wait_for(&clusters, "demo", "provisioned", |o| o.data["status"]["initialization"]["provisioned"] == true).await;
+    let clusters = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
+        .await;
+    world
+        .wait_for(&clusters, "demo", "provisioned", |o| {
+            o.data["status"]["initialization"]["provisioned"] == true
+        })
+        .await;
     let capi = world.api("cluster.x-k8s.io/v1beta2", "Cluster").await;
     let pause = |on: bool| json!({"spec": {"paused": on}});
-    capi.patch("demo", &Default::default(), &kube::api::Patch::Merge(pause(true))).await.unwrap();
-    world.wait_for(&clusters, "demo", "Paused", |o| condition(o, "Paused").is_some_and(|c| c["status"] == "True")).await;
+    capi.patch(
+        "demo",
+        &Default::default(),
+        &kube::api::Patch::Merge(pause(true)),
+    )
+    .await
+    .unwrap();
+    world
+        .wait_for(&clusters, "demo", "Paused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
     world.sim.state().reset_counters();
     // Poke the object: a change would normally reconcile (and call the plugin).
     let poke = json!({"metadata": {"annotations": {"poke": "1"}}});
-    clusters.patch("demo", &Default::default(), &kube::api::Patch::Merge(poke)).await.unwrap();
+    clusters
+        .patch("demo", &Default::default(), &kube::api::Patch::Merge(poke))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(world.sim.state().counters().is_empty(), "paused: {:?}", world.sim.state().counters());
-    capi.patch("demo", &Default::default(), &kube::api::Patch::Merge(pause(false))).await.unwrap();
-    world.wait_for(&clusters, "demo", "unpaused", |o| condition(o, "Paused").is_some_and(|c| c["status"] == "False")).await;
+    assert!(
+        world.sim.state().counters().is_empty(),
+        "paused: {:?}",
+        world.sim.state().counters()
+    );
+    capi.patch(
+        "demo",
+        &Default::default(),
+        &kube::api::Patch::Merge(pause(false)),
+    )
+    .await
+    .unwrap();
+    world
+        .wait_for(&clusters, "demo", "unpaused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
     for _ in 0..50 {
         if !world.sim.state().counters().is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(!world.sim.state().counters().is_empty(), "unpausing must resume plugin calls");
+    assert!(
+        !world.sim.state().counters().is_empty(),
+        "unpausing must resume plugin calls"
+    );
 }
 
 #[tokio::test]
 async fn no_secret_appears_in_logs_events_or_status() {
     let world = World::start(pve_sim::Config::fast()).await;
     world.apply(&cluster_yaml(true)).await;
-    let clusters = world.api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster").await;
-    world.wait_for(&clusters, "demo", "provisioned", |o| o.data["status"]["initialization"]["provisioned"] == true).await;
-    let statuses = serde_json::to_string(&clusters.list(&Default::default()).await.unwrap().items).unwrap();
-    let events = world.plane.dynamic_api("v1", "Event", Some(&world.ns)).await.unwrap();
-    let events = serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap();
-    assert!(events.contains("proxmox") || events.contains("Ready"), "events are published: {events}");
+    let clusters = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
+        .await;
+    world
+        .wait_for(&clusters, "demo", "provisioned", |o| {
+            o.data["status"]["initialization"]["provisioned"] == true
+        })
+        .await;
+    let statuses =
+        serde_json::to_string(&clusters.list(&Default::default()).await.unwrap().items).unwrap();
+    let events = world
+        .plane
+        .dynamic_api("v1", "Event", Some(&world.ns))
+        .await
+        .unwrap();
+    let events =
+        serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap();
+    assert!(
+        events.contains("proxmox") || events.contains("Ready"),
+        "events are published: {events}"
+    );
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
     assert!(!logs.is_empty());
     for (what, text) in [("status", &statuses), ("events", &events), ("logs", &logs)] {
-        assert!(!text.contains(TOKEN_SECRET), "the token secret leaked into {what}");
+        assert!(
+            !text.contains(TOKEN_SECRET),
+            "the token secret leaked into {what}"
+        );
     }
 }

@@ -76,6 +76,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
     let metrics = Arc::new(Metrics::default());
+    for plugin in &plugins {
+        let m = metrics.clone();
+        plugin
+            .runtime()
+            .observe_http(Arc::new(move |p, method, path| {
+                m.infrastructure_request(p, method, path)
+            }));
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let health = Health {
         ready: ready.clone(),

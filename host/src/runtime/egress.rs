@@ -13,6 +13,9 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use super::tls::{TlsPolicy, client_config};
 
+/// Told of each request a plugin sends: (plugin, method, path).
+pub type HttpObserver = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
+
 /// Response header carrying the HTTP reason phrase to the plugin.
 pub const REASON_HEADER: &str = "x-hyperplug-reason-phrase";
 
@@ -97,8 +100,10 @@ pub struct Egress {
     pub max_body: usize,
     /// URLs refused during this call, for the error report and the log.
     pub denied: Arc<Mutex<Vec<String>>>,
-    /// Requests sent during this call, as `METHOD path` (for metrics).
-    pub sent: Arc<Mutex<Vec<String>>>,
+    /// Told of every request the gate lets through (metrics).
+    pub observer: Option<HttpObserver>,
+    /// The plugin making the call, for the observer.
+    pub plugin: Arc<str>,
 }
 
 impl WasiHttpHooks for Egress {
@@ -133,11 +138,13 @@ impl WasiHttpHooks for Egress {
             self.denied.lock().expect("denied list").push(target);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
-        self.sent.lock().expect("sent list").push(format!(
-            "{} {}",
-            request.method(),
-            request.uri().path()
-        ));
+        if let Some(observe) = &self.observer {
+            observe(
+                &self.plugin,
+                request.method().as_str(),
+                request.uri().path(),
+            );
+        }
         let client = self.clients.client(&self.tls);
         let max_body = self.max_body;
         Box::new(async move {

@@ -26,6 +26,7 @@ pub use limits::Limits;
 pub use loader::{WIT_PACKAGE, WIT_VERSION};
 
 use bindings::{Plugin as Bindings, PluginPre};
+pub use egress::HttpObserver;
 use egress::{ClientCache, Egress, Origin};
 use state::{CallLog, CallState};
 use tls::TlsPolicy;
@@ -48,6 +49,7 @@ struct RuntimeInner {
     limits: Limits,
     cache_dir: Option<PathBuf>,
     clients: Arc<ClientCache>,
+    observer: std::sync::OnceLock<HttpObserver>,
 }
 
 impl Runtime {
@@ -83,8 +85,14 @@ impl Runtime {
                 limits,
                 cache_dir,
                 clients: Arc::new(ClientCache::default()),
+                observer: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Be told of every HTTP request any plugin sends (set once; for metrics).
+    pub fn observe_http(&self, observer: HttpObserver) {
+        let _ = self.inner.observer.set(observer);
     }
 
     pub fn limits(&self) -> &Limits {
@@ -199,6 +207,10 @@ pub struct Plugin {
 impl Plugin {
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// The runtime this plugin was loaded into.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
     pub fn path(&self) -> &Path {
         &self.path
@@ -428,7 +440,8 @@ impl Plugin {
             clients: inner.clients.clone(),
             max_body: inner.limits.http_body_bytes(),
             denied: Arc::new(Mutex::new(Vec::new())),
-            sent: Arc::new(Mutex::new(Vec::new())),
+            observer: inner.observer.get().cloned(),
+            plugin: self.name.clone(),
         })
     }
 

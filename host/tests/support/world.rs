@@ -20,6 +20,7 @@ pub struct World {
     pub sim: RunningSim,
     pub ns: String,
     pub plugin: Plugin,
+    pub metrics: Arc<Metrics>,
     controllers: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -104,12 +105,19 @@ impl World {
             resync: Duration::from_secs(5),
             ..ManagerOptions::default()
         };
+        let metrics = Arc::new(Metrics::default());
+        let observed = metrics.clone();
+        plugin
+            .runtime()
+            .observe_http(Arc::new(move |p, method, path| {
+                observed.infrastructure_request(p, method, path)
+            }));
         let controllers = in_process.then(|| {
             tokio::spawn(controller::run(
                 plane.client(),
                 vec![plugin.clone()],
                 options,
-                Arc::new(Metrics::default()),
+                metrics.clone(),
             ))
         });
         World {
@@ -117,6 +125,7 @@ impl World {
             sim,
             ns,
             plugin,
+            metrics,
             controllers,
         }
     }
