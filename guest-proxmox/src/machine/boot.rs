@@ -1,0 +1,137 @@
+//! Powering on and waiting for the guest agent.
+
+use super::*;
+
+pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    if let Some(upid) = st.upid.clone() {
+        match poll(&cx.pve, &upid, "following the start task")? {
+            Ok(false) => {
+                return Ok(Some(cx.status(
+                    st,
+                    "PoweringOn",
+                    "start task running",
+                    Some(SHORT_MS),
+                )));
+            }
+            Ok(true) => {
+                st.upid = None;
+                st.step = Step::WaitingForGuestAgent;
+                return Ok(None);
+            }
+            Err(msg) => {
+                if let Some(e) = task_failed("starting the VM", &msg) {
+                    return Err(e);
+                }
+                st.upid = None;
+                return Ok(Some(cx.status(
+                    st,
+                    "PoweringOn",
+                    format!("start failed ({msg}); retrying"),
+                    Some(RETRY_MS),
+                )));
+            }
+        }
+    }
+    let current = cx
+        .pve
+        .get(&format!("{}/status/current", cx.config_path(st)))
+        .map_err(|e| e.classify("reading the VM status"))?;
+    if str_of(&current, "status").as_deref() == Some("running") {
+        st.step = Step::WaitingForGuestAgent;
+        return Ok(None);
+    }
+    cx.owned_config(st, "starting the VM")?;
+    let v = cx
+        .pve
+        .post(&format!("{}/status/start", cx.config_path(st)), &[])
+        .map_err(|e| e.classify("starting the VM"))?;
+    st.upid = upid_of(v);
+    Ok(None)
+}
+
+pub(super) fn waiting_for_agent(
+    cx: &Ctx,
+    st: &mut State,
+) -> Result<Option<MachineStatus>, PluginError> {
+    let checks = cx.spec.checks.clone().unwrap_or_default();
+    if checks.skip_qemu_guest_agent == Some(true) {
+        // Without the agent nothing tells when the guest has read the ISO: keep it
+        // attached (delete removes it).
+        st.step = Step::Ready;
+        return Ok(None);
+    }
+    let base = cx.config_path(st);
+    let wait = |st: &State, msg: String| {
+        Ok(Some(cx.status(
+            st,
+            "WaitingForGuestAgent",
+            msg,
+            Some(BOOT_MS),
+        )))
+    };
+    let ifaces = match cx.pve.get(&format!("{base}/agent/network-get-interfaces")) {
+        Ok(v) => v,
+        Err(PveError::Status {
+            status: 500,
+            message,
+            ..
+        }) => {
+            return wait(st, format!("guest agent not answering yet: {message}"));
+        }
+        Err(e) => return Err(e.classify("asking the guest agent")),
+    };
+    let list: Vec<Value> = ifaces
+        .get("result")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let config = cx.owned_config(st, "reading the VM's NICs")?;
+    let mut dhcp = BTreeMap::new();
+    for nic in cx.nics.iter().filter(|n| n.dhcp4 || n.dhcp6) {
+        let Some(mac) = str_of(&config, &nic.device).and_then(|n| mac_of(&n)) else {
+            continue;
+        };
+        let addrs: Vec<String> = list
+            .iter()
+            .filter(|i| str_of(i, "hardware-address").is_some_and(|m| m.eq_ignore_ascii_case(&mac)))
+            .flat_map(|i| {
+                i.get("ip-addresses")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|a| {
+                let ip = str_of(&a, "ip-address")?;
+                let v6 = str_of(&a, "ip-address-type").as_deref() == Some("ipv6");
+                let wanted = if v6 { nic.dhcp6 } else { nic.dhcp4 };
+                (wanted && !ip.starts_with("fe80") && !ip.starts_with("127.") && ip != "::1")
+                    .then_some(ip)
+            })
+            .collect();
+        if addrs.is_empty() {
+            return wait(st, format!("waiting for a DHCP address on {}", nic.device));
+        }
+        dhcp.insert(nic.device.clone(), addrs);
+    }
+    if checks.skip_cloud_init_status != Some(true) {
+        // cloud-init applied our meta-data once the guest carries its hostname.
+        let host = cx
+            .pve
+            .get(&format!("{base}/agent/get-host-name"))
+            .ok()
+            .and_then(|v| v.get("result").and_then(|r| str_of(r, "host-name")));
+        let want = &cx.req.machine.name;
+        if host.as_deref().map(|h| h.split('.').next().unwrap_or(h)) != Some(want.as_str()) {
+            return wait(
+                st,
+                format!(
+                    "waiting for cloud-init to apply the hostname {want} (guest says {})",
+                    host.as_deref().unwrap_or("nothing")
+                ),
+            );
+        }
+    }
+    st.dhcp = dhcp;
+    st.step = Step::Ejecting;
+    Ok(None)
+}

@@ -1,0 +1,262 @@
+//! The NoCloud ISO: build, upload, attach, eject, delete.
+
+use super::*;
+
+/// The ISO's storage: the spec's, else the node's first (by name) active file-based
+/// storage with `iso` content.
+pub(super) fn iso_storage(cx: &Ctx, node: &str) -> Result<String, PluginError> {
+    if let Some(s) = cx
+        .spec
+        .cloud_init
+        .as_ref()
+        .and_then(|c| c.iso_storage.clone())
+    {
+        return Ok(s);
+    }
+    let list = cx
+        .pve
+        .get(&format!(
+            "/nodes/{}/storage?content=iso",
+            percent_encode(node)
+        ))
+        .map_err(|e| e.classify("listing ISO storages"))?;
+    let mut names: Vec<String> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| u64_of(s, "active").unwrap_or(1) == 1 && u64_of(s, "enabled").unwrap_or(1) == 1)
+        .filter(|s| {
+            matches!(
+                str_of(s, "type").as_deref(),
+                Some("dir" | "nfs" | "cifs" | "cephfs" | "glusterfs" | "btrfs")
+            )
+        })
+        .filter(|s| str_of(s, "content").is_some_and(|c| c.split(',').any(|x| x == "iso")))
+        .filter_map(|s| str_of(s, "storage"))
+        .collect();
+    names.sort();
+    names.into_iter().next().ok_or_else(|| {
+        terminal(
+            "NoISOStorage",
+            format!("node {node} has no directory storage with `iso` content; set spec.cloudInit.isoStorage"),
+        )
+    })
+}
+
+pub(super) fn iso_name(cx: &Ctx, vmid: u32) -> String {
+    let uid = uid_tag(cx.uid());
+    format!("hyperplug-{vmid}-{}.iso", &uid[3..])
+}
+
+/// Builds the NoCloud seed for this machine from the VM's config (MACs, UUID).
+pub(super) fn seed(
+    cx: &Ctx,
+    config: &Value,
+    bootstrap: Vec<u8>,
+    uuid: &str,
+) -> guest_nocloud::Seed {
+    let mut interfaces = vec![];
+    for (i, nic) in cx.nics.iter().enumerate() {
+        let mac = str_of(config, &nic.device)
+            .and_then(|n| mac_of(&n))
+            .unwrap_or_default();
+        let mut iface = guest_nocloud::Interface {
+            name: format!("eth{i}"),
+            mac,
+            dhcp4: nic.dhcp4,
+            dhcp6: nic.dhcp6,
+            mtu: nic.dev.as_ref().and_then(|d| d.mtu),
+            ..Default::default()
+        };
+        for v6 in [false, true] {
+            if !(if v6 { nic.v6 } else { nic.v4 }) {
+                continue;
+            }
+            if let Some(a) = cx.allocated(&nic.device, v6) {
+                iface.addresses.push(format!("{}/{}", a.address, a.prefix));
+                // The default route only on the first NIC with a gateway.
+                let gw = a.gateway.clone().filter(|g| !g.is_empty());
+                let first = !interfaces.iter().any(|x: &guest_nocloud::Interface| {
+                    if v6 {
+                        x.gateway6.is_some()
+                    } else {
+                        x.gateway4.is_some()
+                    }
+                });
+                if first {
+                    if v6 {
+                        iface.gateway6 = gw;
+                    } else {
+                        iface.gateway4 = gw;
+                        iface.metric = cx.cluster.ipv4_config.as_ref().and_then(|c| c.metric);
+                    }
+                }
+            }
+        }
+        interfaces.push(iface);
+    }
+    guest_nocloud::Seed {
+        user_data: bootstrap,
+        meta_data: guest_nocloud::MetaData {
+            instance_id: cx.uid().to_string(),
+            hostname: cx.req.machine.name.clone(),
+            provider_id: Some(format!("proxmox://{uuid}")),
+        },
+        network: Some(guest_nocloud::NetworkConfig {
+            interfaces,
+            dns_servers: cx.cluster.dns_servers.clone(),
+        }),
+    }
+}
+
+pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    let node = st.node.clone().unwrap_or_default();
+    if let Some(upid) = st.upid.clone() {
+        match poll(&cx.pve, &upid, "following the ISO upload")? {
+            Ok(false) => {
+                return Ok(Some(cx.status(
+                    st,
+                    "UploadingCloudInit",
+                    "uploading the NoCloud ISO",
+                    Some(SHORT_MS),
+                )));
+            }
+            Ok(true) => {
+                st.upid = None;
+                st.step = Step::Attaching;
+                return Ok(None);
+            }
+            Err(msg) => {
+                if let Some(e) = task_failed("uploading the NoCloud ISO", &msg) {
+                    return Err(e);
+                }
+                st.upid = None;
+                return Ok(Some(cx.status(
+                    st,
+                    "UploadingCloudInit",
+                    format!("ISO upload failed ({msg}); retrying"),
+                    Some(RETRY_MS),
+                )));
+            }
+        }
+    }
+    let Some(bootstrap) = &cx.req.bootstrap else {
+        let mut s = cx.status(
+            st,
+            "WaitingForBootstrapData",
+            "VM cloned and configured; waiting for the bootstrap data",
+            Some(BOOTSTRAP_MS),
+        );
+        s.needs_bootstrap = true;
+        return Ok(Some(s));
+    };
+    if !matches!(bootstrap.format.as_str(), "cloud-config" | "ignition") {
+        return Err(terminal(
+            "UnsupportedBootstrapFormat",
+            format!(
+                "bootstrap format `{}`: only cloud-config and ignition are supported",
+                bootstrap.format
+            ),
+        ));
+    }
+    let config = cx.owned_config(st, "building the NoCloud ISO")?;
+    let uuid = uuid_of(&config)
+        .ok_or_else(|| transient("the VM has no smbios1 uuid yet", Some(SHORT_MS)))?;
+    st.uuid = Some(uuid.clone());
+    let storage = iso_storage(cx, &node)?;
+    let name = iso_name(cx, st.vmid.unwrap_or_default());
+    let volid = format!("{storage}:iso/{name}");
+    let image = seed(cx, &config, bootstrap.value.clone(), &uuid)
+        .iso()
+        .map_err(|e| terminal("CloudInitISO", e.to_string()))?;
+    // An ISO left by an earlier attempt (lost state) is replaced: its content may differ.
+    let content = cx
+        .pve
+        .get(&format!(
+            "/nodes/{}/storage/{}/content?content=iso",
+            percent_encode(&node),
+            percent_encode(&storage)
+        ))
+        .map_err(|e| e.classify("listing ISO images"))?;
+    let exists = content
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| str_of(v, "volid").as_deref() == Some(volid.as_str()));
+    if exists {
+        let attached = config
+            .as_object()
+            .into_iter()
+            .flatten()
+            .any(|(_, v)| v.as_str().is_some_and(|s| s.starts_with(&volid)));
+        if attached {
+            st.iso = Some(volid);
+            st.step = Step::Attaching;
+            return Ok(None);
+        }
+        delete_volume(&cx.pve, &node, &volid)?;
+    }
+    st.iso = Some(volid);
+    let v = cx
+        .pve
+        .upload(&node, &storage, "iso", &name, &image)
+        .map_err(|e| e.classify(&format!("uploading the NoCloud ISO to {storage}")))?;
+    match upid_of(v) {
+        Some(upid) => st.upid = Some(upid),
+        None => st.step = Step::Attaching,
+    }
+    Ok(None)
+}
+
+pub(super) fn delete_volume(pve: &Pve, node: &str, volid: &str) -> Result<(), PluginError> {
+    let storage = volid.split(':').next().unwrap_or_default();
+    match pve.delete(
+        &format!(
+            "/nodes/{}/storage/{}/content/{}",
+            percent_encode(node),
+            percent_encode(storage),
+            percent_encode(volid)
+        ),
+        &[],
+    ) {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().contains("does not exist") => Ok(()),
+        Err(e) => Err(e.classify(&format!("deleting {volid}"))),
+    }
+}
+
+pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
+    let config = cx.owned_config(st, "attaching the NoCloud ISO")?;
+    let slot = st.cd_slot.clone().unwrap_or_else(|| "ide2".into());
+    let volid = st.iso.clone().unwrap_or_default();
+    let mut form = vec![(slot.as_str(), format!("{volid},media=cdrom"))];
+    if let Some(d) = str_of(&config, "digest") {
+        form.push(("digest", d));
+    }
+    cx.pve
+        .put(&format!("{}/config", cx.config_path(st)), &form)
+        .map_err(|e| e.classify("attaching the NoCloud ISO"))?;
+    st.step = Step::PoweringOn;
+    Ok(())
+}
+
+/// Booted: eject the ISO (media change works on a running VM) and delete it.
+pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
+    let node = st.node.clone().unwrap_or_default();
+    if let Some(volid) = st.iso.clone() {
+        let config = cx.owned_config(st, "ejecting the NoCloud ISO")?;
+        let slot = st.cd_slot.clone().unwrap_or_else(|| "ide2".into());
+        if str_of(&config, &slot).is_some_and(|v| v.starts_with(&volid)) {
+            cx.pve
+                .put(
+                    &format!("{}/config", cx.config_path(st)),
+                    &[(slot.as_str(), "none,media=cdrom".to_string())],
+                )
+                .map_err(|e| e.classify("ejecting the NoCloud ISO"))?;
+        }
+        delete_volume(&cx.pve, &node, &volid)?;
+        st.iso = None;
+    }
+    st.step = Step::Ready;
+    Ok(())
+}

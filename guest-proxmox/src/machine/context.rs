@@ -1,0 +1,89 @@
+//! What one call works with: the parsed specs, the planned NICs and the PVE client.
+
+use super::*;
+
+/// What a call works with.
+pub(super) struct Ctx<'a> {
+    pub(super) req: &'a MachineRequest,
+    pub(super) spec: MachineSpec,
+    pub(super) cluster: ClusterSpec,
+    pub(super) nics: Vec<Nic>,
+    pub(super) pve: Pve,
+}
+
+impl<'a> Ctx<'a> {
+    pub(super) fn new(req: &'a MachineRequest) -> Result<Ctx<'a>, PluginError> {
+        let spec: MachineSpec = parse_spec(&req.spec, "spec")?;
+        let cluster: ClusterSpec = if req.cluster_spec.trim().is_empty() {
+            ClusterSpec::default()
+        } else {
+            parse_spec(&req.cluster_spec, "cluster.spec")?
+        };
+        validate(&spec, &cluster)?;
+        let nics = plan_nics(&spec, &cluster);
+        Ok(Ctx {
+            req,
+            spec,
+            cluster,
+            nics,
+            pve: Pve::new(&req.credentials),
+        })
+    }
+
+    pub(super) fn uid(&self) -> &str {
+        &self.req.machine.uid
+    }
+
+    pub(super) fn config_path(&self, st: &State) -> String {
+        format!(
+            "/nodes/{}/qemu/{}",
+            percent_encode(st.node.as_deref().unwrap_or_default()),
+            st.vmid.unwrap_or_default()
+        )
+    }
+
+    pub(super) fn get_config(&self, st: &State) -> Result<Value, PveError> {
+        self.pve.get(&format!("{}/config", self.config_path(st)))
+    }
+
+    pub(super) fn details(&self, st: &State) -> Vec<(String, String)> {
+        let mut d = vec![];
+        if let Some(n) = &st.node {
+            d.push(("node".into(), n.clone()));
+        }
+        if let Some(v) = st.vmid {
+            d.push(("vmid".into(), v.to_string()));
+        }
+        d
+    }
+
+    pub(super) fn status(
+        &self,
+        st: &State,
+        phase: &str,
+        message: impl Into<String>,
+        requeue: Option<u64>,
+    ) -> MachineStatus {
+        let ready = st.step == Step::Ready;
+        MachineStatus {
+            progress: Progress {
+                state: serde_json::to_string(st).unwrap_or_default(),
+                phase: phase.into(),
+                message: message.into(),
+                requeue_after_ms: requeue,
+            },
+            ready,
+            provider_id: if ready {
+                st.uuid.as_ref().map(|u| format!("proxmox://{u}"))
+            } else {
+                None
+            },
+            addresses: if ready { self.addresses(st) } else { vec![] },
+            failure_domain: st.node.clone(),
+            address_requests: self.address_requests(),
+            needs_bootstrap: false,
+            drift: None,
+            details: self.details(st),
+        }
+    }
+}

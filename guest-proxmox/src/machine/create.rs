@@ -1,0 +1,68 @@
+//! The create step machine: one step per call.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------
+// create
+// ---------------------------------------------------------------------------------
+
+pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
+    let cx = Ctx::new(req)?;
+    let mut st = load_state(req);
+    let missing = cx.missing_addresses();
+    if !missing.is_empty() && st.vmid.is_none() {
+        return Ok(cx.status(
+            &st,
+            "WaitingForAddresses",
+            format!("waiting for IPAM addresses: {}", missing.join(", ")),
+            None,
+        ));
+    }
+    // Bounded: every arm either advances the step or returns.
+    for _ in 0..12 {
+        match st.step {
+            Step::Start => {
+                if let Some(s) = start(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
+            Step::Cloning => {
+                if let Some(s) = cloning(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
+            Step::Configuring => configuring(&cx, &mut st)?,
+            Step::Resizing => {
+                if let Some(s) = resizing(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
+            Step::UploadingCloudInit => {
+                if let Some(s) = uploading(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
+            Step::Attaching => attaching(&cx, &mut st)?,
+            Step::PoweringOn => {
+                if let Some(s) = powering_on(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
+            Step::WaitingForGuestAgent => {
+                if let Some(s) = waiting_for_agent(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
+            Step::Ejecting => ejecting(&cx, &mut st)?,
+            Step::Ready => {
+                let msg = format!(
+                    "VM {} running on {}",
+                    st.vmid.unwrap_or_default(),
+                    st.node.as_deref().unwrap_or_default()
+                );
+                return Ok(cx.status(&st, "Ready", msg, None));
+            }
+        }
+    }
+    Ok(cx.status(&st, "Configuring", "continuing", Some(SHORT_MS)))
+}

@@ -1,0 +1,109 @@
+//! Describe: what the VM looks like now.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------
+// describe
+// ---------------------------------------------------------------------------------
+
+pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
+    let cx = Ctx::new(req)?;
+    let mut st = load_state(req);
+    let phase = phase_of(st.step);
+    let Some(vmid) = st.vmid else {
+        return match cx.find_owned()? {
+            Some((node, vmid, _)) => {
+                let probe = State {
+                    node: Some(node),
+                    vmid: Some(vmid),
+                    ..State::default()
+                };
+                {
+                    let mut s = cx.status(
+                        &probe,
+                        "Pending",
+                        "this machine's VM exists but is not recorded: create adopts it",
+                        None,
+                    );
+                    // Describe changes nothing: the state handed back is the one given.
+                    s.progress.state = serde_json::to_string(&st).unwrap_or_default();
+                    Ok(s)
+                }
+            }
+            None => Ok(cx.status(&st, phase, "no VM yet", None)),
+        };
+    };
+    let config = match cx.get_config(&st) {
+        Ok(c) => c,
+        Err(e) if e.is_not_found() => {
+            // Moved to another node (migration)?
+            let moved = cx
+                .pve
+                .get("/cluster/resources?type=vm")
+                .map_err(|e| e.classify("listing VMs"))?
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| u64_of(v, "vmid") == Some(u64::from(vmid)))
+                .and_then(|v| str_of(v, "node"));
+            match moved {
+                Some(n) => {
+                    st.node = Some(n);
+                    cx.get_config(&st)
+                        .map_err(|e| e.classify("reading the VM"))?
+                }
+                None => {
+                    let mut s = cx.status(&st, phase, format!("VM {vmid} does not exist"), None);
+                    s.ready = false;
+                    s.drift = Some(Drift::Missing(format!(
+                        "VM {vmid} no longer exists on {}: {e}",
+                        st.node.as_deref().unwrap_or_default()
+                    )));
+                    return Ok(s);
+                }
+            }
+        }
+        Err(e) => return Err(e.classify("reading the VM")),
+    };
+    if !owned_by(&config, cx.uid()) {
+        let mut s = cx.status(
+            &st,
+            phase,
+            format!("VM {vmid} belongs to someone else"),
+            None,
+        );
+        s.ready = false;
+        s.provider_id = None;
+        s.addresses = vec![];
+        s.drift = Some(Drift::Foreign(format!(
+            "VM {vmid} does not carry {}: its name is {}",
+            marker(cx.uid()),
+            str_of(&config, "name").unwrap_or_default()
+        )));
+        return Ok(s);
+    }
+    let current = cx
+        .pve
+        .get(&format!("{}/status/current", cx.config_path(&st)))
+        .map_err(|e| e.classify("reading the VM status"))?;
+    let power = str_of(&current, "status").unwrap_or_else(|| "unknown".into());
+    let mut s = cx.status(&st, phase, format!("VM {vmid} is {power}"), None);
+    s.details.push(("power".into(), power.clone()));
+    if st.step == Step::Ready && power != "running" {
+        s.drift = Some(Drift::Changed(format!("VM {vmid} is {power}, not running")));
+    }
+    Ok(s)
+}
+
+pub(super) fn phase_of(step: Step) -> &'static str {
+    match step {
+        Step::Start => "Pending",
+        Step::Cloning => "Cloning",
+        Step::Configuring => "Configuring",
+        Step::Resizing => "Resizing",
+        Step::UploadingCloudInit | Step::Attaching => "UploadingCloudInit",
+        Step::PoweringOn => "PoweringOn",
+        Step::WaitingForGuestAgent | Step::Ejecting => "WaitingForGuestAgent",
+        Step::Ready => "Ready",
+    }
+}

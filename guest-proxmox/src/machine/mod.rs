@@ -1,0 +1,224 @@
+//! Machine lifecycle: one ProxmoxMachine is one VM cloned from a template.
+//!
+//! # The state machine
+//!
+//! Every call does a few short API calls and returns; waits (PVE tasks, boots) are
+//! returned as progress with the task's UPID in the state and a small requeue hint.
+//! Create walks `WaitingForAddresses` → `Cloning` → `Configuring` → `Resizing` →
+//! `WaitingForBootstrapData` → `UploadingCloudInit` → `PoweringOn` →
+//! `WaitingForGuestAgent` → `Ready`; delete walks `Stopping` → `Deleting` → `Deleted`.
+//! A step whose PVE task failed is retried from its start (the message says why); a
+//! synchronous PVE error is returned as the plugin error it classifies to, and the host
+//! retries with the previous state, so every step is idempotent.
+//!
+//! The VM is cloned and configured before the bootstrap data exists (cloning is the slow
+//! part); only the NoCloud ISO needs it, so the machine waits in
+//! `WaitingForBootstrapData` with `needs-bootstrap` set. Static addresses, on the other
+//! hand, are needed before anything is created (they go into the same ISO, and a VM
+//! created for a machine that never gets an address would be a leak): until the host
+//! passes one address per request, nothing is touched.
+//!
+//! # Ownership
+//!
+//! The clone call itself sets the VM's `name` (the machine's name) and a `description`
+//! ending in a marker line `hyperplug.machine-uid=<machine UID>`; tags `hyperplug` and
+//! `hp-<UID>` follow in the first config write. The description marker is the proof of
+//! ownership: no stop, destroy or config write touches a VM whose description does not
+//! carry this machine's UID. Because the marker is written atomically with the VM's
+//! creation, a state lost right after the clone call (the host crashed before saving it)
+//! is recovered by adoption: with no VMID in the state, create first lists the cluster's
+//! VMs, checks those named like the machine or tagged with its UID, and adopts the one
+//! whose marker matches, never cloning a second one.
+//!
+//! # VMID allocation
+//!
+//! `GET /cluster/nextid` does not reserve anything, and two clusters (or two machines)
+//! asking at once get the same answer. The one atomic step PVE offers is the clone
+//! itself: it refuses a `newid` whose config file exists ("unable to create VM N: config
+//! file already exists", checked and created under PVE's cluster-wide lock). So the
+//! plugin proposes an ID and lets the clone verify it: with `vmIDRange` it starts at an
+//! offset derived from the machine UID (spreading concurrent machines over the range)
+//! and walks the IDs the cluster does not list as used; without a range it asks
+//! `nextid` and, after a collision, adds a UID-derived offset. On "already exists" it
+//! tries the next candidate (a few per call). Two machines can therefore never share a
+//! VM: the loser of a race is refused by PVE, and the winner's VM carries the winner's
+//! marker.
+//!
+//! # Layout
+//!
+//! One file per concern: `create` (the create step machine) drives `clone` (adoption,
+//! `vmid`, `scheduler`, `template`), `configure`, `disks`, `cloudinit` and `boot`;
+//! `delete` and `describe` are the other two calls. `state` is what the host hands back,
+//! `context` what one call works with, `ownership` the marker, `tasks` PVE task polling,
+//! `nics`/`addresses` the network side, `properties` PVE value parsing, `validate` spec
+//! checks.
+
+// The imports below are shared: every submodule starts with `use super::*;`, and the
+// `use <module>::*;` lines make each file's items visible to its siblings, so moving a
+// function between files needs no import changes.
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::{Pve, PveError, Task, classify_message, fnv1a, percent_encode};
+use crate::bindings::exports::hyperplug::provider::machine::{
+    AddressRequest, AddressType, AllocatedAddress, Drift, Guest, MachineAddress, MachineRequest,
+    MachineStatus, TemplateRequest, TemplateStatus,
+};
+use crate::bindings::hyperplug::provider::log::Level;
+use crate::bindings::hyperplug::provider::types::{
+    PluginError, Progress, TerminalError, TransientError,
+};
+use crate::spec::{ClusterSpec, MachineSpec, NetworkDevice, NicModel};
+use crate::{Plugin, invalid, log, parse_spec};
+
+mod addresses;
+mod boot;
+mod clone;
+mod cloudinit;
+mod configure;
+mod context;
+mod create;
+mod delete;
+mod describe;
+mod disks;
+mod nics;
+mod ownership;
+mod properties;
+mod scheduler;
+mod state;
+mod tasks;
+mod template;
+mod validate;
+mod vmid;
+
+use boot::*;
+use clone::*;
+use cloudinit::*;
+use configure::*;
+use context::*;
+use create::*;
+use delete::*;
+use describe::*;
+use disks::*;
+use nics::*;
+use ownership::*;
+use properties::*;
+use scheduler::*;
+use state::*;
+use tasks::*;
+use template::*;
+use validate::*;
+use vmid::*;
+
+/// Requeue hints, in milliseconds.
+const SHORT_MS: u64 = 1_000;
+const BOOT_MS: u64 = 2_000;
+const RETRY_MS: u64 = 5_000;
+const BOOTSTRAP_MS: u64 = 10_000;
+/// How many VMIDs one call tries before returning.
+const VMID_TRIES: u32 = 8;
+const MIB: u64 = 1 << 20;
+
+fn terminal(reason: &str, message: impl Into<String>) -> PluginError {
+    PluginError::Terminal(TerminalError {
+        reason: reason.into(),
+        message: message.into(),
+    })
+}
+
+fn transient(message: impl Into<String>, retry_after_ms: Option<u64>) -> PluginError {
+    PluginError::Transient(TransientError {
+        message: message.into(),
+        retry_after_ms,
+    })
+}
+
+impl Guest for Plugin {
+    fn create(req: MachineRequest) -> Result<MachineStatus, PluginError> {
+        create(&req)
+    }
+
+    fn describe(req: MachineRequest) -> Result<MachineStatus, PluginError> {
+        describe(&req)
+    }
+
+    fn delete(req: MachineRequest) -> Result<Option<Progress>, PluginError> {
+        delete(&req)
+    }
+
+    fn describe_template(req: TemplateRequest) -> Result<TemplateStatus, PluginError> {
+        let spec: MachineSpec = parse_spec(&req.spec, "spec.template.spec")?;
+        validate(&spec, &ClusterSpec::default()).or_else(|e| match e {
+            // Static addressing depends on the cluster, which a template does not see.
+            PluginError::InvalidSpec(ref i)
+                if i.field.ends_with(".dhcp4") || i.field.ends_with(".dhcp6") =>
+            {
+                Ok(())
+            }
+            other => Err(other),
+        })?;
+        // What the spec leaves out comes from the template itself when it can be read
+        // (credentials given); the clone keeps the template's values.
+        let template = match (&req.credentials, spec.template_id, &spec.source_node) {
+            (Some(c), Some(id), Some(node))
+                if spec.num_sockets.is_none()
+                    || spec.num_cores.is_none()
+                    || spec.memory_mib.is_none() =>
+            {
+                Pve::new(c)
+                    .get(&format!("/nodes/{}/qemu/{id}/config", percent_encode(node)))
+                    .ok()
+            }
+            _ => None,
+        };
+        let from_template = |key: &str, default: u64| {
+            template
+                .as_ref()
+                .and_then(|t| u64_of(t, key))
+                .unwrap_or(default)
+        };
+        let sockets = spec
+            .num_sockets
+            .map_or_else(|| from_template("sockets", 1), u64::from);
+        let cores = spec
+            .num_cores
+            .map_or_else(|| from_template("cores", 1), u64::from);
+        let cpus = sockets * cores;
+        let memory = spec
+            .memory_mib
+            .unwrap_or_else(|| from_template("memory", 2048));
+        Ok(TemplateStatus {
+            capacity: vec![
+                ("cpu".into(), cpus.to_string()),
+                ("memory".into(), format!("{memory}Mi")),
+            ],
+            node_info: vec![
+                ("architecture".into(), "amd64".into()),
+                ("operatingSystem".into(), "linux".into()),
+            ],
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("10G"), Some(10 << 30));
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("4194304"), Some(4194304));
+    }
+
+    #[test]
+    fn macs_are_found_in_net_strings() {
+        assert_eq!(
+            mac_of("virtio=BC:24:11:00:00:01,bridge=vmbr0").as_deref(),
+            Some("BC:24:11:00:00:01")
+        );
+        assert_eq!(mac_of("virtio,bridge=vmbr0"), None);
+    }
+}
