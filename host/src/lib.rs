@@ -5,6 +5,7 @@ pub mod cli;
 pub mod controller;
 pub mod crds;
 pub mod health;
+pub mod leader;
 pub mod metrics;
 pub mod runtime;
 pub mod telemetry;

@@ -40,6 +40,19 @@ pub struct RunArgs {
     /// Address of `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8081", env = "HYPERPLUG_HEALTH_ADDR")]
     pub health_addr: SocketAddr,
+    /// Elect one active replica through a Lease; the others wait as standbys.
+    #[arg(long, env = "HYPERPLUG_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "HYPERPLUG_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        default_value = "hyperplug-leader",
+        env = "HYPERPLUG_LEADER_ELECTION_ID"
+    )]
+    pub leader_election_id: String,
     /// Reconciles in flight per kind.
     #[arg(long, default_value_t = 16, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
     pub reconcile_concurrency: u16,
@@ -51,6 +64,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
 }
+
+/// How long a leader's lease lasts without renewal.
+const LEASE: Duration = Duration::from_secs(15);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let default_credentials = match &args.default_credentials_secret {
@@ -101,14 +117,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let options = ManagerOptions {
         default_credentials,
-        namespace: args.namespace.clone(),
+        // An empty value (as a Deployment's env may give) means all namespaces.
+        namespace: args.namespace.clone().filter(|n| !n.is_empty()),
         concurrency: args.reconcile_concurrency,
         resync: Duration::from_secs(args.resync_seconds),
     };
     ready.store(true, Ordering::Relaxed);
+    let elector = args.leader_elect.then(|| {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into());
+        let identity = std::env::var("HOSTNAME")
+            .unwrap_or_else(|_| format!("hyperplug-{}", std::process::id()));
+        crate::leader::Elector::new(
+            client.clone(),
+            &namespace,
+            &args.leader_election_id,
+            &identity,
+            LEASE,
+        )
+    });
+    if let Some(elector) = &elector {
+        tokio::select! {
+            acquired = elector.acquire() => acquired.context("leader election")?,
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
+    }
     tracing::info!("manager started");
+    let lost = async {
+        match &elector {
+            Some(e) => e.keep().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = controller::run(client, plugins, options, metrics) => {}
+        _ = lost => {
+            // Another replica may be reconciling now: stop at once.
+            return Ok(ExitCode::FAILURE);
+        }
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
     }
     Ok(ExitCode::SUCCESS)
