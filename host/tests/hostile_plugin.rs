@@ -193,8 +193,10 @@ async fn a_call_stuck_in_a_host_http_request_hits_the_wall_clock_timeout() {
 async fn a_busy_plugin_does_not_starve_other_calls_on_the_same_thread() {
     let (_rt, plugin) = load(
         "hostile",
+        // A budget far longer than the honest calls take, even on a loaded machine.
         Limits {
-            cpu_ms: 1_000,
+            cpu_ms: 60_000,
+            timeout_ms: 120_000,
             ..limits()
         },
     )
@@ -213,8 +215,10 @@ async fn a_busy_plugin_does_not_starve_other_calls_on_the_same_thread() {
         !busy.is_finished(),
         "the loop should still be running after the honest calls"
     );
-    let err = busy.await.unwrap().unwrap_err();
-    assert!(err.contains("CPU budget"), "{err}");
+    // Cancelling the caller stops the plugin at its next epoch yield.
+    busy.abort();
+    assert!(busy.await.unwrap_err().is_cancelled());
+    still_serves(&plugin).await;
 }
 
 #[tokio::test]

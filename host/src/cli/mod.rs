@@ -32,7 +32,7 @@ pub enum Command {
     /// Print the CustomResourceDefinitions of the plugins' kinds as YAML.
     Crds(crds::CrdsArgs),
     /// Run the manager: reconcile the kinds of every loaded plugin.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
 }
 
 impl Command {
@@ -40,7 +40,7 @@ impl Command {
         match self {
             Command::Inspect(args) => inspect::run(args).await,
             Command::Crds(args) => crds::run(args).await,
-            Command::Run(args) => run::run(args).await,
+            Command::Run(args) => run::run(*args).await,
         }
     }
 }
