@@ -62,6 +62,11 @@ async fn world_with_cluster() -> World {
 
 /// A Machine, its bootstrap Secret and its ProxmoxMachine, owned as CAPI owns them.
 async fn create_machine(world: &World, name: &str, template_id: u32) -> DynamicObject {
+    apply_bootstrap_secret(world, name).await;
+    create_machine_without_secret(world, name, template_id).await
+}
+
+async fn apply_bootstrap_secret(world: &World, name: &str) {
     world
         .apply(&format!(
             r##"
@@ -75,7 +80,20 @@ type: cluster.x-k8s.io/secret
 stringData:
   value: "#cloud-config\nruncmd: [echo hello]\n"
   format: cloud-config
----
+"##
+        ))
+        .await;
+}
+
+/// The Machine and ProxmoxMachine before the bootstrap provider has written its Secret.
+async fn create_machine_without_secret(
+    world: &World,
+    name: &str,
+    template_id: u32,
+) -> DynamicObject {
+    world
+        .apply(&format!(
+            r##"
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: Machine
 metadata:
@@ -299,4 +317,26 @@ async fn a_missing_template_is_terminal_until_the_spec_is_fixed() {
     .await
     .unwrap();
     world.wait_for(&pms, "bad", "recovered", provisioned).await;
+}
+
+#[tokio::test]
+async fn a_machine_waits_for_its_bootstrap_secret_and_goes_on_when_it_appears() {
+    let world = world_with_cluster().await;
+    create_machine_without_secret(&world, "late", 9000).await;
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    let pm = world
+        .wait_for(&pms, "late", "waiting for bootstrap data", |o| {
+            o.data["status"]["phase"] == "WaitingForBootstrapData"
+        })
+        .await;
+    assert_eq!(
+        condition(&pm, "Ready").unwrap()["reason"],
+        "WaitingForBootstrapData"
+    );
+    apply_bootstrap_secret(&world, "late").await;
+    world
+        .wait_for(&pms, "late", "provisioned", provisioned)
+        .await;
 }

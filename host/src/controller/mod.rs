@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Recorder, Reporter};
@@ -94,6 +95,13 @@ fn all_or_namespaced(client: &Client, ar: &ApiResource, ns: &Option<String>) -> 
     }
 }
 
+fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 fn config(ctx: &Context) -> ControllerConfig {
     ControllerConfig::default().concurrency(ctx.options.concurrency)
 }
@@ -112,6 +120,8 @@ async fn machines(ctx: Arc<Context>) {
     let cluster_ar = ar.clone();
     let infra_ar = ar.clone();
     let infra_store = store.clone();
+    let secret_store = store.clone();
+    let secret_ar = ar.clone();
     // A plugin without a cluster kind still gets this watch, on a kind that maps to
     // nothing it owns.
     let infra_cluster_ar = ctx
@@ -147,6 +157,29 @@ async fn machines(ctx: Arc<Context>) {
                             && objects::cluster_name(m).as_deref() == Some(name.as_str())
                     })
                     .map(|m| ObjectRef::from_obj_with(m.as_ref(), cluster_ar.clone()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        // A bootstrap Secret appearing maps to the machines of its cluster (labelled
+        // Secrets only, so the manager never watches every Secret).
+        .watches_with(
+            secrets(&ctx.client, ns),
+            (),
+            watcher::Config::default().labels(objects::CLUSTER_NAME_LABEL),
+            move |s: Secret| {
+                let (cluster, ns) = (
+                    s.labels().get(objects::CLUSTER_NAME_LABEL).cloned(),
+                    s.namespace(),
+                );
+                secret_store
+                    .state()
+                    .into_iter()
+                    .filter(|m| {
+                        m.namespace() == ns
+                            && cluster.is_some()
+                            && objects::cluster_name(m) == cluster
+                    })
+                    .map(|m| ObjectRef::from_obj_with(m.as_ref(), secret_ar.clone()))
                     .collect::<Vec<_>>()
             },
         )
