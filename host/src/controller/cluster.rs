@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::conditions::{self, Condition, PAUSED, PROVISIONED, READY, reasons};
 use super::context::{Context, finalizer};
-use super::error::{Error, Result};
+use super::error::Result;
 use super::machine::{key, object_ref, publish};
 use super::objects::{self, api, capi_cluster, str_field};
 use super::outcome::{self, Outcome};
@@ -58,6 +58,12 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     }
     let creds = credentials::for_cluster(&ctx, &obj).await;
     let deleting = obj.metadata.deletion_timestamp.is_some();
+    let request = |credentials| ClusterRequest {
+        cluster: object_ref(&obj),
+        spec: spec(&obj),
+        state: state(&obj),
+        credentials,
+    };
     if deleting {
         if !obj
             .finalizers()
@@ -66,12 +72,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         {
             return Ok(Action::await_change());
         }
-        let req = ClusterRequest {
-            cluster: object_ref(&obj),
-            spec: spec(&obj),
-            state: state(&obj),
-            credentials: creds?,
-        };
+        let req = request(creds?);
         let result = ctx
             .metrics
             .plugin_call(
@@ -95,12 +96,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     patch::add_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
-    let req = ClusterRequest {
-        cluster: object_ref(&obj),
-        spec: spec(&obj),
-        state: state(&obj),
-        credentials: creds?,
-    };
+    let req = request(creds?);
     let result = ctx
         .metrics
         .plugin_call(
@@ -111,34 +107,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .await;
     let status = match outcome::of(result) {
         Outcome::Done(s) => s,
-        Outcome::Failed(err) => {
-            let (reason, message, terminal) = match &err {
-                Error::Terminal { reason, message } => (reason.clone(), message.clone(), true),
-                other => (
-                    reasons::TRANSIENT_ERROR.to_string(),
-                    other.to_string(),
-                    false,
-                ),
-            };
-            let mut fields = Map::new();
-            let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
-            fields.insert(
-                "conditions".into(),
-                conditions::merge(
-                    existing,
-                    &[Condition::new(READY, false, &reason, &message)],
-                    generation,
-                ),
-            );
-            if terminal {
-                fields.insert("failedGeneration".into(), json!(generation));
-                publish(&ctx, &obj, &reason, &message, true).await;
-                patch::status(&own, &obj, fields).await?;
-                return Ok(Action::await_change());
-            }
-            patch::status(&own, &obj, fields).await?;
-            return Err(err);
-        }
+        Outcome::Failed(err) => return super::machine::fail(&ctx, &own, &obj, err).await,
     };
     ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
     if let Some(ep) = &status.control_plane_endpoint

@@ -317,8 +317,8 @@ async fn persist(
 }
 
 /// Errors: terminal ones become conditions and stop retries for this generation;
-/// the rest go to the error policy's backoff.
-async fn fail(
+/// the rest go to the error policy's backoff. Shared by every kind.
+pub(super) async fn fail(
     ctx: &Context,
     own: &Api<DynamicObject>,
     obj: &DynamicObject,

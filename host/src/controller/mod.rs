@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 
@@ -95,6 +95,27 @@ fn all_or_namespaced(client: &Client, ar: &ApiResource, ns: &Option<String>) -> 
     }
 }
 
+/// The InfraMachines in the cache that belong to `cluster` in `namespace`.
+fn machines_of(
+    store: &Store<DynamicObject>,
+    ar: &ApiResource,
+    namespace: Option<String>,
+    cluster: Option<String>,
+) -> Vec<ObjectRef<DynamicObject>> {
+    let Some(cluster) = cluster else {
+        return Vec::new();
+    };
+    store
+        .state()
+        .into_iter()
+        .filter(|m| {
+            m.namespace() == namespace
+                && objects::cluster_name(m).as_deref() == Some(cluster.as_str())
+        })
+        .map(|m| ObjectRef::from_obj_with(m.as_ref(), ar.clone()))
+        .collect()
+}
+
 fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
     match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -148,16 +169,7 @@ async fn machines(ctx: Arc<Context>) {
             objects::capi_cluster(),
             watcher::Config::default(),
             move |c: DynamicObject| {
-                let (name, ns) = (c.name_any(), c.namespace());
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|m| {
-                        m.namespace() == ns
-                            && objects::cluster_name(m).as_deref() == Some(name.as_str())
-                    })
-                    .map(|m| ObjectRef::from_obj_with(m.as_ref(), cluster_ar.clone()))
-                    .collect::<Vec<_>>()
+                machines_of(&store, &cluster_ar, c.namespace(), Some(c.name_any()))
             },
         )
         // A bootstrap Secret appearing maps to the machines of its cluster (labelled
@@ -167,20 +179,8 @@ async fn machines(ctx: Arc<Context>) {
             (),
             watcher::Config::default().labels(objects::CLUSTER_NAME_LABEL),
             move |s: Secret| {
-                let (cluster, ns) = (
-                    s.labels().get(objects::CLUSTER_NAME_LABEL).cloned(),
-                    s.namespace(),
-                );
-                secret_store
-                    .state()
-                    .into_iter()
-                    .filter(|m| {
-                        m.namespace() == ns
-                            && cluster.is_some()
-                            && objects::cluster_name(m) == cluster
-                    })
-                    .map(|m| ObjectRef::from_obj_with(m.as_ref(), secret_ar.clone()))
-                    .collect::<Vec<_>>()
+                let cluster = s.labels().get(objects::CLUSTER_NAME_LABEL).cloned();
+                machines_of(&secret_store, &secret_ar, s.namespace(), cluster)
             },
         )
         // The InfraCluster becoming ready maps to all machines of its cluster.
@@ -189,17 +189,12 @@ async fn machines(ctx: Arc<Context>) {
             infra_cluster_ar.clone(),
             watcher::Config::default(),
             move |c: DynamicObject| {
-                let (cluster, ns) = (objects::cluster_name(&c), c.namespace());
-                infra_store
-                    .state()
-                    .into_iter()
-                    .filter(|m| {
-                        m.namespace() == ns
-                            && cluster.is_some()
-                            && objects::cluster_name(m) == cluster
-                    })
-                    .map(|m| ObjectRef::from_obj_with(m.as_ref(), infra_ar.clone()))
-                    .collect::<Vec<_>>()
+                machines_of(
+                    &infra_store,
+                    &infra_ar,
+                    c.namespace(),
+                    objects::cluster_name(&c),
+                )
             },
         )
         .run(
