@@ -10,5 +10,5 @@ wasmtime::component::bindgen!({
     additional_derives: [serde::Serialize],
 });
 
-pub use exports::hyperplug::provider::{cluster, identity, machine};
-pub use hyperplug::provider::types;
+pub use self::exports::hyperplug::provider::{cluster, identity, machine};
+pub use self::hyperplug::provider::types;
