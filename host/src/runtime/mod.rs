@@ -32,7 +32,7 @@ use state::{CallLog, CallState};
 use tls::TlsPolicy;
 
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
-const KEEP_RESIDENT: usize = 64 << 10;
+const KEEP_RESIDENT: usize = 512 << 10;
 
 /// How often the engine's epoch advances: the resolution of the CPU budget.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
