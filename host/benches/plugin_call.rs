@@ -11,10 +11,7 @@ use hyperplug::runtime::bindings::machine::MachineRequest;
 use hyperplug::runtime::{Credentials, Limits, ObjectRef, Runtime};
 
 fn test_plugin() -> PathBuf {
-    let out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target-bench-plugins");
-    let out = std::env::var_os("CARGO_TARGET_DIR")
-        .map(|d| PathBuf::from(d).join("bench-plugins"))
-        .unwrap_or(out);
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-plugins");
     let status = std::process::Command::new("bash")
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-plugins.sh"))
         .arg("--test-out")
