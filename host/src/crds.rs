@@ -17,7 +17,7 @@ pub fn provider_label_value(info: &PluginInfo) -> String {
     format!("infrastructure-{}", info.name)
 }
 
-/// Lower-case plural of a kind, as CRD names use it (`ProxmoxMachine` → `proxmoxmachines`).
+/// Lower-case plural of a kind, as CRD names use it (`ExampleMachine` → `examplemachines`).
 pub fn plural(kind: &str) -> String {
     let lower = kind.to_ascii_lowercase();
     if lower.ends_with('s') {
@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn plural_follows_crd_naming() {
-        assert_eq!(plural("ProxmoxMachine"), "proxmoxmachines");
+        assert_eq!(plural("ExampleMachine"), "examplemachines");
         assert_eq!(plural("RedfishHostClass"), "redfishhostclasses");
     }
 

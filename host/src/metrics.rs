@@ -169,9 +169,13 @@ mod tests {
     #[test]
     fn ids_are_folded_out_of_paths() {
         assert_eq!(
-            super::fold_ids("/api2/json/nodes/pve1/qemu/104/status/current"),
-            "/api2/json/nodes/pve1/qemu/{id}/status/current"
+            super::fold_ids("/v1/hosts/node1/machines/104/status"),
+            "/v1/hosts/node1/machines/{id}/status"
         );
-        assert_eq!(super::fold_ids("/api2/json/version"), "/api2/json/version");
+        assert_eq!(
+            super::fold_ids("/v1/tasks/UPID:n1:00AB:x/log"),
+            "/v1/tasks/{id}/log"
+        );
+        assert_eq!(super::fold_ids("/v1/version"), "/v1/version");
     }
 }

@@ -231,8 +231,8 @@ async fn no_secret_appears_in_logs_events_or_status() {
     let events =
         serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap();
     assert!(
-        events.contains("proxmox") || events.contains("Ready"),
-        "events are published: {events}"
+        events.contains(r#""reason":"Ready""#),
+        "the Ready phase is published as an event: {events}"
     );
     let logs = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
     assert!(!logs.is_empty());

@@ -9,46 +9,20 @@ use kube::api::{DynamicObject, Patch};
 use serde_json::{Value, json};
 use support::world::{World, condition};
 
-const CLUSTER: &str = r#"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata:
-  name: demo
-spec:
-  clusterNetwork:
-    pods:
-      cidrBlocks: ["10.44.0.0/16"]
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: ProxmoxCluster
-    name: demo
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: ProxmoxCluster
-metadata:
-  name: demo
-  labels:
-    cluster.x-k8s.io/cluster-name: demo
-spec:
-  allowedNodes: [pve1]
-  controlPlaneEndpoint:
-    host: 192.168.1.230
-    port: 6443
-  dnsServers: [192.168.1.1]
-  ipv4Config:
-    addresses: ["192.168.1.220-192.168.1.229"]
-    gateway: 192.168.1.1
-    prefix: 24
-  schedulerHints:
-    memoryAdjustment: 0
-  credentialsRef:
-    name: pve-credentials
-"#;
+/// The Cluster and ProxmoxCluster of the shared fixture (its first two documents).
+fn cluster_yaml() -> String {
+    let fixture = include_str!("fixtures/cluster-and-machine.yaml");
+    fixture
+        .split("---\n")
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
 
 async fn world_with_cluster() -> World {
     let world = World::start(pve_sim::Config::fast()).await;
     world.plane.start_ipam().await.expect("IPAM provider");
-    world.apply(CLUSTER).await;
+    world.apply(&cluster_yaml()).await;
     let clusters = world
         .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
         .await;
@@ -339,4 +313,57 @@ async fn a_machine_waits_for_its_bootstrap_secret_and_goes_on_when_it_appears() 
     world
         .wait_for(&pms, "late", "provisioned", provisioned)
         .await;
+}
+
+#[tokio::test]
+async fn pausing_the_cluster_stops_machine_plugin_calls_and_unpausing_resumes() {
+    let world = world_with_cluster().await;
+    create_machine(&world, "p-0", 9000).await;
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    world
+        .wait_for(&pms, "p-0", "provisioned", provisioned)
+        .await;
+    let capi = world.api("cluster.x-k8s.io/v1beta2", "Cluster").await;
+    let pause = |on: bool| json!({"spec": {"paused": on}});
+    capi.patch("demo", &Default::default(), &Patch::Merge(pause(true)))
+        .await
+        .unwrap();
+    world
+        .wait_for(&pms, "p-0", "Paused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+    world.sim.state().reset_counters();
+    // A change to the machine would normally reconcile it (and call the plugin); the
+    // resync period (5 s here) passes too.
+    let poke = json!({"metadata": {"annotations": {"poke": "1"}}});
+    pms.patch("p-0", &Default::default(), &Patch::Merge(poke))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(
+        world.sim.state().counters().is_empty(),
+        "paused: {:?}",
+        world.sim.state().counters()
+    );
+    capi.patch("demo", &Default::default(), &Patch::Merge(pause(false)))
+        .await
+        .unwrap();
+    world
+        .wait_for(&pms, "p-0", "unpaused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+    for _ in 0..100 {
+        if !world.sim.state().counters().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        !world.sim.state().counters().is_empty(),
+        "unpausing must resume plugin calls"
+    );
 }

@@ -227,30 +227,30 @@ mod tests {
 
     #[test]
     fn origin_matches_only_its_own_scheme_host_and_port() {
-        let origin = Origin::parse("https://pve.example:8006/api2/json").unwrap();
+        let origin = Origin::parse("https://api.example:8006/api2/json").unwrap();
         assert!(
             origin.matches(
-                &"https://pve.example:8006/api2/json/version"
+                &"https://api.example:8006/api2/json/version"
                     .parse()
                     .unwrap()
             )
         );
-        assert!(origin.matches(&"https://PVE.example:8006/x".parse().unwrap()));
-        assert!(!origin.matches(&"http://pve.example:8006/x".parse().unwrap()));
-        assert!(!origin.matches(&"https://pve.example:8007/x".parse().unwrap()));
+        assert!(origin.matches(&"https://API.example:8006/x".parse().unwrap()));
+        assert!(!origin.matches(&"http://api.example:8006/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://api.example:8007/x".parse().unwrap()));
         assert!(!origin.matches(&"https://evil.example:8006/x".parse().unwrap()));
-        assert!(!origin.matches(&"https://pve.example.evil:8006/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://api.example.evil:8006/x".parse().unwrap()));
     }
 
     #[test]
     fn origin_defaults_the_port_from_the_scheme() {
-        let origin = Origin::parse("https://pve.example").unwrap();
+        let origin = Origin::parse("https://api.example").unwrap();
         assert_eq!(origin.port, 443);
-        assert!(origin.matches(&"https://pve.example/x".parse().unwrap()));
+        assert!(origin.matches(&"https://api.example/x".parse().unwrap()));
     }
 
     #[test]
     fn origin_refuses_other_schemes() {
-        assert!(Origin::parse("ftp://pve.example").is_err());
+        assert!(Origin::parse("ftp://api.example").is_err());
     }
 }

@@ -32,7 +32,7 @@ pub fn parse_fingerprint(text: &str) -> Result<[u8; 32], String> {
     })
 }
 
-/// Format a digest the way Proxmox and most tools print it: `AA:BB:...`.
+/// Format a digest the way most tools print it: `AA:BB:...`.
 pub fn format_fingerprint(digest: &[u8]) -> String {
     digest
         .iter()
