@@ -3,11 +3,11 @@
 //! specs as JSON and answers with the shapes of `wit/`.
 mod api;
 mod cluster;
-mod http;
 mod identity;
 mod machine;
-mod schema;
 mod spec;
+
+use guest_kit::{http, schema};
 
 mod bindings {
     wit_bindgen::generate!({
@@ -26,19 +26,8 @@ bindings::export!(Plugin with_types_in bindings);
 
 /// Parse a spec, naming the field that does not fit.
 fn parse_spec<T: serde::de::DeserializeOwned>(json: &str, root: &str) -> Result<T, PluginError> {
-    let de = &mut serde_json::Deserializer::from_str(json);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." || path.is_empty() {
-            root.to_string()
-        } else {
-            format!("{root}.{path}")
-        };
-        PluginError::InvalidSpec(InvalidSpec {
-            field,
-            message: e.into_inner().to_string(),
-        })
-    })
+    guest_kit::parse_spec(json, root)
+        .map_err(|(field, message)| PluginError::InvalidSpec(InvalidSpec { field, message }))
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> PluginError {

@@ -46,6 +46,7 @@ fn request() -> MachineRequest {
             fingerprint: None,
             insecure: false,
         },
+        more_credentials: vec![],
     }
 }
 

@@ -96,7 +96,7 @@ async fn a_plugin_for_another_major_of_the_wit_is_refused_with_both_versions() {
     assert!(matches!(err, LoadError::IncompatibleWit { .. }), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("hyperplug:provider@0.2.0") && text.contains("hyperplug:provider@0.1.0"),
+        text.contains("hyperplug:provider@0.3.0") && text.contains("hyperplug:provider@0.2.0"),
         "{text}"
     );
 }

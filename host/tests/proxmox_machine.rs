@@ -75,6 +75,7 @@ fn request(
         failure_domain: None,
         addresses: vec![],
         credentials: pinned(sim),
+        more_credentials: vec![],
     }
 }
 

@@ -9,10 +9,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::{CacheArgs, load_plugins};
+use crate::blob_server;
 use crate::controller::{self, ManagerOptions};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
-use crate::runtime::Limits;
+use crate::runtime::{BlobStore, Limits};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -53,6 +54,30 @@ pub struct RunArgs {
         env = "HYPERPLUG_LEADER_ELECTION_ID"
     )]
     pub leader_election_id: String,
+    /// Address the blob server listens on: it serves what plugins publish for the
+    /// infrastructure to download (e.g. bootstrap media a machine controller boots).
+    /// Only with --blob-advertise-url.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8082",
+        env = "HYPERPLUG_BLOB_LISTEN_ADDR"
+    )]
+    pub blob_listen_addr: SocketAddr,
+    /// Base URL the infrastructure reaches the blob server at (e.g.
+    /// `http://10.0.0.5:8082`). Unset: no blob server, and plugins that publish blobs
+    /// report that they cannot.
+    #[arg(long, env = "HYPERPLUG_BLOB_ADVERTISE_URL")]
+    pub blob_advertise_url: Option<url::Url>,
+    /// Longest a published blob lives, in seconds (a plugin may ask for less).
+    #[arg(long, default_value_t = 3600, env = "HYPERPLUG_BLOB_TTL_SECONDS")]
+    pub blob_ttl_seconds: u64,
+    /// Largest blob a plugin may publish, in MiB.
+    #[arg(long, default_value_t = 64, env = "HYPERPLUG_BLOB_MAX_MIB")]
+    pub blob_max_mib: usize,
+    /// Namespace of the Leases that keep plugins' exclusive claims (e.g. which machine
+    /// holds which bare-metal host). Default: $POD_NAMESPACE, else `default`.
+    #[arg(long, env = "HYPERPLUG_CLAIMS_NAMESPACE")]
+    pub claims_namespace: Option<String>,
     /// Reconciles in flight per kind.
     #[arg(long, default_value_t = 16, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
     pub reconcile_concurrency: u16,
@@ -100,6 +125,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 m.infrastructure_request(p, method, path)
             }));
     }
+    if let Some(advertise) = &args.blob_advertise_url {
+        let store = Arc::new(BlobStore::new(
+            advertise.clone(),
+            Duration::from_secs(args.blob_ttl_seconds),
+            args.blob_max_mib << 20,
+        ));
+        for plugin in &plugins {
+            plugin.runtime().serve_blobs(store.clone());
+        }
+        let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
+            .await
+            .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
+        tracing::info!(addr = %args.blob_listen_addr, advertised = %advertise, "serving blobs");
+        tokio::spawn(log_exit("blobs", blob_server::serve(listener, store)));
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let health = Health {
         ready: ready.clone(),
@@ -121,6 +161,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace.clone().filter(|n| !n.is_empty()),
         concurrency: args.reconcile_concurrency,
         resync: Duration::from_secs(args.resync_seconds),
+        claims_namespace: args
+            .claims_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .unwrap_or_else(|| "default".into()),
     };
     ready.store(true, Ordering::Relaxed);
     let elector = args.leader_elect.then(|| {

@@ -58,11 +58,12 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     }
     let creds = credentials::for_cluster(&ctx, &obj).await;
     let deleting = obj.metadata.deletion_timestamp.is_some();
-    let request = |credentials| ClusterRequest {
+    let request = |credentials: credentials::CallCredentials| ClusterRequest {
         cluster: object_ref(&obj),
         spec: spec(&obj),
         state: state(&obj),
-        credentials,
+        credentials: credentials.primary,
+        more_credentials: credentials.more,
     };
     if deleting {
         if !obj

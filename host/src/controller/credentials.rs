@@ -1,5 +1,7 @@
 //! The credentials of a call: the InfraCluster's `spec.credentialsRef` Secret, or the
-//! manager's default. Secret values never reach logs, events or status.
+//! manager's default, plus every Secret its `spec.credentialsRefs` list names (for
+//! plugins that reach several endpoints, e.g. an inventory of machine controllers).
+//! Secret values never reach logs, events or status.
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::DynamicObject;
@@ -7,7 +9,7 @@ use kube::api::DynamicObject;
 use super::context::Context;
 use super::error::{Error, Result};
 use super::objects::{field, str_field};
-use crate::runtime::Credentials;
+use crate::runtime::{Credentials, NamedCredentials};
 
 /// Keys read from the Secret.
 pub const URL: &str = "url";
@@ -17,19 +19,73 @@ pub const CA: &str = "ca.crt";
 pub const FINGERPRINT: &str = "fingerprint";
 pub const INSECURE: &str = "insecure";
 
-pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<Credentials> {
+/// The credentials of a call: the primary ones and those of `spec.credentialsRefs`.
+pub struct CallCredentials {
+    pub primary: Credentials,
+    pub more: Vec<NamedCredentials>,
+}
+
+/// Most Secrets one InfraCluster may name in `spec.credentialsRefs`.
+const MAX_REFS: usize = 256;
+
+pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
+    let mut more = Vec::new();
+    let refs = field(infra_cluster, "spec.credentialsRefs")
+        .and_then(|v| v.as_array())
+        .cloned()
+        .unwrap_or_default();
+    if refs.len() > MAX_REFS {
+        return Err(Error::Terminal {
+            reason: "InvalidCredentials".into(),
+            message: format!(
+                "spec.credentialsRefs names {} Secrets; at most {MAX_REFS} are allowed",
+                refs.len()
+            ),
+        });
+    }
+    for (i, r) in refs.iter().enumerate() {
+        let name = r
+            .get("name")
+            .and_then(|v| v.as_str())
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| Error::Terminal {
+                reason: "InvalidCredentials".into(),
+                message: format!("spec.credentialsRefs[{i}].name is not set"),
+            })?;
+        let ns = r
+            .get("namespace")
+            .and_then(|v| v.as_str())
+            .unwrap_or(&own_ns);
+        more.push(NamedCredentials {
+            name: format!("{ns}/{name}"),
+            credentials: read(ctx, ns, name).await?,
+        });
+    }
     let (namespace, name) = match str_field(infra_cluster, "spec.credentialsRef.name") {
         Some(name) => {
             let ns = field(infra_cluster, "spec.credentialsRef.namespace").and_then(|v| v.as_str()).unwrap_or(&own_ns);
             (ns.to_string(), name.to_string())
         }
-        None => ctx.options.default_credentials.clone().ok_or_else(|| Error::Terminal {
-            reason: "NoCredentials".into(),
-            message: "spec.credentialsRef is not set and the manager has no --default-credentials-secret".into(),
-        })?,
+        None => match (more.first(), &ctx.options.default_credentials) {
+            // A list and no single Secret: the first of the list is the primary (never
+            // the manager's default, which may belong to another kind of infrastructure).
+            (Some(first), _) => return Ok(CallCredentials { primary: first.credentials.clone(), more }),
+            (None, Some(default)) => default.clone(),
+            (None, None) => return Err(Error::Terminal {
+                reason: "NoCredentials".into(),
+                message: "spec.credentialsRef (or spec.credentialsRefs) is not set and the manager has no --default-credentials-secret".into(),
+            }),
+        },
     };
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+    Ok(CallCredentials {
+        primary: read(ctx, &namespace, &name).await?,
+        more,
+    })
+}
+
+async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials> {
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
         .get_opt(&name)
         .await?
         .ok_or_else(|| {

@@ -118,7 +118,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             .and_then(|m| str_field(m, "spec.failureDomain"))
             .map(str::to_string),
         addresses: ipam::bound_addresses(&ctx, &obj).await?,
-        credentials: creds,
+        credentials: creds.primary,
+        more_credentials: creds.more,
     };
 
     if deleting {
@@ -175,6 +176,13 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         patch::spec_field(&own, &obj, "providerID", json!(id)).await?;
     }
+    if status.ready {
+        // Blobs (bootstrap media) are for provisioning only: once provisioned, gone.
+        ctx.plugin
+            .runtime()
+            .blobs()
+            .withdraw_object(&obj.uid().unwrap_or_default());
+    }
     persist(&ctx, &own, &obj, &status, provisioned).await?;
     ctx.backoff.reset(&key(&obj));
     Ok(match status.progress.requeue_after_ms {
@@ -209,6 +217,16 @@ async fn delete(
     match outcome::of(result) {
         Outcome::Done(None) => {
             ipam::release_claims(ctx, obj).await?;
+            // What the plugin published or claimed for this object dies with it, even
+            // if the plugin forgot to give it up.
+            let uid = obj.uid().unwrap_or_default();
+            let runtime = ctx.plugin.runtime();
+            runtime.blobs().withdraw_object(&uid);
+            runtime
+                .claims()
+                .release_all(&uid)
+                .await
+                .map_err(Error::Dependency)?;
             publish(
                 ctx,
                 obj,

@@ -2,6 +2,7 @@
 //! role that kind plays in the Cluster API contract. Discovered at start, so a new
 //! plugin adds kinds without a rebuild.
 mod backoff;
+pub mod claims;
 mod cluster;
 pub mod conditions;
 mod context;
@@ -50,6 +51,13 @@ pub async fn run(
         instance: std::env::var("HOSTNAME").ok(),
     };
     for plugin in plugins {
+        // Claims must hold across replicas and restarts: keep them in Kubernetes.
+        plugin
+            .runtime()
+            .keep_claims(Arc::new(claims::LeaseClaims::new(
+                client.clone(),
+                &options.claims_namespace,
+            )));
         let info = plugin.info().clone();
         let resource = |k: &KindInfo| {
             let gvk = GroupVersionKind::gvk(&info.group, &info.api_version, &k.kind);

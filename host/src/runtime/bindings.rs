@@ -1,11 +1,17 @@
 //! Host-side bindings generated from `wit/` (the only contract with plugins).
 //!
-//! Every export is async so a plugin call never blocks a tokio worker; `log` is a plain
-//! synchronous import.
+//! Every export is async so a plugin call never blocks a tokio worker; `log` and
+//! `blobs` are plain synchronous imports, `claims` is async (it reaches Kubernetes).
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "plugin",
-    imports: { default: trappable },
+    imports: {
+        "hyperplug:provider/claims.acquire": async | trappable,
+        "hyperplug:provider/claims.holder": async | trappable,
+        "hyperplug:provider/claims.held": async | trappable,
+        "hyperplug:provider/claims.release": async | trappable,
+        default: trappable,
+    },
     exports: { default: async },
     additional_derives: [serde::Serialize],
 });

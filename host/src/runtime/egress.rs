@@ -1,8 +1,8 @@
 //! The one gate of all plugin network egress: the wasi-http `send_request` hook.
 //!
-//! A call may reach exactly the scheme://host:port of the endpoint in its credentials,
-//! with the TLS policy of those credentials; everything else is refused with
-//! `HTTP-request-denied`. Redirects are not followed (they would bypass the gate).
+//! A call may reach exactly the scheme://host:port of the endpoints in its credentials
+//! (the primary ones and any the InfraCluster names besides), each with the TLS policy
+//! of its own credentials; everything else is refused with `HTTP-request-denied`. Redirects are not followed (they would bypass the gate).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -94,8 +94,8 @@ impl ClientCache {
 
 /// One call's egress policy and what it observed.
 pub struct Egress {
-    pub allowed: Option<Origin>,
-    pub tls: TlsPolicy,
+    /// The origins this call may reach, each with its TLS policy; the first match wins.
+    pub allowed: Vec<(Origin, TlsPolicy)>,
     pub clients: Arc<ClientCache>,
     pub max_body: usize,
     /// URLs refused during this call, for the error report and the log.
@@ -124,20 +124,22 @@ impl WasiHttpHooks for Egress {
             > + Send,
     > {
         drop(fut);
-        let allowed = self
+        let tls = self
             .allowed
-            .as_ref()
-            .is_some_and(|o| o.matches(request.uri()));
-        if !allowed {
+            .iter()
+            .find(|(o, _)| o.matches(request.uri()))
+            .map(|(_, tls)| tls.clone());
+        let Some(tls) = tls else {
             let target = request.uri().to_string();
+            let allowed: Vec<String> = self.allowed.iter().map(|(o, _)| o.to_string()).collect();
             tracing::warn!(
                 target = %target,
-                allowed = %self.allowed.as_ref().map(|o| o.to_string()).unwrap_or_else(|| "nothing".into()),
+                allowed = %if allowed.is_empty() { "nothing".into() } else { allowed.join(", ") },
                 "plugin egress denied"
             );
             self.denied.lock().expect("denied list").push(target);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
-        }
+        };
         if let Some(observe) = &self.observer {
             observe(
                 &self.plugin,
@@ -145,7 +147,7 @@ impl WasiHttpHooks for Egress {
                 request.uri().path(),
             );
         }
-        let client = self.clients.client(&self.tls);
+        let client = self.clients.client(&tls);
         let max_body = self.max_body;
         Box::new(async move {
             let client = client.map_err(|e| HttpError::InternalError(Some(e)))?;

@@ -13,7 +13,7 @@ use super::error::LoadError;
 
 /// The version of `wit/` this host was built against.
 pub const WIT_PACKAGE: &str = "hyperplug:provider";
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// Interfaces a plugin may import. WASI 0.2's cli, filesystem and random interfaces
 /// are linked because Rust's standard library imports them, but they grant nothing:
@@ -28,6 +28,8 @@ const GRANTED: &[&str] = &[
     "wasi:http/types",
     "wasi:http/outgoing-handler",
     "hyperplug:provider/log",
+    "hyperplug:provider/blobs",
+    "hyperplug:provider/claims",
     "hyperplug:provider/types",
 ];
 
@@ -233,6 +235,8 @@ mod tests {
         assert!(compatible("1.4.0", "1.0.0"));
         assert!(!compatible("2.0.0", "1.0.0"));
         assert!(!compatible("unversioned", "0.1.0"));
+        // A plugin of the previous contract (0.1) is refused by a 0.2 host.
+        assert!(!compatible("0.1.0", "0.2.0"));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! Compile once (cached on disk), one `InstancePre` per plugin, a fresh `Store` per
 //! call: no state survives a call, so nothing leaks between calls or clusters.
 pub mod bindings;
+pub mod blobs;
+pub mod claims;
 mod egress;
 pub mod error;
 pub mod limits;
@@ -20,7 +22,9 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
 
-pub use bindings::types::{Credentials, ObjectRef, PluginError};
+pub use bindings::types::{Credentials, NamedCredentials, ObjectRef, PluginError};
+pub use blobs::BlobStore;
+pub use claims::{ClaimStore, MemoryClaims};
 pub use error::{CallError, LoadError};
 pub use limits::Limits;
 pub use loader::{WIT_PACKAGE, WIT_VERSION};
@@ -28,7 +32,7 @@ pub use loader::{WIT_PACKAGE, WIT_VERSION};
 use bindings::{Plugin as Bindings, PluginPre};
 pub use egress::HttpObserver;
 use egress::{ClientCache, Egress, Origin};
-use state::{CallLog, CallState};
+use state::{CallLog, CallState, Services};
 use tls::TlsPolicy;
 
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
@@ -50,6 +54,8 @@ struct RuntimeInner {
     cache_dir: Option<PathBuf>,
     clients: Arc<ClientCache>,
     observer: std::sync::OnceLock<HttpObserver>,
+    blobs: std::sync::RwLock<Arc<BlobStore>>,
+    claims: std::sync::RwLock<Arc<dyn ClaimStore>>,
 }
 
 impl Runtime {
@@ -77,6 +83,14 @@ impl Runtime {
             &mut linker,
             |state: &mut CallState| state,
         )?;
+        bindings::hyperplug::provider::blobs::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state: &mut CallState| state,
+        )?;
+        bindings::hyperplug::provider::claims::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state: &mut CallState| state,
+        )?;
         start_epoch_ticker(&engine);
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
@@ -86,6 +100,8 @@ impl Runtime {
                 cache_dir,
                 clients: Arc::new(ClientCache::default()),
                 observer: std::sync::OnceLock::new(),
+                blobs: std::sync::RwLock::new(Arc::new(BlobStore::disabled())),
+                claims: std::sync::RwLock::new(Arc::new(MemoryClaims::default())),
             }),
         })
     }
@@ -93,6 +109,28 @@ impl Runtime {
     /// Be told of every HTTP request any plugin sends (set once; for metrics).
     pub fn observe_http(&self, observer: HttpObserver) {
         let _ = self.inner.observer.set(observer);
+    }
+
+    /// Serve the `blobs` import from `store` (before the first call that publishes;
+    /// without it every publish fails saying the host serves no blobs).
+    pub fn serve_blobs(&self, store: Arc<BlobStore>) {
+        *self.inner.blobs.write().expect("blob store") = store;
+    }
+
+    /// The store behind the `blobs` import.
+    pub fn blobs(&self) -> Arc<BlobStore> {
+        self.inner.blobs.read().expect("blob store").clone()
+    }
+
+    /// Keep the `claims` import's claims in `store` (before the first call that
+    /// claims; without it claims live in this process's memory).
+    pub fn keep_claims(&self, store: Arc<dyn ClaimStore>) {
+        *self.inner.claims.write().expect("claim store") = store;
+    }
+
+    /// The store behind the `claims` import.
+    pub fn claims(&self) -> Arc<dyn ClaimStore> {
+        self.inner.claims.read().expect("claim store").clone()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -231,12 +269,9 @@ impl Plugin {
     }
 
     async fn identity(&self) -> Result<bindings::identity::PluginInfo, CallError> {
-        self.invoke(
-            "identity.info",
-            None,
-            String::new(),
-            async |store, plugin| plugin.hyperplug_provider_identity().call_info(store).await,
-        )
+        self.invoke("identity.info", &[], None, async |store, plugin| {
+            plugin.hyperplug_provider_identity().call_info(store).await
+        })
         .await
     }
 
@@ -246,8 +281,8 @@ impl Plugin {
     ) -> Result<Result<bindings::cluster::ClusterStatus, PluginError>, CallError> {
         self.invoke(
             "cluster.reconcile",
-            Some(&req.credentials),
-            object_name(&req.cluster),
+            &credential_list(&req.credentials, &req.more_credentials),
+            Some(&req.cluster),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_cluster()
@@ -264,8 +299,8 @@ impl Plugin {
     ) -> Result<Result<Option<bindings::types::Progress>, PluginError>, CallError> {
         self.invoke(
             "cluster.delete",
-            Some(&req.credentials),
-            object_name(&req.cluster),
+            &credential_list(&req.credentials, &req.more_credentials),
+            Some(&req.cluster),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_cluster()
@@ -282,8 +317,8 @@ impl Plugin {
     ) -> Result<Result<bindings::machine::MachineStatus, PluginError>, CallError> {
         self.invoke(
             "machine.create",
-            Some(&req.credentials),
-            object_name(&req.machine),
+            &credential_list(&req.credentials, &req.more_credentials),
+            Some(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -300,8 +335,8 @@ impl Plugin {
     ) -> Result<Result<bindings::machine::MachineStatus, PluginError>, CallError> {
         self.invoke(
             "machine.describe",
-            Some(&req.credentials),
-            object_name(&req.machine),
+            &credential_list(&req.credentials, &req.more_credentials),
+            Some(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -318,8 +353,8 @@ impl Plugin {
     ) -> Result<Result<Option<bindings::types::Progress>, PluginError>, CallError> {
         self.invoke(
             "machine.delete",
-            Some(&req.credentials),
-            object_name(&req.machine),
+            &credential_list(&req.credentials, &req.more_credentials),
+            Some(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -336,8 +371,8 @@ impl Plugin {
     ) -> Result<Result<bindings::machine::TemplateStatus, PluginError>, CallError> {
         self.invoke(
             "machine.describe-template",
-            req.credentials.as_ref(),
-            object_name(&req.template),
+            &req.credentials.iter().collect::<Vec<_>>(),
+            Some(&req.template),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -352,8 +387,8 @@ impl Plugin {
     async fn invoke<R: serde::Serialize>(
         &self,
         call: &'static str,
-        credentials: Option<&Credentials>,
-        object: String,
+        credentials: &[&Credentials],
+        subject: Option<&ObjectRef>,
         f: impl AsyncFnOnce(&mut Store<CallState>, &Bindings) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let inner = &self.runtime.inner;
@@ -364,11 +399,17 @@ impl Plugin {
         let log = CallLog {
             plugin: self.name.clone(),
             call,
-            object,
+            object: subject.map(object_name).unwrap_or_default(),
             remaining: limits.log_lines,
             lines: None,
         };
-        let mut store = Store::new(&inner.engine, CallState::new(limits, egress, log));
+        let services = Services {
+            plugin: self.name.clone(),
+            subject: subject.cloned(),
+            blobs: self.runtime.blobs(),
+            claims: self.runtime.claims(),
+        };
+        let mut store = Store::new(&inner.engine, CallState::new(limits, egress, log, services));
         store.limiter(|state| &mut state.limits);
         let budget = limits.cpu_ticks();
         store.set_epoch_deadline(1);
@@ -416,27 +457,23 @@ impl Plugin {
         Ok(result)
     }
 
-    fn egress_for(&self, credentials: Option<&Credentials>) -> Result<Egress, CallError> {
+    fn egress_for(&self, credentials: &[&Credentials]) -> Result<Egress, CallError> {
         let inner = &self.runtime.inner;
-        let (allowed, tls) = match credentials {
-            None => (None, TlsPolicy::default()),
-            Some(c) => {
-                let origin =
-                    Origin::parse(&c.endpoint).map_err(|message| CallError::Credentials {
-                        plugin: self.name.to_string(),
-                        message,
-                    })?;
-                let tls = TlsPolicy {
-                    ca_bundle: c.ca_bundle.clone(),
-                    fingerprint: c.fingerprint.clone(),
-                    insecure: c.insecure,
-                };
-                (Some(origin), tls)
-            }
-        };
+        let mut allowed = Vec::with_capacity(credentials.len());
+        for c in credentials {
+            let origin = Origin::parse(&c.endpoint).map_err(|message| CallError::Credentials {
+                plugin: self.name.to_string(),
+                message,
+            })?;
+            let tls = TlsPolicy {
+                ca_bundle: c.ca_bundle.clone(),
+                fingerprint: c.fingerprint.clone(),
+                insecure: c.insecure,
+            };
+            allowed.push((origin, tls));
+        }
         Ok(Egress {
             allowed,
-            tls,
             clients: inner.clients.clone(),
             max_body: inner.limits.http_body_bytes(),
             denied: Arc::new(Mutex::new(Vec::new())),
@@ -507,6 +544,16 @@ impl std::fmt::Display for CpuBudgetSpent {
 }
 
 impl std::error::Error for CpuBudgetSpent {}
+
+/// Every credentials of a call: the primary ones first.
+fn credential_list<'a>(
+    primary: &'a Credentials,
+    more: &'a [NamedCredentials],
+) -> Vec<&'a Credentials> {
+    std::iter::once(primary)
+        .chain(more.iter().map(|n| &n.credentials))
+        .collect()
+}
 
 fn object_name(r: &ObjectRef) -> String {
     format!("{}/{}", r.namespace, r.name)

@@ -8,7 +8,10 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::hyperplug::provider::log;
+use super::ObjectRef;
+use super::bindings::hyperplug::provider::{blobs, claims, log};
+use super::blobs::BlobStore;
+use super::claims::ClaimStore;
 use super::egress::Egress;
 use super::limits::Limits;
 
@@ -24,6 +27,28 @@ pub struct CallState {
     pub(super) stderr: MemoryOutputPipe,
     pub(super) cpu_ticks: u64,
     pub(super) log: CallLog,
+    services: Services,
+}
+
+/// The host services of a call beyond HTTP and logs: blobs and claims, on behalf of
+/// the call's object.
+pub struct Services {
+    pub plugin: Arc<str>,
+    /// The object the call is about; calls about none (identity) get no blobs or claims.
+    pub subject: Option<ObjectRef>,
+    pub blobs: Arc<BlobStore>,
+    pub claims: Arc<dyn ClaimStore>,
+}
+
+impl Services {
+    fn subject(&self) -> Result<&ObjectRef, String> {
+        self.subject
+            .as_ref()
+            .filter(|s| !s.uid.is_empty())
+            .ok_or_else(|| {
+                "this call is about no object: nothing can be published or claimed".into()
+            })
+    }
 }
 
 /// Where a plugin's log lines go, and how many it may still write.
@@ -36,7 +61,7 @@ pub struct CallLog {
 }
 
 impl CallState {
-    pub fn new(limits: &Limits, egress: Egress, log: CallLog) -> Self {
+    pub fn new(limits: &Limits, egress: Egress, log: CallLog, services: Services) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         // Nothing is granted: no preopened directories, no environment variables, no
         // arguments, and no socket address passes the check. Only stderr is captured,
@@ -64,6 +89,7 @@ impl CallState {
             stderr,
             cpu_ticks: 0,
             log,
+            services,
         }
     }
 }
@@ -135,3 +161,71 @@ impl log::Host for CallState {
 }
 
 impl super::bindings::hyperplug::provider::types::Host for CallState {}
+
+impl blobs::Host for CallState {
+    fn publish(
+        &mut self,
+        name: String,
+        content: Vec<u8>,
+        ttl_seconds: u32,
+    ) -> wasmtime::Result<Result<String, String>> {
+        let s = &self.services;
+        Ok(s.subject().and_then(|subject| {
+            s.blobs
+                .publish(&s.plugin, subject, &name, content, ttl_seconds)
+        }))
+    }
+
+    fn withdraw(&mut self, name: String) -> wasmtime::Result<()> {
+        let s = &self.services;
+        if let Ok(subject) = s.subject() {
+            s.blobs.withdraw(&s.plugin, &subject.uid, &name);
+        }
+        Ok(())
+    }
+}
+
+/// Longest claim key a plugin may use.
+const MAX_CLAIM_KEY: usize = 253;
+
+fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_CLAIM_KEY {
+        return Err(format!("claim key must be 1-{MAX_CLAIM_KEY} bytes"));
+    }
+    Ok(())
+}
+
+impl claims::Host for CallState {
+    async fn acquire(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, String>> {
+        let s = &self.services;
+        let result = match (s.subject(), check_key(&key)) {
+            (Ok(subject), Ok(())) => s.claims.acquire(&s.plugin, &key, subject).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        Ok(result)
+    }
+
+    async fn holder(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, String>> {
+        let s = &self.services;
+        Ok(match check_key(&key) {
+            Ok(()) => s.claims.holder(&s.plugin, &key).await,
+            Err(e) => Err(e),
+        })
+    }
+
+    async fn held(&mut self) -> wasmtime::Result<Result<Vec<String>, String>> {
+        let s = &self.services;
+        Ok(match s.subject() {
+            Ok(subject) => s.claims.held(&s.plugin, &subject.uid).await,
+            Err(e) => Err(e),
+        })
+    }
+
+    async fn release(&mut self, key: String) -> wasmtime::Result<Result<(), String>> {
+        let s = &self.services;
+        Ok(match (s.subject(), check_key(&key)) {
+            (Ok(subject), Ok(())) => s.claims.release(&s.plugin, &key, &subject.uid).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        })
+    }
+}

@@ -77,6 +77,7 @@ pub fn machine_request(
         failure_domain: None,
         addresses: vec![],
         credentials,
+        more_credentials: vec![],
     }
 }
 
@@ -89,5 +90,6 @@ pub fn cluster_request(
         spec: spec.to_string(),
         state: None,
         credentials,
+        more_credentials: vec![],
     }
 }

@@ -1,7 +1,7 @@
-//! The plugin's one HTTP helper, over the host's `wasi:http/outgoing-handler`.
+//! The plugins' one HTTP helper, over the host's `wasi:http/outgoing-handler`.
 //!
 //! Calls block the plugin (not the host: the host runs plugins asynchronously), and
-//! the host decides where they may go. Bodies are read whole: Proxmox replies are small.
+//! the host decides where they may go. Bodies are read whole: API replies are small.
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
     ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
@@ -22,7 +22,7 @@ pub struct Request<'a> {
 pub struct Response {
     pub status: u16,
     /// The HTTP reason phrase, which the host passes in `x-hyperplug-reason-phrase`
-    /// (wasi:http has no field for it; Proxmox puts its error message there).
+    /// (wasi:http has no field for it; some APIs put their error message there).
     pub reason: Option<String>,
     pub body: Vec<u8>,
 }
@@ -30,7 +30,7 @@ pub struct Response {
 /// Why a request did not produce a response.
 #[derive(Debug)]
 pub enum HttpError {
-    /// The host refused the destination (only the credentials' endpoint is allowed).
+    /// The host refused the destination (only the credentials' endpoints are allowed).
     Denied(String),
     /// Connection, TLS or protocol trouble: worth retrying.
     Transport(String),
@@ -70,6 +70,7 @@ pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
         "POST" => Method::Post,
         "PUT" => Method::Put,
         "DELETE" => Method::Delete,
+        "PATCH" => Method::Patch,
         other => Method::Other(other.to_string()),
     };
     let bad = |what: &str| HttpError::Invalid(format!("{what} of {}", req.url));
@@ -144,7 +145,7 @@ pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
 fn error_code(code: ErrorCode) -> HttpError {
     match code {
         ErrorCode::HttpRequestDenied => {
-            HttpError::Denied("only the endpoint of this call's credentials may be reached".into())
+            HttpError::Denied("only the endpoints of this call's credentials may be reached".into())
         }
         ErrorCode::HttpRequestUriInvalid | ErrorCode::HttpRequestMethodInvalid => {
             HttpError::Invalid(format!("{code:?}"))

@@ -1,0 +1,183 @@
+//! The one Redfish client: JSON over the plugin's HTTP helper, HTTP Basic
+//! authentication with the BMC's credentials, errors classified for the host.
+use base64::Engine as _;
+use guest_kit::http::{self, HttpError};
+use serde_json::Value;
+
+use crate::bindings::hyperplug::provider::types::{Credentials, PluginError};
+use crate::{terminal, transient};
+
+/// One BMC.
+pub struct Redfish {
+    base: String,
+    auth: String,
+}
+
+#[derive(Debug)]
+pub enum RedfishError {
+    Http(HttpError),
+    /// A non-2xx answer, with the BMC's own message when it gave one.
+    Status {
+        status: u16,
+        message: String,
+    },
+    /// A 2xx answer that is not the JSON we expect.
+    Body(String),
+}
+
+impl std::fmt::Display for RedfishError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedfishError::Http(e) => write!(f, "{e}"),
+            RedfishError::Status { status, message } => write!(f, "HTTP {status}: {message}"),
+            RedfishError::Body(m) => write!(f, "unexpected answer: {m}"),
+        }
+    }
+}
+
+/// Retry hint for a BMC that is busy or unreachable.
+const RETRY_MS: u64 = 5_000;
+
+impl RedfishError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, RedfishError::Status { status: 404, .. })
+    }
+
+    /// The plugin error this is, `doing` saying what failed (e.g. `inserting media`).
+    pub fn classify(&self, doing: &str) -> PluginError {
+        let text = format!("{doing}: {self}");
+        match self {
+            RedfishError::Http(HttpError::Transport(_)) => transient(text, Some(RETRY_MS)),
+            RedfishError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
+            RedfishError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
+            RedfishError::Status { status: 401, .. } => terminal("AuthenticationFailed", text),
+            RedfishError::Status { status: 403, .. } => terminal("PermissionDenied", text),
+            RedfishError::Status { status: 404, .. } => terminal("NotFound", text),
+            RedfishError::Status { status, .. } if *status == 429 || *status >= 500 => {
+                transient(text, Some(RETRY_MS))
+            }
+            RedfishError::Status { .. } => terminal("BmcRefused", text),
+            RedfishError::Body(_) => transient(text, Some(RETRY_MS)),
+        }
+    }
+}
+
+pub type RedfishResult<T> = Result<T, RedfishError>;
+
+impl Redfish {
+    /// `endpoint` is the BMC's base URL (`https://10.0.0.21`); `token` and `secret` the
+    /// user name and password.
+    pub fn new(credentials: &Credentials) -> Redfish {
+        let pair = format!("{}:{}", credentials.token, credentials.secret);
+        Redfish {
+            base: credentials.endpoint.trim_end_matches('/').to_string(),
+            auth: format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(pair)
+            ),
+        }
+    }
+
+    pub fn get(&self, path: &str) -> RedfishResult<Value> {
+        self.send("GET", path, None)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> RedfishResult<Value> {
+        self.send("POST", path, Some(body))
+    }
+
+    pub fn patch(&self, path: &str, body: &Value) -> RedfishResult<Value> {
+        self.send("PATCH", path, Some(body))
+    }
+
+    /// The `@odata.id` paths of a collection's members.
+    pub fn members(&self, collection: &str) -> RedfishResult<Vec<String>> {
+        let c = self.get(collection)?;
+        Ok(c.get("Members")
+            .and_then(Value::as_array)
+            .map(|m| m.iter().filter_map(odata_id).collect())
+            .unwrap_or_default())
+    }
+
+    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> RedfishResult<Value> {
+        let url = format!("{}{path}", self.base);
+        let mut headers = vec![
+            ("authorization", self.auth.clone()),
+            ("accept", "application/json".to_string()),
+            ("odata-version", "4.0".to_string()),
+        ];
+        if body.is_some() {
+            headers.push(("content-type", "application/json".to_string()));
+        }
+        let response = http::send(http::Request {
+            method,
+            url: &url,
+            headers,
+            body: body.map(|b| b.to_string().into_bytes()),
+        })
+        .map_err(RedfishError::Http)?;
+        let json: Option<Value> = serde_json::from_slice(&response.body).ok();
+        if !(200..300).contains(&response.status) {
+            let message = json
+                .as_ref()
+                .and_then(error_message)
+                .or(response.reason)
+                .unwrap_or_else(|| {
+                    String::from_utf8_lossy(&response.body)
+                        .chars()
+                        .take(200)
+                        .collect()
+                });
+            return Err(RedfishError::Status {
+                status: response.status,
+                message,
+            });
+        }
+        if response.body.is_empty() {
+            return Ok(Value::Null);
+        }
+        match json {
+            Some(v) => Ok(v),
+            // Actions may answer with text; only GETs must be JSON.
+            None if method != "GET" => Ok(Value::Null),
+            None => Err(RedfishError::Body(format!(
+                "{method} {path} did not return JSON"
+            ))),
+        }
+    }
+}
+
+/// A Redfish error body's most specific message.
+fn error_message(v: &Value) -> Option<String> {
+    let error = v.get("error")?;
+    error
+        .get("@Message.ExtendedInfo")
+        .and_then(Value::as_array)
+        .and_then(|infos| infos.iter().find_map(|i| i.get("Message")?.as_str()))
+        .or_else(|| error.get("message")?.as_str())
+        .map(str::to_string)
+}
+
+/// `{"@odata.id": "/redfish/v1/..."}` → the path.
+pub fn odata_id(v: &Value) -> Option<String> {
+    v.get("@odata.id")?.as_str().map(str::to_string)
+}
+
+/// The target of an action (`#ComputerSystem.Reset`) of a resource, or the
+/// conventional path when the resource does not list it.
+pub fn action_target(resource: &Value, path: &str, action: &str) -> String {
+    resource
+        .get("Actions")
+        .and_then(|a| a.get(format!("#{action}")))
+        .and_then(|a| a.get("target"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{}/Actions/{action}", path.trim_end_matches('/')))
+}
+
+/// FNV-1a: a stable spread of machine UIDs over the inventory.
+pub fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}

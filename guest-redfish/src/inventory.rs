@@ -1,0 +1,118 @@
+//! The inventory: every system served by the BMCs whose credentials the call carries
+//! (the RedfishCluster's `credentialsRefs`), and the claim key of each.
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::api::Redfish;
+use crate::bindings::hyperplug::provider::types::{Credentials, NamedCredentials, PluginError};
+use crate::invalid;
+
+/// Where the Systems collection is, on every Redfish service.
+const SYSTEMS: &str = "/redfish/v1/Systems";
+
+/// One BMC of the inventory.
+pub struct Bmc<'a> {
+    pub credentials: &'a Credentials,
+}
+
+impl Bmc<'_> {
+    pub fn endpoint(&self) -> &str {
+        self.credentials.endpoint.trim_end_matches('/')
+    }
+
+    pub fn client(&self) -> Redfish {
+        Redfish::new(self.credentials)
+    }
+}
+
+/// A host: one computer system behind one BMC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// The BMC's base URL (it finds the credentials again).
+    pub endpoint: String,
+    /// The system's `@odata.id`.
+    pub path: String,
+    /// SMBIOS UUID, lower case: the provider ID and the claim key.
+    pub uuid: String,
+    pub name: String,
+}
+
+impl Host {
+    /// The key this host is claimed under: its UUID, whichever BMC URL reaches it.
+    pub fn claim_key(&self) -> String {
+        claim_key(&self.uuid)
+    }
+
+    pub fn provider_id(&self) -> String {
+        format!("redfish://{}", self.uuid)
+    }
+}
+
+pub fn claim_key(uuid: &str) -> String {
+    format!("host/{}", uuid.to_ascii_lowercase())
+}
+
+/// The BMCs of a call, each endpoint once, in the order the cluster names them.
+pub fn bmcs<'a>(primary: &'a Credentials, more: &'a [NamedCredentials]) -> Vec<Bmc<'a>> {
+    let mut out: Vec<Bmc<'a>> = Vec::new();
+    for credentials in std::iter::once(primary).chain(more.iter().map(|n| &n.credentials)) {
+        let bmc = Bmc { credentials };
+        if !out.iter().any(|b| b.endpoint() == bmc.endpoint()) {
+            out.push(bmc);
+        }
+    }
+    out
+}
+
+/// The BMC at `endpoint`, if the call still carries its credentials.
+pub fn bmc_at<'a, 'b>(bmcs: &'b [Bmc<'a>], endpoint: &str) -> Option<&'b Bmc<'a>> {
+    bmcs.iter()
+        .find(|b| b.endpoint() == endpoint.trim_end_matches('/'))
+}
+
+/// Every system a BMC serves.
+pub fn hosts(bmc: &Bmc) -> Result<Vec<Host>, PluginError> {
+    let client = bmc.client();
+    let doing = format!("listing the systems of {}", bmc.endpoint());
+    let members = client.members(SYSTEMS).map_err(|e| e.classify(&doing))?;
+    let mut hosts = Vec::with_capacity(members.len());
+    for path in members {
+        let system = client.get(&path).map_err(|e| e.classify(&doing))?;
+        if let Some(host) = host_of(bmc.endpoint(), &path, &system) {
+            hosts.push(host);
+        }
+    }
+    Ok(hosts)
+}
+
+/// A system resource as a host; systems without a UUID cannot be told apart, so they
+/// are not offered.
+pub fn host_of(endpoint: &str, path: &str, system: &Value) -> Option<Host> {
+    let uuid = system.get("UUID")?.as_str()?.trim().to_ascii_lowercase();
+    if uuid.is_empty() {
+        return None;
+    }
+    let name = system
+        .get("Name")
+        .and_then(Value::as_str)
+        .or_else(|| system.get("Id").and_then(Value::as_str))
+        .unwrap_or(&uuid)
+        .to_string();
+    Some(Host {
+        endpoint: endpoint.to_string(),
+        path: path.to_string(),
+        uuid,
+        name,
+    })
+}
+
+/// Refuse a call without any BMC to talk to.
+pub fn require_some(bmcs: &[Bmc]) -> Result<(), PluginError> {
+    if bmcs.is_empty() {
+        return Err(invalid(
+            "spec.credentialsRefs",
+            "name at least one BMC credentials Secret",
+        ));
+    }
+    Ok(())
+}

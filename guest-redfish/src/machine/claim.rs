@@ -1,0 +1,109 @@
+//! Finding a host: the one this machine already holds, or a free one claimed now.
+
+use super::*;
+
+/// Who holds a host's claim, as seen by this machine.
+pub(super) enum Ownership {
+    Ours,
+    Free,
+    /// Another object, of this UID.
+    Foreign(String),
+}
+
+pub(super) fn ownership(req: &MachineRequest, host: &Host) -> Result<Ownership, PluginError> {
+    let holder = claims::holder(&host.claim_key()).map_err(|e| {
+        transient(
+            format!("reading the claim of host {}: {e}", host.name),
+            None,
+        )
+    })?;
+    Ok(match holder {
+        None => Ownership::Free,
+        Some(uid) if uid == req.machine.uid => Ownership::Ours,
+        Some(uid) => Ownership::Foreign(uid),
+    })
+}
+
+/// The host whose claim this machine holds, found among the BMCs (after lost state).
+pub(super) fn held_host(bmcs: &[Bmc]) -> Result<Option<Host>, PluginError> {
+    let keys = claims::held().map_err(|e| transient(format!("reading claims: {e}"), None))?;
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    for bmc in bmcs {
+        if let Some(h) = hosts(bmc)?
+            .into_iter()
+            .find(|h| keys.contains(&h.claim_key()))
+        {
+            return Ok(Some(h));
+        }
+    }
+    Err(terminal(
+        "ClaimedHostNotInInventory",
+        format!(
+            "this machine holds {} but no BMC of the cluster's credentialsRefs serves it; add its BMC back",
+            keys.join(", ")
+        ),
+    ))
+}
+
+/// Claim a free host the spec allows. `Ok(None)`: none is free (yet).
+pub(super) fn claim(
+    req: &MachineRequest,
+    spec: &MachineSpec,
+    bmcs: &[Bmc],
+) -> Result<Option<Host>, PluginError> {
+    if let Some(held) = held_host(bmcs)? {
+        log(
+            Level::Info,
+            "adopting the host this machine holds",
+            &[("host", held.name.clone())],
+        );
+        return Ok(Some(held));
+    }
+    let mut candidates = Vec::new();
+    for bmc in bmcs {
+        candidates.extend(hosts(bmc)?.into_iter().filter(|h| {
+            spec.hosts.is_empty()
+                || spec
+                    .hosts
+                    .iter()
+                    .any(|n| *n == h.name || n.eq_ignore_ascii_case(&h.uuid))
+        }));
+    }
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    // Start at a place derived from the machine's UID, so machines claiming at once
+    // mostly try different hosts first.
+    let start = (fnv1a(&req.machine.uid) % candidates.len() as u64) as usize;
+    candidates.rotate_left(start);
+    for host in candidates {
+        match claims::acquire(&host.claim_key()) {
+            Ok(None) => {
+                log(
+                    Level::Info,
+                    "claimed host",
+                    &[("host", host.name.clone()), ("bmc", host.endpoint.clone())],
+                );
+                return Ok(Some(host));
+            }
+            Ok(Some(_)) => continue,
+            Err(e) => return Err(transient(format!("claiming host {}: {e}", host.name), None)),
+        }
+    }
+    Ok(None)
+}
+
+/// The client of the BMC serving `host`, which the call must still carry.
+pub(super) fn client_for(bmcs: &[Bmc], host: &Host) -> Result<Redfish, PluginError> {
+    bmc_at(bmcs, &host.endpoint).map(Bmc::client).ok_or_else(|| {
+        terminal(
+            "BmcNotInInventory",
+            format!(
+                "host {} is served by {}, which is no longer among the cluster's credentialsRefs; add it back",
+                host.name, host.endpoint
+            ),
+        )
+    })
+}

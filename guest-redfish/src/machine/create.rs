@@ -1,0 +1,167 @@
+//! `machine.create`: claim a host, insert the bootstrap media, boot once from it,
+//! power on.
+
+use super::*;
+
+pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
+    let inputs = inputs(req)?;
+    let bmcs = bmcs(&req.credentials, &req.more_credentials);
+    require_some(&bmcs)?;
+    let mut state = load_state(req);
+
+    // A static address goes into the seed: wait for it before claiming anything.
+    if inputs.cluster.ipv4_config.is_some() && !req.addresses.iter().any(|a| a.device == NIC) {
+        let mut status = pending(progress(
+            &state,
+            "WaitingForAddresses",
+            "waiting for an IPv4 address from the cluster's pool",
+            None,
+        ));
+        status.address_requests = vec![AddressRequest {
+            device: NIC.into(),
+            pool: "ipv4".into(),
+        }];
+        return Ok(status);
+    }
+
+    let host = match state.host.clone() {
+        Some(host) => {
+            keep_claim(req, &host)?;
+            host
+        }
+        None => match claim(req, &inputs.spec, &bmcs)? {
+            Some(host) => {
+                state.host = Some(host.clone());
+                state.step = Step::Claimed;
+                host
+            }
+            None => {
+                return Ok(pending(progress(
+                    &state,
+                    "WaitingForHost",
+                    "no free host in the inventory matches; waiting for one to be released",
+                    Some(NO_HOST_MS),
+                )));
+            }
+        },
+    };
+    state.step = state.step.max(Step::Claimed);
+
+    let Some(bootstrap) = &req.bootstrap else {
+        let mut status = pending(progress(
+            &state,
+            "WaitingForBootstrapData",
+            format!("host {} claimed; waiting for bootstrap data", host.name),
+            Some(BOOTSTRAP_MS),
+        ));
+        status.needs_bootstrap = true;
+        status.details = host_details(&host, None);
+        return Ok(status);
+    };
+
+    let bmc = client_for(&bmcs, &host)?;
+    let system = read_system(&bmc, &host)?;
+    if state.step < Step::MediaInserted {
+        let iso = seed_iso(req, &host, &inputs.cluster, &bmc, &system, &bootstrap.value)?;
+        let url = blobs::publish(SEED_BLOB, &iso, SEED_TTL_SECONDS)
+            .map_err(|e| terminal("CannotPublishMedia", e))?;
+        let cd = virtual_cd(&bmc, &system)?;
+        insert(&bmc, &cd, &url)?;
+        state.step = Step::MediaInserted;
+    }
+    if state.step < Step::BootOverrideSet {
+        boot_once_from_cd(&bmc, &host)?;
+        state.step = Step::BootOverrideSet;
+    }
+    if state.step < Step::Ready {
+        let system = read_system(&bmc, &host)?;
+        let power = power_state(&system);
+        let just_reset = !state.reset_sent;
+        if just_reset {
+            // Already on (e.g. left on by its last user): restart it into the media.
+            let kind = if power == "Off" { "On" } else { "ForceRestart" };
+            reset(&bmc, &host, &system, kind)?;
+            state.reset_sent = true;
+            state.step = Step::PoweringOn;
+        }
+        // What was read before a reset says nothing about the boot after it.
+        if just_reset || !booted(&system) {
+            let mut status = pending(progress(
+                &state,
+                "PoweringOn",
+                format!("host {} is powering on (power {power})", host.name),
+                Some(POWER_MS),
+            ));
+            status.details = host_details(&host, Some(&power));
+            return Ok(status);
+        }
+        state.step = Step::Ready;
+        // Read by now: the media URL need not live on.
+        blobs::withdraw(SEED_BLOB);
+    }
+    Ok(ready(req, &state, &host, "On"))
+}
+
+/// The host this machine recorded must still be claimed by it.
+fn keep_claim(req: &MachineRequest, host: &Host) -> Result<(), PluginError> {
+    match ownership(req, host)? {
+        Ownership::Ours => Ok(()),
+        // Claim lost (e.g. removed by hand): take it back, unless someone was faster.
+        Ownership::Free => match claims::acquire(&host.claim_key()) {
+            Ok(None) => Ok(()),
+            Ok(Some(uid)) => Err(claimed_by_another(host, &uid)),
+            Err(e) => Err(transient(format!("claiming host {}: {e}", host.name), None)),
+        },
+        Ownership::Foreign(uid) => Err(claimed_by_another(host, &uid)),
+    }
+}
+
+fn claimed_by_another(host: &Host, uid: &str) -> PluginError {
+    terminal(
+        "HostClaimedByAnother",
+        format!(
+            "host {} ({}) is claimed by object {uid}; this machine will not touch it",
+            host.name, host.uuid
+        ),
+    )
+}
+
+pub(super) fn read_system(bmc: &Redfish, host: &Host) -> Result<Value, PluginError> {
+    bmc.get(&host.path).map_err(|e| {
+        if e.is_not_found() {
+            terminal(
+                "HostGone",
+                format!(
+                    "host {} ({}) is no longer served by {}",
+                    host.name, host.path, host.endpoint
+                ),
+            )
+        } else {
+            e.classify(&format!("reading host {}", host.name))
+        }
+    })
+}
+
+pub(super) fn ready(
+    req: &MachineRequest,
+    state: &State,
+    host: &Host,
+    power: &str,
+) -> MachineStatus {
+    MachineStatus {
+        progress: progress(
+            state,
+            "Ready",
+            format!("host {} is running", host.name),
+            None,
+        ),
+        ready: true,
+        provider_id: Some(host.provider_id()),
+        addresses: addresses(req),
+        failure_domain: None,
+        address_requests: vec![],
+        needs_bootstrap: false,
+        drift: None,
+        details: host_details(host, Some(power)),
+    }
+}

@@ -1,0 +1,76 @@
+//! `machine.delete`: power the host off, eject the media, release the claim. A host
+//! this machine does not hold is never touched.
+
+use super::*;
+
+pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginError> {
+    let bmcs = bmcs(&req.credentials, &req.more_credentials);
+    let mut state = load_state(req);
+    let host = match state.host.clone() {
+        Some(h) => h,
+        // Lost state: the claim finds the host again.
+        None => match held_host(&bmcs)? {
+            Some(h) => h,
+            None => {
+                blobs::withdraw(SEED_BLOB);
+                return Ok(None);
+            }
+        },
+    };
+    state.host = Some(host.clone());
+    match ownership(req, &host)? {
+        Ownership::Ours => {}
+        Ownership::Free | Ownership::Foreign(_) => {
+            log(
+                Level::Warn,
+                "not touching a host this machine does not hold",
+                &[("host", host.name.clone())],
+            );
+            blobs::withdraw(SEED_BLOB);
+            return Ok(None);
+        }
+    }
+    let bmc = client_for(&bmcs, &host)?;
+    let system = match bmc.get(&host.path) {
+        Err(e) if e.is_not_found() => return release(&host),
+        other => other.map_err(|e| e.classify(&format!("reading host {}", host.name)))?,
+    };
+    if state.delete != Some(DeleteStep::EjectingMedia) {
+        let power = power_state(&system);
+        if power != "Off" {
+            if state.delete.is_none() {
+                reset(&bmc, &host, &system, "ForceOff")?;
+                state.delete = Some(DeleteStep::PoweringOff);
+            }
+            return Ok(Some(progress(
+                &state,
+                "PoweringOff",
+                format!("host {} is powering off (power {power})", host.name),
+                Some(POWER_MS),
+            )));
+        }
+        state.delete = Some(DeleteStep::EjectingMedia);
+    }
+    let cd = virtual_cd(&bmc, &system)?;
+    let media = read_media(&bmc, &cd)?;
+    if media.inserted {
+        eject(&bmc, &media)?;
+        if read_media(&bmc, &cd)?.inserted {
+            return Ok(Some(progress(
+                &state,
+                "EjectingMedia",
+                format!("host {}: waiting for the media to be ejected", host.name),
+                Some(POWER_MS),
+            )));
+        }
+    }
+    release(&host)
+}
+
+fn release(host: &Host) -> Result<Option<Progress>, PluginError> {
+    blobs::withdraw(SEED_BLOB);
+    claims::release(&host.claim_key())
+        .map_err(|e| transient(format!("releasing host {}: {e}", host.name), None))?;
+    log(Level::Info, "released host", &[("host", host.name.clone())]);
+    Ok(None)
+}

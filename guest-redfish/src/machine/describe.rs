@@ -1,0 +1,87 @@
+//! `machine.describe`: observe the claimed host, report drift, change nothing.
+
+use super::*;
+
+pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
+    let bmcs = bmcs(&req.credentials, &req.more_credentials);
+    let mut state = load_state(req);
+    let host = match state.host.clone() {
+        Some(h) => h,
+        None => match held_host(&bmcs)? {
+            Some(h) => {
+                state.host = Some(h.clone());
+                h
+            }
+            None => {
+                let mut status = pending(progress(
+                    &state,
+                    "NoHost",
+                    "this machine holds no host",
+                    None,
+                ));
+                status.drift = Some(Drift::Missing("this machine holds no host".into()));
+                return Ok(status);
+            }
+        },
+    };
+    let drift_status = |drift: Drift, power: Option<&str>| {
+        let mut status = if state.step == Step::Ready {
+            ready(req, &state, &host, power.unwrap_or("Unknown"))
+        } else {
+            pending(progress(
+                &state,
+                "Provisioning",
+                "not provisioned yet",
+                None,
+            ))
+        };
+        status.drift = Some(drift);
+        status
+    };
+    match ownership(req, &host)? {
+        Ownership::Ours => {}
+        Ownership::Free => {
+            return Ok(drift_status(
+                Drift::Changed(format!("the claim of host {} is gone", host.name)),
+                None,
+            ));
+        }
+        Ownership::Foreign(uid) => {
+            return Ok(drift_status(
+                Drift::Foreign(format!("host {} is claimed by object {uid}", host.name)),
+                None,
+            ));
+        }
+    }
+    let bmc = client_for(&bmcs, &host)?;
+    let system = match bmc.get(&host.path) {
+        Err(e) if e.is_not_found() => {
+            return Ok(drift_status(
+                Drift::Missing(format!(
+                    "host {} is no longer served by {}",
+                    host.name, host.endpoint
+                )),
+                None,
+            ));
+        }
+        other => other.map_err(|e| e.classify(&format!("reading host {}", host.name)))?,
+    };
+    let power = power_state(&system);
+    if state.step == Step::Ready && power != "On" {
+        return Ok(drift_status(
+            Drift::Changed(format!("host {} is powered {power}", host.name)),
+            Some(&power),
+        ));
+    }
+    if state.step == Step::Ready {
+        return Ok(ready(req, &state, &host, &power));
+    }
+    let mut status = pending(progress(
+        &state,
+        "Provisioning",
+        "not provisioned yet",
+        None,
+    ));
+    status.details = host_details(&host, Some(&power));
+    Ok(status)
+}

@@ -1,0 +1,73 @@
+//! The NoCloud seed of a machine: its bootstrap data, identity and (with an IPAM
+//! address) static network configuration matched by the host's first NIC's MAC.
+
+use super::*;
+
+pub(super) fn seed_iso(
+    req: &MachineRequest,
+    host: &Host,
+    cluster: &ClusterSpec,
+    bmc: &Redfish,
+    system: &Value,
+    user_data: &[u8],
+) -> Result<Vec<u8>, PluginError> {
+    let network = match req.addresses.iter().find(|a| a.device == NIC) {
+        None => None,
+        Some(address) => {
+            let mac = first_mac(bmc, system)?.ok_or_else(|| {
+                terminal(
+                    "NoNetworkInterface",
+                    format!(
+                        "host {} reports no NIC MAC to bind its static address to",
+                        host.name
+                    ),
+                )
+            })?;
+            Some(guest_nocloud::NetworkConfig {
+                interfaces: vec![guest_nocloud::Interface {
+                    name: "eth0".into(),
+                    mac,
+                    addresses: vec![format!("{}/{}", address.address, address.prefix)],
+                    gateway4: address.gateway.clone(),
+                    ..Default::default()
+                }],
+                dns_servers: cluster.dns_servers.clone(),
+            })
+        }
+    };
+    let seed = guest_nocloud::Seed {
+        user_data: user_data.to_vec(),
+        meta_data: guest_nocloud::MetaData {
+            instance_id: req.machine.uid.clone(),
+            hostname: req.machine.name.clone(),
+            provider_id: Some(host.provider_id()),
+        },
+        network,
+    };
+    seed.iso().map_err(|e| {
+        terminal(
+            "BootstrapDataTooLarge",
+            format!("building the NoCloud ISO: {e}"),
+        )
+    })
+}
+
+/// The MAC of the system's first Ethernet interface.
+fn first_mac(bmc: &Redfish, system: &Value) -> Result<Option<String>, PluginError> {
+    let doing = "reading the host's network interfaces";
+    let Some(collection) = system.get("EthernetInterfaces").and_then(odata_id) else {
+        return Ok(None);
+    };
+    for path in bmc.members(&collection).map_err(|e| e.classify(doing))? {
+        let nic = bmc.get(&path).map_err(|e| e.classify(doing))?;
+        let mac = nic
+            .get("MACAddress")
+            .or_else(|| nic.get("PermanentMACAddress"))
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty());
+        if let Some(mac) = mac {
+            return Ok(Some(mac.to_ascii_lowercase()));
+        }
+    }
+    Ok(None)
+}
