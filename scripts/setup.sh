@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing hyperplug needs on a fresh machine that has Rust
 # (rustup) and Go: the wasm32-wasip2 target, then the Go-built test world (etcd,
-# kube-apiserver, Cluster API, IPAM, cert-manager; cached under ~/.cache/hyperplug).
+# kube-apiserver, Cluster API, IPAM, cert-manager; cached under ~/.cache/hyperplug), and
+# sushy-tools (the Redfish BMC emulator) in a virtualenv there.
 # Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,3 +28,15 @@ done
 command -v go >/dev/null || { echo "Go is not installed: see https://go.dev/dl" >&2; exit 1; }
 log "building the test world from Go modules (first run: ~25 min on 2 cores; then seconds)"
 bash scripts/build-tools.sh >/dev/null
+
+# The Redfish plugin's tests run the real sushy-tools emulator (`sushy-emulator --fake`).
+# shellcheck source=tools.env
+source scripts/tools.env
+venv="$HOME/.cache/hyperplug/sushy-venv"
+have=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("sushy-tools"))' 2>/dev/null || true)
+if [ "$have" != "$SUSHY_TOOLS_VERSION" ]; then
+  command -v python3 >/dev/null || { echo "Python 3 is not installed (needed for sushy-tools)" >&2; exit 1; }
+  log "installing sushy-tools $SUSHY_TOOLS_VERSION into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "sushy-tools==$SUSHY_TOOLS_VERSION"
+fi

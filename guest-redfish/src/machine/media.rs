@@ -70,8 +70,21 @@ pub(super) fn insert(bmc: &Redfish, path: &str, url: &str) -> Result<(), PluginE
     }
     let target = action_target(&media.resource, path, "VirtualMedia.InsertMedia");
     let body = json!({"Image": url, "Inserted": true, "WriteProtected": true});
-    bmc.post(&target, &body)
-        .map_err(|e| redact(e.classify("inserting the bootstrap media"), url))?;
+    bmc.post(&target, &body).map_err(|e| {
+        let err = match e.classify("inserting the bootstrap media") {
+            // The BMC downloads the media itself: most refusals are a URL it cannot
+            // reach, which the next attempt may.
+            PluginError::Terminal(t) if t.reason == "BmcRefused" => transient(
+                format!(
+                    "{} (can the BMC reach the host's --blob-advertise-url?)",
+                    t.message
+                ),
+                Some(NO_HOST_MS),
+            ),
+            other => other,
+        };
+        redact(err, url)
+    })?;
     let after = read_media(bmc, path)?;
     if !(after.inserted && after.image == url) {
         return Err(transient(

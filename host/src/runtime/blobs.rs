@@ -23,6 +23,7 @@ pub struct BlobStore {
     max_ttl: Duration,
     max_bytes: usize,
     inner: Mutex<Blobs>,
+    served: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -52,6 +53,7 @@ impl BlobStore {
             max_ttl,
             max_bytes,
             inner: Mutex::default(),
+            served: Default::default(),
         }
     }
 
@@ -62,6 +64,7 @@ impl BlobStore {
             max_ttl: Duration::ZERO,
             max_bytes: 0,
             inner: Mutex::default(),
+            served: Default::default(),
         }
     }
 
@@ -168,11 +171,21 @@ impl BlobStore {
     pub fn get(&self, token: &str, name: &str) -> Option<Bytes> {
         let mut blobs = self.inner.lock().expect("blob store");
         blobs.sweep(Instant::now());
-        blobs
+        let found = blobs
             .by_token
             .get(token)
             .filter(|b| b.owner.name == name)
-            .map(|b| b.content.clone())
+            .map(|b| b.content.clone());
+        if found.is_some() {
+            self.served
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        found
+    }
+
+    /// How many times a blob was handed out.
+    pub fn served(&self) -> u64 {
+        self.served.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many blobs are published (for tests and metrics).

@@ -1,5 +1,6 @@
 //! What the host's integration tests share: the built plugins and request builders.
 #![allow(dead_code)]
+pub mod sushy;
 pub mod world;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -24,11 +25,11 @@ fn built() -> &'static PathBuf {
     })
 }
 
-/// `proxmox` (the bundled plugin) or a test plugin: `hostile`, `wrong-wit`, `sockets`.
+/// `proxmox` or `redfish` (the bundled plugins) or a test plugin: `hostile`, `wrong-wit`, `sockets`.
 pub fn plugin_path(name: &str) -> PathBuf {
     let out = built();
-    if name == "proxmox" {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/proxmox.wasm")
+    if name == "proxmox" || name == "redfish" {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../plugins/{name}.wasm"))
     } else {
         out.join(format!("{name}.wasm"))
     }
