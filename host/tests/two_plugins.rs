@@ -1,0 +1,148 @@
+//! One `hyperplug run` process with both bundled plugins provisions a ProxmoxMachine
+//! (on pve-sim) and a RedfishMachine (on a sushy-tools BMC) side by side on a real
+//! API server: a different kind of infrastructure served by the same binary, with
+//! only another `.wasm` and its CRDs. The Redfish host's claim is a Lease; the BMC
+//! downloads the bootstrap ISO from the host's blob server.
+mod support;
+
+use std::process::{Child, Command, Stdio};
+
+use hyperplug::runtime::Limits;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+use support::sushy::Bmc;
+use support::world::World;
+
+fn start_host(world: &World, blob_port: u16) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(world.plane.dir().join("hyperplug.log"))
+        .expect("log file");
+    let blob_addr = format!("127.0.0.1:{blob_port}");
+    Command::new(env!("CARGO_BIN_EXE_hyperplug"))
+        .arg("run")
+        .arg("--plugin")
+        .arg(support::plugin_path("proxmox"))
+        .arg("--plugin")
+        .arg(support::plugin_path("redfish"))
+        .args([
+            "--health-addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .args(["--resync-seconds", "5", "--claims-namespace", &world.ns])
+        .args(["--blob-listen-addr", &blob_addr])
+        .args(["--blob-advertise-url", &format!("http://{blob_addr}")])
+        .env("KUBECONFIG", world.plane.kubeconfig_path())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("start hyperplug run")
+}
+
+/// Kill the host when the test ends, however it ends.
+struct Host(Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn own_by_machine(world: &World, yaml: &str, machine: &str) {
+    let (objects, infra_machine) = yaml.rsplit_once("---\n").unwrap();
+    world.apply(objects).await;
+    let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
+    let uid = machines.get(machine).await.unwrap().uid().unwrap();
+    world
+        .apply(&infra_machine.replace("MACHINE_UID", &uid))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_side() {
+    let world = World::start_with(pve_sim::Config::fast(), false).await;
+    world.plane.start_ipam().await.expect("IPAM provider");
+    let (_rt, redfish) = support::load("redfish", Limits::default()).await;
+    let crds = hyperplug::crds::crds_yaml(redfish.info()).expect("Redfish CRDs");
+    world
+        .plane
+        .install_crds_yaml(&crds)
+        .await
+        .expect("install Redfish CRDs");
+    let bmc = Bmc::start("metal", 1).await;
+    let uuid = bmc.systems[0].uuid.clone();
+
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let proxmox = std::fs::read_to_string(format!("{fixtures}/cluster-and-machine.yaml")).unwrap();
+    own_by_machine(&world, &proxmox, "m-0").await;
+    let metal = std::fs::read_to_string(format!("{fixtures}/redfish-cluster-and-machine.yaml"))
+        .unwrap()
+        .replace("BMC_URL", &bmc.url);
+    own_by_machine(&world, &metal, "rm-0").await;
+
+    let blob_port = kube_world::free_port().expect("port");
+    let _host = Host(start_host(&world, blob_port));
+    let provisioned =
+        |o: &kube::api::DynamicObject| o.data["status"]["initialization"]["provisioned"] == true;
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    let rms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "RedfishMachine")
+        .await;
+    let pm = world
+        .wait_for(&pms, "m-0", "provisioned", provisioned)
+        .await;
+    let rm = world
+        .wait_for(&rms, "rm-0", "provisioned", provisioned)
+        .await;
+
+    let pm_id = pm.data["spec"]["providerID"].as_str().unwrap_or_default();
+    assert!(pm_id.starts_with("proxmox://"), "{pm_id}");
+    assert_eq!(rm.data["spec"]["providerID"], format!("redfish://{uuid}"));
+    assert_eq!(rm.data["status"]["details"]["host"], "metal-0");
+    assert_eq!(bmc.power(&uuid).await, "On");
+    let cd = bmc.cd(&uuid).await;
+    assert_eq!(cd["Inserted"], true);
+    assert_eq!(
+        cd["ImageName"], "cidata.iso",
+        "the BMC downloaded the ISO: {cd}"
+    );
+    // The media URL is a secret: not in the object, not in the host's log.
+    let image = cd["Image"].as_str().unwrap().to_string();
+    assert!(!serde_json::to_string(&rm.data).unwrap().contains(&image));
+    let log = std::fs::read_to_string(world.plane.dir().join("hyperplug.log")).unwrap();
+    assert!(!log.contains(&image), "the media URL is never logged");
+    assert!(!log.contains("bmc-test-password"));
+
+    // The claim is a Lease held by the RedfishMachine.
+    let leases: Api<Lease> = Api::namespaced(world.plane.client(), &world.ns);
+    let claims = leases
+        .list(
+            &ListParams::default()
+                .labels(&format!("hyperplug.dev/claim-holder={}", rm.uid().unwrap())),
+        )
+        .await
+        .unwrap();
+    assert_eq!(claims.items.len(), 1, "one claim");
+
+    // Deleting the RedfishMachine powers the host off, ejects, releases the claim.
+    rms.delete("rm-0", &DeleteParams::default()).await.unwrap();
+    world.wait_gone(&rms, "rm-0").await;
+    assert_eq!(bmc.power(&uuid).await, "Off");
+    assert_eq!(bmc.cd(&uuid).await["Inserted"], false);
+    let claims = leases
+        .list(&ListParams::default().labels("hyperplug.dev/claim-plugin=redfish"))
+        .await
+        .unwrap();
+    assert!(claims.items.is_empty(), "the host is released");
+    // The Proxmox machine is untouched by all this.
+    let pm = pms.get("m-0").await.unwrap();
+    assert!(provisioned(&pm));
+}
