@@ -86,7 +86,7 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
 
 async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials> {
     let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(&name)
+        .get_opt(name)
         .await?
         .ok_or_else(|| {
             Error::Dependency(format!("credentials Secret {namespace}/{name} not found"))
