@@ -395,3 +395,25 @@ async fn the_cluster_counts_the_hosts_of_every_bmc_and_names_bad_fields() {
         other => panic!("expected a transient error, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_lost_by_a_restarted_manager_is_published_and_inserted_again() {
+    let fleet = Fleet::start(&[1]).await;
+    let mut req = fleet.request("m1");
+    req.bootstrap = bootstrap();
+    let status = fleet.create(&req).await.expect("create");
+    req.state = Some(status.progress.state.clone());
+    let uuid = detail(&status, "uuid");
+    let bmc = fleet.bmc_of(&uuid);
+    let first = bmc.cd(&uuid).await["Image"].as_str().unwrap().to_string();
+    // The manager restarts: its in-memory blobs are gone.
+    assert_eq!(fleet.blobs.withdraw_object("uid-m1"), 1);
+    let served = fleet.blobs.served();
+    let status = fleet.create(&req).await.expect("create");
+    assert!(!status.ready || status.progress.phase == "Ready");
+    let second = bmc.cd(&uuid).await["Image"].as_str().unwrap().to_string();
+    assert_ne!(first, second, "a new URL");
+    assert!(fleet.blobs.served() > served, "downloaded again");
+    assert_eq!(fetch(&second).await.0, 200);
+    fleet.create_until_ready(&mut req).await;
+}

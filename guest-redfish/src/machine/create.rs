@@ -61,13 +61,16 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
 
     let bmc = client_for(&bmcs, &host)?;
     let system = read_system(&bmc, &host)?;
-    if state.step < Step::MediaInserted {
+    if state.step < Step::Ready {
+        // Until the host has booted, the media must stay reachable: publishing again
+        // returns the same URL (and the insert is then a no-op), or a new one if the
+        // manager restarted and lost its blobs, which is inserted in its place.
         let iso = seed_iso(req, &host, &inputs.cluster, &bmc, &system, &bootstrap.value)?;
         let url = blobs::publish(SEED_BLOB, &iso, SEED_TTL_SECONDS)
             .map_err(|e| terminal("CannotPublishMedia", e))?;
         let cd = virtual_cd(&bmc, &system)?;
         insert(&bmc, &cd, &url)?;
-        state.step = Step::MediaInserted;
+        state.step = state.step.max(Step::MediaInserted);
     }
     if state.step < Step::BootOverrideSet {
         boot_once_from_cd(&bmc, &host)?;
