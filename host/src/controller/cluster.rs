@@ -20,6 +20,9 @@ use crate::runtime::bindings::cluster::ClusterRequest;
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
     let own = api(&ctx.client, &ctx.resource, &ns);
+    let Some(obj) = objects::fresh(&own, &obj).await? else {
+        return Ok(Action::await_change());
+    };
     let generation = obj.metadata.generation.unwrap_or(0);
     if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
         return Ok(Action::await_change());
@@ -96,7 +99,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if objects::field(&obj, "status.failedGeneration").and_then(Value::as_i64) == Some(generation) {
         return Ok(Action::await_change());
     }
-    patch::add_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
+    patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin)).await?;
     let req = request(creds?);
     let result = ctx
         .metrics

@@ -24,6 +24,9 @@ use crate::runtime::bindings::types::Progress;
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
     let own = api(&ctx.client, &ctx.resource, &ns);
+    let Some(obj) = objects::fresh(&own, &obj).await? else {
+        return Ok(Action::await_change());
+    };
     if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
         return Ok(Action::await_change());
     }
@@ -128,7 +131,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if terminal_for_this_generation(&obj) {
         return Ok(Action::await_change());
     }
-    patch::add_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
+    patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin)).await?;
     if let Some(m) = &machine {
         req.bootstrap = bootstrap_data(&ctx, m).await?;
     }
@@ -453,7 +456,7 @@ pub fn object_ref(obj: &DynamicObject) -> ObjectRef {
     ObjectRef {
         namespace: obj.namespace().unwrap_or_default(),
         name: obj.name_any(),
-        uid: obj.uid().unwrap_or_default(),
+        uid: objects::ownership_id(obj),
     }
 }
 

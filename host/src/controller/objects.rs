@@ -8,6 +8,10 @@ pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
+/// The identity a plugin proves ownership with. It starts as the object's UID and is
+/// kept in an annotation because `clusterctl move` recreates objects with new UIDs but
+/// copies annotations: the moved object keeps proving ownership of what it made.
+pub const OWNERSHIP_ID_ANNOTATION: &str = "infrastructure.hyperplug.dev/ownership-id";
 
 pub fn capi_cluster() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -59,6 +63,15 @@ pub fn str_field<'a>(obj: &'a DynamicObject, path: &str) -> Option<&'a str> {
         .filter(|s| !s.is_empty())
 }
 
+/// The identity handed to the plugin as `object-ref.uid` (see [`OWNERSHIP_ID_ANNOTATION`]).
+pub fn ownership_id(obj: &DynamicObject) -> String {
+    obj.annotations()
+        .get(OWNERSHIP_ID_ANNOTATION)
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .unwrap_or_else(|| obj.uid().unwrap_or_default())
+}
+
 pub fn has_annotation(obj: &DynamicObject, key: &str) -> bool {
     obj.annotations().contains_key(key)
 }
@@ -85,4 +98,14 @@ pub fn reference_to(obj: &DynamicObject, path: &str, group: &str, kind: &str) ->
     matches
         .then(|| r.get("name").and_then(Value::as_str).map(str::to_string))
         .flatten()
+}
+
+/// The object as the API server has it now. The watch cache a reconcile is handed can
+/// lag behind our own last status write; working from it would hand the plugin a state
+/// from before its last step and write that older state back. `None` once it is gone.
+pub async fn fresh(
+    api: &kube::Api<DynamicObject>,
+    cached: &DynamicObject,
+) -> Result<Option<DynamicObject>, kube::Error> {
+    api.get_opt(&cached.name_any()).await
 }

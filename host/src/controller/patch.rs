@@ -52,26 +52,44 @@ pub async fn spec_field(
     Ok(())
 }
 
-pub async fn add_finalizer(
+/// Before any plugin call that may create infrastructure: our finalizer, and the
+/// ownership-id annotation (`objects::OWNERSHIP_ID_ANNOTATION`) set to the UID the
+/// plugin is about to mark its resources with. One write; none when both are there.
+pub async fn take_ownership(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     finalizer: &str,
 ) -> Result<()> {
+    let mut ops = vec![
+        // The version test makes a concurrent writer's change a conflict (retried)
+        // rather than lost.
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": obj.resource_version()}),
+    ];
     let current = obj.finalizers();
-    if current.iter().any(|f| f == finalizer) {
+    if current.is_empty() {
+        ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}));
+    } else if !current.iter().any(|f| f == finalizer) {
+        ops.push(json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}));
+    }
+    let key = super::objects::OWNERSHIP_ID_ANNOTATION;
+    if !obj.annotations().contains_key(key) {
+        let id = super::objects::ownership_id(obj);
+        if obj.metadata.annotations.is_none() {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {key: id}}));
+        } else {
+            // JSON pointer escaping of `/` in the key (RFC 6901).
+            let path = format!(
+                "/metadata/annotations/{}",
+                key.replace('~', "~0").replace('/', "~1")
+            );
+            ops.push(json!({"op": "add", "path": path, "value": id}));
+        }
+    }
+    if ops.len() == 1 {
         return Ok(());
     }
-    let ops = if current.is_empty() {
-        // `add` on a missing list creates it; the version test makes a concurrent
-        // writer's finalizer a conflict (retried) rather than lost.
-        json!([
-            {"op": "test", "path": "/metadata/resourceVersion", "value": obj.resource_version()},
-            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]},
-        ])
-    } else {
-        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}])
-    };
-    let patch: json_patch::Patch = serde_json::from_value(ops).expect("valid JSON patch");
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).expect("valid JSON patch");
     api.patch(
         &obj.name_any(),
         &PatchParams::default(),

@@ -18,6 +18,13 @@ pub struct Pem {
 pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
     cert_pem: String,
+    key_pem: String,
+}
+
+impl std::fmt::Debug for Ca {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ca").finish_non_exhaustive()
+    }
 }
 
 impl Ca {
@@ -36,6 +43,7 @@ impl Ca {
         let cert = params.self_signed(&key).context("self-signing CA")?;
         Ok(Ca {
             cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
             issuer: Issuer::new(params, key),
         })
     }
@@ -43,6 +51,11 @@ impl Ca {
     /// The CA certificate, PEM.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
+    }
+
+    /// The CA's private key, PKCS#8 PEM (e.g. for a Cluster API `<cluster>-ca` Secret).
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
     }
 
     /// A serving certificate for the given DNS names / IP addresses.

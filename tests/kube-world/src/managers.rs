@@ -12,6 +12,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::apply;
@@ -242,6 +245,54 @@ pub fn rewrite_webhooks(
 }
 
 impl Plane {
+    /// Removes every webhook that reaches its server through a Service: admission
+    /// webhook configurations are deleted, CRD conversion webhooks reset to `None`.
+    /// Without kube-proxy and pods behind them (as after `clusterctl init`, whose
+    /// Deployments cannot run here) such webhooks only fail every request they match; the
+    /// managers started by this crate register their own, pointed at loopback. Returns
+    /// the names of the objects changed.
+    pub async fn remove_service_webhooks(&self) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        for kind in [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ] {
+            let api = self
+                .dynamic_api("admissionregistration.k8s.io/v1", kind, None)
+                .await?;
+            for cfg in api.list(&Default::default()).await? {
+                let via_service = cfg.data["webhooks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|w| w["clientConfig"].get("service").is_some());
+                if via_service {
+                    let name = cfg.metadata.name.clone().unwrap_or_default();
+                    api.delete(&name, &Default::default()).await?;
+                    removed.push(name);
+                }
+            }
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for crd in crds.list(&Default::default()).await? {
+            let via_service = crd
+                .spec
+                .conversion
+                .as_ref()
+                .and_then(|c| c.webhook.as_ref())
+                .and_then(|w| w.client_config.as_ref())
+                .is_some_and(|c| c.service.is_some());
+            if via_service {
+                let name = crd.metadata.name.clone().unwrap_or_default();
+                let patch = json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}});
+                crds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                removed.push(name);
+            }
+        }
+        Ok(removed)
+    }
+
     /// Installs cert-manager's CRDs (from the pinned module's `deploy/crds`) and starts its
     /// certificate controllers as a process (SelfSigned and CA issuers; no webhook, no
     /// cainjector, no kubelet). ClusterIssuer secrets live in namespace `cert-manager`.

@@ -3,8 +3,8 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -30,6 +30,12 @@ pub struct PlaneOpts {
     /// install the CRDs first and then call [`Plane::start_controller_manager`], so the
     /// garbage collector sees the new kinds without waiting for its 30 s rediscovery.
     pub controller_manager: bool,
+    /// Sign the plane's certificates with this CA instead of a fresh one (a workload
+    /// cluster whose CA Cluster API was handed in its `<cluster>-ca` Secret).
+    pub ca: Option<Arc<Ca>>,
+    /// Serve the API on this address instead of a free port on 127.0.0.1 (a workload
+    /// cluster's control plane endpoint, e.g. `127.0.42.7:6443`).
+    pub address: Option<SocketAddr>,
 }
 
 /// A running test control plane. Dropping it kills every process it started; if the
@@ -38,7 +44,7 @@ pub struct Plane {
     pub(crate) dir: Option<tempfile::TempDir>,
     pub(crate) path: PathBuf,
     pub(crate) tools: &'static Tools,
-    pub(crate) ca: Ca,
+    pub(crate) ca: Arc<Ca>,
     pub(crate) procs: Mutex<Vec<Proc>>,
     pub(crate) kubeconfig: PathBuf,
     pub(crate) client: Client,
@@ -124,8 +130,22 @@ impl Plane {
         std::fs::create_dir_all(&pki)?;
 
         // Certificates and keys.
-        let ca = Ca::new("kube-world-ca")?;
-        let serving = ca.server(&["127.0.0.1", "localhost", "kubernetes", "kubernetes.default"])?;
+        let ca = match &opts.ca {
+            Some(ca) => ca.clone(),
+            None => Arc::new(Ca::new("kube-world-ca")?),
+        };
+        let address = match opts.address {
+            Some(a) => a,
+            None => SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+        };
+        let ip = address.ip().to_string();
+        let serving = ca.server(&[
+            &ip,
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+        ])?;
         let admin = ca.client("kube-world-admin", &["system:masters"])?;
         write(&pki.join("ca.crt"), ca.cert_pem())?;
         write(&pki.join("apiserver.crt"), &serving.cert)?;
@@ -156,13 +176,12 @@ impl Plane {
         let procs = Mutex::new(vec![etcd]);
 
         // kube-apiserver.
-        let port = free_port()?;
-        let url = format!("https://127.0.0.1:{port}");
+        let url = format!("https://{address}");
         let mut api = Command::new(tools.kube_apiserver());
         api.arg(format!("--etcd-servers={etcd_url}"))
-            .arg("--bind-address=127.0.0.1")
-            .arg("--advertise-address=127.0.0.1")
-            .arg(format!("--secure-port={port}"))
+            .arg(format!("--bind-address={ip}"))
+            .arg(format!("--advertise-address={ip}"))
+            .arg(format!("--secure-port={}", address.port()))
             .arg(format!("--cert-dir={}", pki.display()))
             .arg(format!(
                 "--tls-cert-file={}",
@@ -277,7 +296,9 @@ impl Plane {
         Ok(())
     }
 
-    pub(crate) fn add_proc(&self, p: Proc) {
+    /// Ties a process to the plane: it is checked with the plane's own and killed when
+    /// the plane drops.
+    pub fn add_proc(&self, p: Proc) {
         self.procs.lock().unwrap().push(p);
     }
 

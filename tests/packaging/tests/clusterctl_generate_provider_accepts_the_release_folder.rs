@@ -204,6 +204,7 @@ async fn clusterctl_describes_the_provider_variables_and_image() {
         [
             "HYPERPLUG_LOG",
             "HYPERPLUG_WATCH_NAMESPACE",
+            "PROXMOX_FINGERPRINT",
             "PROXMOX_INSECURE",
             "PROXMOX_SECRET",
             "PROXMOX_TOKEN",

@@ -1,0 +1,136 @@
+//! A management cluster made the way the seed article makes one: `clusterctl init
+//! --infrastructure proxmox --ipam in-cluster` against a real API server, from the
+//! offline repository. Without a kubelet the installed Deployments never run, so the
+//! same managers run as processes beside the API server (webhooks on loopback), and so
+//! does hyperplug with the bundled plugin and the default credentials Secret that
+//! `clusterctl init` created from `PROXMOX_URL`, `PROXMOX_TOKEN`, `PROXMOX_SECRET`.
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kube_world::process::Proc;
+use kube_world::{Plane, PlaneOpts, free_port};
+use packaging::Clusterctl;
+
+use crate::capi::wait_until;
+use crate::progress::say;
+use crate::repo::Repo;
+
+/// Where the Proxmox VE API is (pve-sim) and the token clusterctl hands the provider.
+#[derive(Debug, Clone)]
+pub struct ProxmoxEndpoint {
+    pub url: String,
+    /// `user@realm!tokenid`.
+    pub token: String,
+    pub secret: String,
+    /// SHA-256 fingerprint of the API's certificate (`PROXMOX_FINGERPRINT`).
+    pub fingerprint: String,
+}
+
+/// A running management cluster.
+pub struct Management {
+    pub name: String,
+    pub plane: Plane,
+    /// clusterctl with the seed's `capmox.env`, pointed at the simulator.
+    pub clusterctl: Clusterctl,
+    pub config: PathBuf,
+    pub hyperplug_log: PathBuf,
+    pub metrics: SocketAddr,
+}
+
+impl Management {
+    /// Starts the plane, runs `clusterctl init`, then the managers and hyperplug.
+    pub async fn start(
+        name: &str,
+        repo: &Repo,
+        pve: &ProxmoxEndpoint,
+        hyperplug: &Path,
+        plugin: &Path,
+    ) -> Result<Management> {
+        say(format!("{name}: starting etcd and kube-apiserver"));
+        let plane = Plane::start(PlaneOpts::default()).await?;
+        say(format!("{name}: starting the cert-manager controller"));
+        plane.start_cert_manager().await?;
+        let clusterctl = Clusterctl::with_capmox_env()?
+            .var("PROXMOX_URL", &pve.url)
+            .var("PROXMOX_TOKEN", &pve.token)
+            .var("PROXMOX_SECRET", &pve.secret)
+            .var("PROXMOX_FINGERPRINT", &pve.fingerprint);
+        let mut mgmt = Management {
+            name: name.to_string(),
+            plane,
+            clusterctl,
+            config: repo.config.clone(),
+            hyperplug_log: PathBuf::new(),
+            metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+        };
+        say(format!(
+            "{name}: clusterctl init --infrastructure proxmox --ipam in-cluster"
+        ));
+        let out = mgmt.clusterctl(&[
+            "init",
+            "--infrastructure",
+            "proxmox",
+            "--ipam",
+            "in-cluster",
+        ])?;
+        for line in out.lines().filter(|l| l.starts_with("Installing")) {
+            say(format!("{name}:   {line}"));
+        }
+        let removed = mgmt.plane.remove_service_webhooks().await?;
+        say(format!(
+            "{name}: running the managers as processes ({} Service-backed webhook configurations replaced by loopback ones)",
+            removed.len()
+        ));
+        mgmt.plane.start_capi_core().await?;
+        mgmt.plane.start_kubeadm_bootstrap().await?;
+        mgmt.plane.start_kubeadm_control_plane().await?;
+        mgmt.plane.start_ipam().await?;
+        mgmt.plane.start_controller_manager().await?;
+        mgmt.start_hyperplug(hyperplug, plugin).await?;
+        Ok(mgmt)
+    }
+
+    async fn start_hyperplug(&mut self, hyperplug: &Path, plugin: &Path) -> Result<()> {
+        let health = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let log = self.plane.dir().join("hyperplug.log");
+        let mut cmd = Command::new(hyperplug);
+        cmd.arg("run")
+            .arg("--plugin")
+            .arg(plugin)
+            .arg("--default-credentials-secret=hyperplug-system/hyperplug-proxmox-credentials")
+            .arg(format!("--metrics-addr={}", self.metrics))
+            .arg(format!("--health-addr={health}"))
+            .env("KUBECONFIG", self.plane.kubeconfig_path());
+        say(format!(
+            "{}: starting hyperplug run --plugin {}",
+            self.name,
+            plugin.display()
+        ));
+        self.plane.add_proc(Proc::spawn("hyperplug", cmd, &log)?);
+        self.hyperplug_log = log;
+        let plane = &self.plane;
+        wait_until(
+            "hyperplug's health endpoint",
+            Duration::from_secs(60),
+            || async move {
+                plane.check_processes()?;
+                Ok(TcpStream::connect_timeout(&health, Duration::from_millis(200)).is_ok())
+            },
+        )
+        .await
+    }
+
+    /// Runs clusterctl against this management cluster with the offline repository.
+    pub fn clusterctl(&self, args: &[&str]) -> Result<String> {
+        let config = self.config.display().to_string();
+        let kubeconfig = self.plane.kubeconfig_path().display().to_string();
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--config", &config, "--kubeconfig", &kubeconfig]);
+        self.clusterctl
+            .run(&all)
+            .with_context(|| format!("on management cluster {}", self.name))
+    }
+}

@@ -1,0 +1,334 @@
+//! The seed article's quickstart, end to end: pve-sim with its default world, a
+//! management cluster from `clusterctl init`, then `clusterctl generate cluster
+//! capi-quickstart --kubernetes-version v1.33.0 --control-plane-machine-count=1
+//! --worker-machine-count=1` from `capmox.env` and `kubectl apply`.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
+use serde_json::{Value, json};
+
+use crate::capi::{self, CAPI, CLUSTER_NAME_LABEL, INFRA};
+use crate::management::{Management, ProxmoxEndpoint};
+use crate::progress::say;
+use crate::repo::Repo;
+use crate::workload::WorkloadSim;
+
+/// The cluster name of the seed's commands.
+pub const CLUSTER: &str = "capi-quickstart";
+
+/// How to run it.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// pve-sim's listen address (`127.0.0.1:0` picks a free port).
+    pub pve_listen: String,
+    /// pve-sim's task durations: `true` zero, `false` its defaults (hundreds of ms).
+    pub fast_tasks: bool,
+    /// The namespace the cluster goes to (created if missing).
+    pub namespace: String,
+}
+
+/// Kinds whose objects a deleted cluster must not leave behind: (apiVersion, kind).
+pub const CLUSTER_KINDS: &[(&str, &str)] = &[
+    (CAPI, "Cluster"),
+    (CAPI, "MachineDeployment"),
+    (CAPI, "MachineSet"),
+    (CAPI, "Machine"),
+    (
+        "controlplane.cluster.x-k8s.io/v1beta2",
+        "KubeadmControlPlane",
+    ),
+    ("bootstrap.cluster.x-k8s.io/v1beta2", "KubeadmConfig"),
+    (
+        "bootstrap.cluster.x-k8s.io/v1beta2",
+        "KubeadmConfigTemplate",
+    ),
+    (INFRA, "ProxmoxCluster"),
+    (INFRA, "ProxmoxMachine"),
+    (INFRA, "ProxmoxMachineTemplate"),
+    ("ipam.cluster.x-k8s.io/v1beta2", "IPAddressClaim"),
+    ("ipam.cluster.x-k8s.io/v1beta2", "IPAddress"),
+    ("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool"),
+];
+
+/// A running quickstart: the simulator, the management cluster and (once applied) the
+/// workload cluster's simulated insides.
+pub struct Quickstart {
+    pub sim: RunningSim,
+    pub pve: ProxmoxEndpoint,
+    pub repo: Repo,
+    pub management: Management,
+    pub namespace: String,
+    /// The control-plane endpoint (`CONTROL_PLANE_ENDPOINT_IP`:6443), a loopback address
+    /// of its own so several quickstarts can run side by side.
+    pub endpoint: SocketAddr,
+    pub workload: Option<WorkloadSim>,
+    pub hyperplug: PathBuf,
+    pub plugin: PathBuf,
+}
+
+impl Quickstart {
+    /// Starts pve-sim and a management cluster named `name`.
+    pub async fn start(
+        name: &str,
+        opts: Options,
+        hyperplug: PathBuf,
+        plugin: PathBuf,
+    ) -> Result<Quickstart> {
+        let token = packaging::capmox_var("PROXMOX_TOKEN");
+        let secret = packaging::capmox_var("PROXMOX_SECRET");
+        let config = pve_world(opts.fast_tasks, format!("{token}={secret}"));
+        let sim = Simulator::start(
+            config,
+            ListenOpts {
+                addr: opts.pve_listen.clone(),
+                tls: true,
+            },
+        )
+        .await?;
+        say(format!(
+            "pve-sim serves the Proxmox VE API on {} (template VM 9000 on pve1)",
+            sim.base_url()
+        ));
+        let pve = ProxmoxEndpoint {
+            url: format!("https://{}", sim.addr()),
+            token,
+            secret,
+            fingerprint: sim.fingerprint().to_string(),
+        };
+        let repo = Repo::render(&hyperplug, &plugin)?;
+        let management = Management::start(name, &repo, &pve, &hyperplug, &plugin).await?;
+        let namespace = opts.namespace.clone();
+        let ns: Api<Namespace> = Api::all(management.plane.client());
+        if ns.get_opt(&namespace).await?.is_none() {
+            let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
+            ns.create(&PostParams::default(), &obj).await?;
+        }
+        let b: [u8; 3] = rand::random();
+        let endpoint = SocketAddr::from(([127, b[0].max(1), b[1], b[2].max(1)], 6443));
+        Ok(Quickstart {
+            sim,
+            pve,
+            repo,
+            management,
+            namespace,
+            endpoint,
+            workload: None,
+            hyperplug,
+            plugin,
+        })
+    }
+
+    pub fn client(&self) -> Client {
+        self.management.plane.client()
+    }
+
+    /// `clusterctl generate cluster capi-quickstart --from templates/cluster-template.yaml
+    /// ...` with `capmox.env`, the endpoint pointed at this quickstart's own address.
+    pub fn generate(&self) -> Result<String> {
+        let template = packaging::repo_root().join("templates/cluster-template.yaml");
+        say(format!(
+            "clusterctl generate cluster {CLUSTER} --from templates/cluster-template.yaml --kubernetes-version {} --control-plane-machine-count=1 --worker-machine-count=1",
+            packaging::SEED_KUBERNETES_VERSION
+        ));
+        let clusterctl = packaging::Clusterctl::with_capmox_env()?
+            .var("CONTROL_PLANE_ENDPOINT_IP", &self.endpoint.ip().to_string());
+        clusterctl.generate_seed_cluster(CLUSTER, &template, &self.namespace)
+    }
+
+    /// Prepares the simulated workload side, then applies `yaml` as `kubectl apply` does.
+    pub async fn apply(&mut self, yaml: &str) -> Result<()> {
+        self.workload = Some(
+            WorkloadSim::prepare(
+                &self.client(),
+                &self.namespace,
+                CLUSTER,
+                self.endpoint,
+                self.sim.state(),
+            )
+            .await?,
+        );
+        say(format!(
+            "kubectl apply -n {} -f capi-quickstart.yaml",
+            self.namespace
+        ));
+        let out = packaging::kubectl_apply(&self.management.plane, &self.namespace, yaml)?;
+        for line in out.lines() {
+            say(format!("  {line}"));
+        }
+        Ok(())
+    }
+
+    /// Waits until `count` Machines of the cluster are provisioned on `management`,
+    /// printing each change; returns them.
+    pub async fn wait_provisioned(
+        &self,
+        management: &Management,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<DynamicObject>> {
+        let client = management.plane.client();
+        let deadline = std::time::Instant::now() + timeout;
+        let mut last = String::new();
+        loop {
+            management.plane.check_processes()?;
+            let machines = cluster_machines(&client, &self.namespace).await?;
+            let table = capi::describe_machines(&machines);
+            if table != last {
+                say(format!("Machines:\n{table}"));
+                last = table;
+            }
+            if machines.len() == count && machines.iter().all(capi::machine_provisioned) {
+                return Ok(machines);
+            }
+            if std::time::Instant::now() > deadline {
+                let hint = self
+                    .workload
+                    .as_ref()
+                    .and_then(|w| w.last_error())
+                    .map(|e| format!("\nworkload simulation: {e}"))
+                    .unwrap_or_default();
+                bail!(
+                    "timed out after {timeout:?} waiting for {count} provisioned Machines{hint}\nhyperplug log: {}",
+                    management.hyperplug_log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// Scales the workers' MachineDeployment.
+    pub async fn scale_workers(&self, replicas: u32) -> Result<()> {
+        say(format!(
+            "kubectl scale machinedeployment {CLUSTER}-workers --replicas={replicas}"
+        ));
+        capi::api(&self.client(), CAPI, "MachineDeployment", &self.namespace)
+            .await?
+            .patch(
+                &format!("{CLUSTER}-workers"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the Cluster on `management` and waits until every object of
+    /// [`CLUSTER_KINDS`] and every Secret of the cluster is gone.
+    pub async fn delete_cluster(&self, management: &Management, timeout: Duration) -> Result<()> {
+        say(format!("kubectl delete cluster {CLUSTER}"));
+        let client = management.plane.client();
+        capi::api(&client, CAPI, "Cluster", &self.namespace)
+            .await?
+            .delete(CLUSTER, &Default::default())
+            .await?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = leftovers(&client, &self.namespace).await?;
+            if left.is_empty() {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for the cluster to be gone; left behind: {left:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// VMs in pve-sim other than templates: (vmid, name).
+    pub fn vms(&self) -> Vec<(u64, String)> {
+        self.sim
+            .state()
+            .vms()
+            .iter()
+            .filter(|vm| vm["template"] != true)
+            .map(|vm| {
+                (
+                    vm["vmid"].as_u64().unwrap_or_default(),
+                    vm["name"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// pve-sim's default world (three nodes, template 9000 on pve1) with the template's
+/// disks on a storage shared by every node: `ALLOWED_NODES=[pve1,pve2]` only works
+/// when the template can be cloned to either node, and PVE refuses to clone a template
+/// on node-local storage to another node.
+pub fn pve_world(fast_tasks: bool, token: String) -> Config {
+    let mut config = if fast_tasks {
+        Config::fast()
+    } else {
+        Config::default()
+    };
+    config.tokens = vec![token];
+    config.storages.push(pve_sim::StorageConfig {
+        id: "shared".into(),
+        kind: pve_sim::StorageType::Dir,
+        content: ["images", "iso"].map(String::from).to_vec(),
+        total: 1 << 40,
+        nodes: vec![],
+        shared: true,
+    });
+    if let Some(t) = config.vms.iter_mut().find(|v| v.vmid == 9000) {
+        t.config.insert(
+            "scsi0".into(),
+            "shared:9000/base-9000-disk-0.raw,size=10G".into(),
+        );
+        t.config.insert(
+            "ide2".into(),
+            "shared:9000/vm-9000-cloudinit.qcow2,media=cdrom".into(),
+        );
+    }
+    config
+}
+
+/// The cluster's Machines in `namespace`.
+pub async fn cluster_machines(client: &Client, namespace: &str) -> Result<Vec<DynamicObject>> {
+    Ok(capi::api(client, CAPI, "Machine", namespace)
+        .await?
+        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={CLUSTER}")))
+        .await?
+        .items)
+}
+
+/// `Kind/name` of every object of [`CLUSTER_KINDS`] in `namespace`, and of the
+/// cluster's Secrets.
+pub async fn leftovers(client: &Client, namespace: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (api_version, kind) in CLUSTER_KINDS {
+        for o in capi::list(client, api_version, kind, namespace).await? {
+            out.push(format!("{kind}/{}", o.name_any()));
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    for s in secrets
+        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={CLUSTER}")))
+        .await?
+    {
+        out.push(format!("Secret/{}", s.name_any()));
+    }
+    Ok(out)
+}
+
+/// The InfraMachines of the cluster with their `status.initialization.provisioned`.
+pub async fn proxmox_machines(client: &Client, namespace: &str) -> Result<Vec<(String, bool)>> {
+    Ok(capi::list(client, INFRA, "ProxmoxMachine", namespace)
+        .await?
+        .iter()
+        .map(|m| {
+            (
+                m.name_any(),
+                capi::field(m, "status.initialization.provisioned") == Some(&Value::Bool(true)),
+            )
+        })
+        .collect())
+}
