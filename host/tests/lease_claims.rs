@@ -17,11 +17,7 @@ fn holder(i: usize) -> ObjectRef {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_claimant_of_many_wins_and_claims_end_with_their_holder() {
-    let plane = Plane::start(PlaneOpts {
-        controller_manager: false,
-    })
-    .await
-    .expect("plane");
+    let plane = Plane::start(PlaneOpts::default()).await.expect("plane");
     let ns = plane.namespace("claims").await.expect("namespace");
     // One store per claimant, each with its own client: nothing is shared in-process.
     let stores: Vec<Arc<LeaseClaims>> = (0..8)

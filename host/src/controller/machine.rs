@@ -184,7 +184,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         ctx.plugin
             .runtime()
             .blobs()
-            .withdraw_object(&obj.uid().unwrap_or_default());
+            .withdraw_object(&req.machine.uid);
     }
     persist(&ctx, &own, &obj, &status, provisioned).await?;
     ctx.backoff.reset(&key(&obj));
@@ -222,7 +222,7 @@ async fn delete(
             ipam::release_claims(ctx, obj).await?;
             // What the plugin published or claimed for this object dies with it, even
             // if the plugin forgot to give it up.
-            let uid = obj.uid().unwrap_or_default();
+            let uid = &req.machine.uid;
             let runtime = ctx.plugin.runtime();
             runtime.blobs().withdraw_object(&uid);
             runtime
