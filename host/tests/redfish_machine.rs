@@ -331,7 +331,7 @@ async fn a_machine_never_touches_a_host_it_does_not_hold() {
     // With no free host, a new machine waits instead of taking one.
     let status = fleet.create(&fleet.request("late")).await.expect("create");
     assert_eq!(status.progress.phase, "WaitingForHost");
-    assert_eq!(status.progress.requeue_after_ms, Some(30_000));
+    assert_eq!(status.progress.requeue_after_ms, Some(15_000));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

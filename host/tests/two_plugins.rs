@@ -54,6 +54,28 @@ impl Drop for Host {
     }
 }
 
+/// Wait until one of `names` is provisioned; returns it and the name of the other.
+async fn first_provisioned(
+    world: &World,
+    api: &Api<kube::api::DynamicObject>,
+    names: [&str; 2],
+) -> (kube::api::DynamicObject, String) {
+    for _ in 0..300 {
+        for (i, name) in names.iter().enumerate() {
+            if let Ok(Some(o)) = api.get_opt(name).await
+                && o.data["status"]["initialization"]["provisioned"] == true
+            {
+                return (o, names[1 - i].to_string());
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!(
+        "neither of {names:?} was provisioned; see {}",
+        world.plane.dir().display()
+    );
+}
+
 async fn own_by_machine(world: &World, yaml: &str, machine: &str) {
     let (objects, infra_machine) = yaml.rsplit_once("---\n").unwrap();
     world.apply(objects).await;
@@ -85,6 +107,11 @@ async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_sid
         .unwrap()
         .replace("BMC_URL", &bmc.url);
     own_by_machine(&world, &metal, "rm-0").await;
+    // A second machine for the same single host: it must wait, not share it.
+    let (_, second) = metal.split_once("name: rm-0-bootstrap").unwrap();
+    let second = format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: rm-0-bootstrap{second}")
+        .replace("rm-0", "rm-1");
+    own_by_machine(&world, &second, "rm-1").await;
 
     let blob_port = kube_world::free_port().expect("port");
     let _host = Host(start_host(&world, blob_port));
@@ -99,9 +126,7 @@ async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_sid
     let pm = world
         .wait_for(&pms, "m-0", "provisioned", provisioned)
         .await;
-    let rm = world
-        .wait_for(&rms, "rm-0", "provisioned", provisioned)
-        .await;
+    let (rm, other) = first_provisioned(&world, &rms, ["rm-0", "rm-1"]).await;
 
     let pm_id = pm.data["spec"]["providerID"].as_str().unwrap_or_default();
     assert!(pm_id.starts_with("proxmox://"), "{pm_id}");
@@ -120,21 +145,38 @@ async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_sid
     let log = std::fs::read_to_string(world.plane.dir().join("hyperplug.log")).unwrap();
     assert!(!log.contains(&image), "the media URL is never logged");
     assert!(!log.contains("bmc-test-password"));
+    // The other machine waits for a free host.
+    let waiting = world
+        .wait_for(&rms, &other, "waiting for a host", |o| {
+            o.data["status"]["phase"] == "WaitingForHost"
+        })
+        .await;
+    assert!(!provisioned(&waiting));
 
-    // The claim is a Lease held by the RedfishMachine.
+    // The claim is a Lease held by the provisioned RedfishMachine.
     let leases: Api<Lease> = Api::namespaced(world.plane.client(), &world.ns);
     let claims = leases
-        .list(
-            &ListParams::default()
-                .labels(&format!("hyperplug.dev/claim-holder={}", rm.uid().unwrap())),
-        )
+        .list(&ListParams::default().labels("hyperplug.dev/claim-plugin=redfish"))
         .await
         .unwrap();
     assert_eq!(claims.items.len(), 1, "one claim");
+    assert_eq!(
+        claims.items[0].spec.as_ref().unwrap().holder_identity,
+        rm.uid()
+    );
 
-    // Deleting the RedfishMachine powers the host off, ejects, releases the claim.
-    rms.delete("rm-0", &DeleteParams::default()).await.unwrap();
-    world.wait_gone(&rms, "rm-0").await;
+    // Deleting it powers the host off, ejects, releases the claim; the waiting machine
+    // then gets the host.
+    let first = rm.name_any();
+    rms.delete(&first, &DeleteParams::default()).await.unwrap();
+    world.wait_gone(&rms, &first).await;
+    let next = world
+        .wait_for(&rms, &other, "provisioned", provisioned)
+        .await;
+    assert_eq!(next.data["spec"]["providerID"], format!("redfish://{uuid}"));
+    assert_eq!(bmc.power(&uuid).await, "On");
+    rms.delete(&other, &DeleteParams::default()).await.unwrap();
+    world.wait_gone(&rms, &other).await;
     assert_eq!(bmc.power(&uuid).await, "Off");
     assert_eq!(bmc.cd(&uuid).await["Inserted"], false);
     let claims = leases

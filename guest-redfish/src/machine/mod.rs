@@ -66,7 +66,7 @@ use state::*;
 
 /// Requeue hints, in milliseconds.
 const POWER_MS: u64 = 2_000;
-const NO_HOST_MS: u64 = 30_000;
+const NO_HOST_MS: u64 = 15_000;
 const BOOTSTRAP_MS: u64 = 10_000;
 /// The ISO's blob name, and how long its URL lives.
 const SEED_BLOB: &str = "cidata.iso";
