@@ -224,10 +224,10 @@ async fn delete(
             // if the plugin forgot to give it up.
             let uid = &req.machine.uid;
             let runtime = ctx.plugin.runtime();
-            runtime.blobs().withdraw_object(&uid);
+            runtime.blobs().withdraw_object(uid);
             runtime
                 .claims()
-                .release_all(&uid)
+                .release_all(uid)
                 .await
                 .map_err(Error::Dependency)?;
             publish(
