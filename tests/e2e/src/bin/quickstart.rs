@@ -14,11 +14,11 @@ use e2e::quickstart::{Options, Quickstart};
 const USAGE: &str = "\
 quickstart: the hyperplug local demo (run by scripts/demo.sh)
 
-Usage: quickstart [--pve-listen ADDR] [--workers N] [--slow]
+Usage: quickstart [--pve-listen ADDR] [--workers N] [--fast]
 
   --pve-listen ADDR  where pve-sim listens (default 127.0.0.1:8006)
   --workers N        scale the workers to N once the first two machines are up (default 1)
-  --slow             pve-sim's default task durations instead of instant tasks
+  --fast             instant pve-sim tasks instead of its default durations (clone 300 ms, ...)
 
 Environment: HYPERPLUG_BIN (default: hyperplug next to this binary),
 HYPERPLUG_PLUGIN (default: plugins/proxmox.wasm).";
@@ -27,7 +27,7 @@ HYPERPLUG_PLUGIN (default: plugins/proxmox.wasm).";
 async fn main() -> Result<()> {
     let mut pve_listen = "127.0.0.1:8006".to_string();
     let mut workers = 1u32;
-    let mut fast = true;
+    let mut fast = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -39,7 +39,7 @@ async fn main() -> Result<()> {
                     .parse()
                     .context("--workers needs a number")?
             }
-            "--slow" => fast = false,
+            "--fast" => fast = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
