@@ -224,6 +224,26 @@ async fn a_machine_claims_a_host_boots_its_media_and_releases_the_host() {
         described.ready && described.drift.is_none(),
         "{described:?}"
     );
+    // A claim the host lost track of (a management cluster that never saw it, after
+    // `clusterctl move`) is taken back on sight.
+    let key = format!("host/{uuid}");
+    fleet
+        .runtime
+        .claims()
+        .release("redfish", &key, "uid-m1")
+        .await
+        .unwrap();
+    let described = fleet
+        .plugin
+        .describe_machine(&req)
+        .await
+        .unwrap()
+        .expect("describe");
+    assert!(
+        described.ready && described.drift.is_none(),
+        "{described:?}"
+    );
+    assert_eq!(fleet.holder(&uuid).await.as_deref(), Some("uid-m1"));
 
     fleet.delete_until_gone(&mut req).await;
     assert_eq!(bmc.power(&uuid).await, "Off");
