@@ -15,22 +15,24 @@ use crate::runtime::Limits;
 /// unreachable and failing endpoints, call deadlines, and no leaks. Prints a verdict per
 /// case; exits 1 if any case failed.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  hyperplug conformance --plugin plugins/proxmox.wasm \\\n    --target https://pve.example:8006 --credentials creds.yaml \\\n    --spec machine.yaml --cluster-spec cluster.yaml --junit conformance.xml\n\nSee docs/plugin-authors.md.")]
+#[command(
+    after_help = "Example:\n  hyperplug conformance --plugin plugins/proxmox.wasm \\\n    --target https://pve.example:8006 --credentials creds.yaml \\\n    --spec machine.yaml --cluster-spec cluster.yaml --junit conformance.xml\n\nSee docs/plugin-authors.md."
+)]
 pub struct ConformanceArgs {
     /// The plugin component (.wasm) under test.
-    #[arg(long)]
-    pub plugin: PathBuf,
+    #[arg(long, required_unless_present = "list")]
+    pub plugin: Option<PathBuf>,
     /// Base URL of the infrastructure API the plugin drives (the credentials' `url`).
-    #[arg(long)]
-    pub target: String,
+    #[arg(long, required_unless_present = "list")]
+    pub target: Option<String>,
     /// YAML/JSON with the keys of a credentials Secret: `token`, `secret`, optional
     /// `ca.crt`, `fingerprint`, `insecure` (a Secret manifest works too).
-    #[arg(long)]
-    pub credentials: PathBuf,
+    #[arg(long, required_unless_present = "list")]
+    pub credentials: Option<PathBuf>,
     /// A valid InfraMachine spec (YAML/JSON; a whole manifest works too). The suite
     /// creates several machines from it.
-    #[arg(long)]
-    pub spec: PathBuf,
+    #[arg(long, required_unless_present = "list")]
+    pub spec: Option<PathBuf>,
     /// The InfraCluster spec, reconciled first and handed to every machine call.
     #[arg(long)]
     pub cluster_spec: Option<PathBuf>,
@@ -88,8 +90,14 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     if let Some(bad) = args.skip.iter().find(|s| !known.contains(&s.as_str())) {
         anyhow::bail!("--skip {bad}: no such case (see --list)");
     }
-    let credentials = inputs::read_credentials(&args.credentials, &args.target)?;
-    let spec = inputs::read_spec(&args.spec)?;
+    // clap requires these unless --list was given.
+    let (Some(plugin_path), Some(target), Some(creds_path), Some(spec_path)) =
+        (&args.plugin, &args.target, &args.credentials, &args.spec)
+    else {
+        anyhow::bail!("--plugin, --target, --credentials and --spec are required");
+    };
+    let credentials = inputs::read_credentials(creds_path, target)?;
+    let spec = inputs::read_spec(spec_path)?;
     let cluster_spec = match &args.cluster_spec {
         Some(p) => inputs::read_spec(p)?,
         None => serde_json::json!({}),
@@ -100,7 +108,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     };
     let bootstrap = inputs::read_bootstrap(args.bootstrap.as_deref())?;
     let plugin = load_plugins(
-        std::slice::from_ref(&args.plugin),
+        std::slice::from_ref(plugin_path),
         args.limits.clone(),
         &args.cache,
     )
@@ -110,7 +118,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         timeout_ms: args.deadline_ms,
         ..args.limits.clone()
     };
-    let deadline_plugin = load_plugins(std::slice::from_ref(&args.plugin), short, &args.cache)
+    let deadline_plugin = load_plugins(std::slice::from_ref(plugin_path), short, &args.cache)
         .await?
         .remove(0);
     let run_id = args.run_id.clone().unwrap_or_else(conformance::new_run_id);
@@ -124,7 +132,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         plugin,
         deadline_plugin,
         deadline: Duration::from_millis(args.deadline_ms),
-        plugin_path: args.plugin.clone(),
+        plugin_path: plugin_path.clone(),
         credentials,
         spec,
         cluster_spec,

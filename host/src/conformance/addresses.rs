@@ -192,7 +192,11 @@ mod tests {
             .map(|_| p.allocate("ipv4", "net0").unwrap().address)
             .collect();
         assert_eq!(got, ["10.0.0.1", "10.0.1.1", "10.0.1.2", "10.0.2.9"]);
-        assert!(p.allocate("ipv4", "net0").unwrap_err().contains("exhausted"));
+        assert!(
+            p.allocate("ipv4", "net0")
+                .unwrap_err()
+                .contains("exhausted")
+        );
     }
 
     #[test]

@@ -196,7 +196,11 @@ mod tests {
             ..target()
         };
         let f = start(&plain).await.unwrap();
-        let addr = f.unavailable.endpoint.trim_start_matches("http://").to_string();
+        let addr = f
+            .unavailable
+            .endpoint
+            .trim_start_matches("http://")
+            .to_string();
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await

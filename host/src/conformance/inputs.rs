@@ -17,8 +17,8 @@ use crate::runtime::bindings::machine::BootstrapData;
 pub const DUMMY_CLOUD_CONFIG: &str = "#cloud-config\n# hyperplug conformance: dummy bootstrap data; nothing joins a cluster\nruncmd:\n  - [echo, hyperplug-conformance]\n";
 
 fn read_doc(path: &Path) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     serde_yaml::from_str(&text).with_context(|| format!("{} is not YAML or JSON", path.display()))
 }
 
@@ -137,7 +137,9 @@ mod tests {
         let c = read_credentials(f.path(), "https://h:1").unwrap();
         assert_eq!(c.fingerprint.as_deref(), Some("AA:BB"));
         let f = file("token: t\n");
-        let err = read_credentials(f.path(), "https://h:1").unwrap_err().to_string();
+        let err = read_credentials(f.path(), "https://h:1")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`secret`"), "{err}");
     }
 

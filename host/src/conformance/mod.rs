@@ -66,7 +66,10 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
             "plugin.version".to_string(),
             format!("{} {}", info.name, info.version),
         ),
-        ("plugin.sha256".to_string(), opts.plugin.digest().to_string()),
+        (
+            "plugin.sha256".to_string(),
+            opts.plugin.digest().to_string(),
+        ),
         ("target".to_string(), opts.credentials.endpoint.clone()),
         ("run-id".to_string(), opts.run_id.clone()),
         ("repeat".to_string(), opts.repeat.to_string()),

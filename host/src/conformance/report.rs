@@ -166,7 +166,10 @@ impl Report {
 const NAME_WIDTH: usize = 34;
 
 fn header() -> String {
-    format!("{:<NAME_WIDTH$} {:<6} {:>8}  DETAIL", "CASE", "RESULT", "TIME")
+    format!(
+        "{:<NAME_WIDTH$} {:<6} {:>8}  DETAIL",
+        "CASE", "RESULT", "TIME"
+    )
 }
 
 fn line(c: &CaseResult) -> String {
@@ -203,7 +206,10 @@ mod tests {
 
     #[test]
     fn junit_escapes_and_counts() {
-        let mut r = Report::new("conformance.x".into(), vec![("plugin".into(), "a&b".into())]);
+        let mut r = Report::new(
+            "conformance.x".into(),
+            vec![("plugin".into(), "a&b".into())],
+        );
         for (name, v) in [
             ("a", Verdict::Pass("ok <1>".into())),
             ("b", Verdict::Fail("bad \"q\"\u{1}".into())),

@@ -157,7 +157,8 @@ pub async fn describe_template(kit: &mut Kit) -> Verdict {
     };
     match kit.plugin.describe_template(&req).await {
         Ok(Ok(s)) => {
-            let capacity: Vec<String> = s.capacity.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let capacity: Vec<String> =
+                s.capacity.iter().map(|(k, v)| format!("{k}={v}")).collect();
             Verdict::Pass(format!(
                 "capacity {}",
                 if capacity.is_empty() {
@@ -250,11 +251,7 @@ pub async fn cluster_delete(kit: &mut Kit) -> Verdict {
                     tokio::time::sleep(kit.pacing.wait(p.requeue_after_ms, 2_000)).await;
                 }
                 Ok(Err(e)) => {
-                    return Verdict::Fail(format!(
-                        "round {}: {}",
-                        round + 1,
-                        Failure::Plugin(e)
-                    ));
+                    return Verdict::Fail(format!("round {}: {}", round + 1, Failure::Plugin(e)));
                 }
                 Err(e) => {
                     return Verdict::Fail(format!("round {}: {}", round + 1, Failure::Call(e)));

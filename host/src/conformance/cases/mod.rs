@@ -92,10 +92,7 @@ pub const CASES: &[(&str, &str)] = &[
         "no-leaks",
         "everything the suite created is gone at the end",
     ),
-    (
-        "cluster-delete",
-        "cluster.delete completes, and again",
-    ),
+    ("cluster-delete", "cluster.delete completes, and again"),
 ];
 
 fn about(name: &str) -> &'static str {
@@ -261,7 +258,7 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
 
 /// Skip reason for cases that need the main object ready.
 fn needs_main(kit: &Kit) -> Option<Verdict> {
-    kit.main.is_none().then(|| {
-        Verdict::Skip("create-converges did not reach ready; nothing to check".into())
-    })
+    kit.main
+        .is_none()
+        .then(|| Verdict::Skip("create-converges did not reach ready; nothing to check".into()))
 }
