@@ -12,9 +12,9 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/proxmox")
 }
 
-async fn sim() -> RunningSim {
+async fn sim_with(config: Config) -> RunningSim {
     Simulator::start(
-        Config::fast(),
+        config,
         ListenOpts {
             addr: "127.0.0.1:0".into(),
             tls: true,
@@ -90,7 +90,20 @@ fn junit_cases(xml: &str) -> Vec<(String, &'static str, String)> {
 
 #[tokio::test]
 async fn the_proxmox_plugin_passes_against_pve_sim() {
-    let sim = sim().await;
+    passes_against(Config::fast()).await;
+}
+
+/// With PVE-like task durations and boot delays, the state is dropped while the clone
+/// task is still running, and the plugin must adopt a VM that is locked mid-clone.
+#[tokio::test]
+async fn the_proxmox_plugin_passes_with_pve_task_durations() {
+    let cases = passes_against(Config::default()).await;
+    let midway = cases.iter().find(|c| c.0 == "adoption-mid-way").unwrap();
+    assert_eq!(midway.1, "pass");
+}
+
+async fn passes_against(config: Config) -> Vec<(String, &'static str, String)> {
+    let sim = sim_with(config).await;
     let dir = tempfile::tempdir().unwrap();
     let creds = credentials(dir.path(), &sim);
     let junit = dir.path().join("junit.xml");
@@ -155,11 +168,12 @@ async fn the_proxmox_plugin_passes_against_pve_sim() {
         .filter(|v| v["template"] != serde_json::json!(true))
         .collect();
     assert!(left.is_empty(), "VMs left behind: {left:?}");
+    cases
 }
 
 #[tokio::test]
 async fn a_plugin_that_breaks_the_invariants_fails_by_name() {
-    let sim = sim().await;
+    let sim = sim_with(Config::fast()).await;
     let dir = tempfile::tempdir().unwrap();
     let creds = credentials(dir.path(), &sim);
     let junit = dir.path().join("junit.xml");

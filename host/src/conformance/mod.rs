@@ -93,6 +93,25 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         main: None,
         describes_during: vec![],
     };
-    cases::run_all(&mut kit, &opts, &mut report).await?;
+    let interrupted = {
+        let all = cases::run_all(&mut kit, &opts, &mut report);
+        tokio::pin!(all);
+        tokio::select! {
+            r = &mut all => { r?; false }
+            _ = tokio::signal::ctrl_c() => true,
+        }
+    };
+    if interrupted {
+        // What the cases made must not outlive an interrupted run either.
+        eprintln!("interrupted: deleting what the suite created (Ctrl-C again to abandon it)");
+        let left = tokio::select! {
+            left = cases::cleanup(&mut kit) => left,
+            _ = tokio::signal::ctrl_c() => vec!["cleanup abandoned".to_string()],
+        };
+        if left.is_empty() {
+            anyhow::bail!("interrupted; everything the suite created is deleted");
+        }
+        anyhow::bail!("interrupted; left behind: {}", left.join("; "));
+    }
     Ok(report)
 }

@@ -229,51 +229,68 @@ pub async fn adoption_mid_way(kit: &mut Kit) -> Verdict {
     if let Some(skip) = adoption_gate(kit).or_else(|| needs_main(kit)) {
         return skip;
     }
-    // Half the calls the main object needed: past the start, short of ready.
-    let mid = (kit.main.as_ref().expect("main").calls / 2).max(1);
-    let (spec, creds) = (kit.spec.clone(), kit.creds.clone());
-    kit.new_machine("midway", &spec, &creds);
-    let first = match kit.drive_create("midway", Some(mid), false).await {
-        Ok(d) => d,
-        Err((_, msg)) => return Verdict::Fail(format!("before the state was dropped: {msg}")),
-    };
-    let at = first
-        .last
-        .as_ref()
-        .expect("a status")
-        .progress
-        .phase
-        .clone();
-    if first.last.as_ref().is_some_and(|s| s.ready) {
+    // Drop the state right after the first calls (where a resource has just been
+    // made and its record may not be saved yet) and half-way; each on its own object.
+    let calls = kit.main.as_ref().expect("main").calls;
+    let mut points: Vec<usize> = vec![1, 2, calls / 2];
+    points.retain(|p| *p >= 1 && *p < calls);
+    points.dedup();
+    if points.is_empty() {
         return Verdict::Skip(format!(
-            "create was ready after {} calls, before the state could be dropped mid-way",
-            first.calls
+            "create was ready on call {calls}: no point mid-way to drop the state"
         ));
     }
-    kit.machine_mut("midway").req.state = None;
-    let pid = match kit.drive_create("midway", None, false).await {
-        Ok(d) => d.last.and_then(|s| s.provider_id),
-        Err((_, msg)) => {
-            return Verdict::Fail(format!(
-                "state dropped after call {mid} ({at}), then: {msg}"
-            ));
+    let mut seen = Vec::new();
+    for point in points {
+        match drop_state_at(kit, point).await {
+            Ok(line) => seen.push(line),
+            Err(e) => return Verdict::Fail(e),
         }
-    };
-    let Some(pid) = pid else {
-        return Verdict::Fail("ready without a provider-id".into());
-    };
-    // The lookup must find the adopted resource; a duplicate shows up in no-leaks.
-    let mut probe = kit.machine("midway").req.clone();
+    }
+    Verdict::Pass(format!(
+        "{}; duplicates would show in no-leaks",
+        seen.join("; ")
+    ))
+}
+
+/// Drive a new object `point` calls, drop its state, and drive it to ready again.
+async fn drop_state_at(kit: &mut Kit, point: usize) -> Result<String, String> {
+    let key = format!("midway-{point}");
+    let (spec, creds) = (kit.spec.clone(), kit.creds.clone());
+    kit.new_machine(&key, &spec, &creds);
+    let first = kit
+        .drive_create(&key, Some(point), false)
+        .await
+        .map_err(|(_, msg)| format!("before the state was dropped at call {point}: {msg}"))?;
+    let last = first.last.as_ref().expect("a status");
+    if last.ready {
+        return Ok(format!(
+            "ready at call {point}, before the state could be dropped"
+        ));
+    }
+    let at = last.progress.phase.clone();
+    kit.machine_mut(&key).req.state = None;
+    let pid = kit
+        .drive_create(&key, None, false)
+        .await
+        .map_err(|(_, msg)| format!("state dropped after call {point} ({at}), then: {msg}"))?
+        .last
+        .and_then(|s| s.provider_id)
+        .ok_or_else(|| {
+            format!("state dropped after call {point} ({at}): ready without a provider-id")
+        })?;
+    // The lookup must find the adopted resource, not another one.
+    let mut probe = kit.machine(&key).req.clone();
     probe.state = None;
     match kit.describe(&probe).await {
-        Ok(s) if s.provider_id.as_ref().is_some_and(|p| *p != pid) => Verdict::Fail(format!(
-            "after adoption, describe without state finds {} besides {pid}",
+        Ok(s) if s.provider_id.as_ref().is_some_and(|p| *p != pid) => Err(format!(
+            "state dropped after call {point} ({at}): after adoption, describe without state finds {} besides {pid}",
             s.provider_id.unwrap_or_default()
         )),
-        Ok(_) => Verdict::Pass(format!(
-            "state dropped after call {mid} ({at}); create converged on {pid} (duplicates would show in no-leaks)"
+        Ok(_) => Ok(format!(
+            "dropped after call {point} ({at}): converged on {pid}"
         )),
-        Err(e) => Verdict::Fail(format!("describe without state failed: {e}")),
+        Err(e) => Err(format!("describe without state failed: {e}")),
     }
 }
 

@@ -256,6 +256,23 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
     Ok(())
 }
 
+/// Delete every object on the target that is not confirmed gone; returns what failed.
+pub async fn cleanup(kit: &mut Kit) -> Vec<String> {
+    let keys: Vec<String> = kit
+        .machines
+        .iter()
+        .filter(|(_, m)| !m.probe && !m.deleted)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut left = Vec::new();
+    for key in keys {
+        if let Err(e) = kit.drive_delete(&key).await {
+            left.push(format!("{}: {e}", kit.machine(&key).req.machine.name));
+        }
+    }
+    left
+}
+
 /// Skip reason for cases that need the main object ready.
 fn needs_main(kit: &Kit) -> Option<Verdict> {
     kit.main
