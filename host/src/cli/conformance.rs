@@ -16,7 +16,7 @@ use crate::runtime::Limits;
 /// case; exits 1 if any case failed.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example:\n  hyperplug conformance --plugin plugins/proxmox.wasm \\\n    --target https://pve.example:8006 --credentials creds.yaml \\\n    --spec machine.yaml --cluster-spec cluster.yaml --junit conformance.xml\n\nSee docs/plugin-authors.md."
+    after_help = "Example:\n  hyperplug conformance --plugin my-plugin.wasm \\\n    --target https://infra.example:8443 --credentials creds.yaml \\\n    --spec machine.yaml --cluster-spec cluster.yaml --junit conformance.xml\n\nSee docs/plugin-authors.md."
 )]
 pub struct ConformanceArgs {
     /// The plugin component (.wasm) under test.

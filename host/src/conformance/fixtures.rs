@@ -171,7 +171,7 @@ mod tests {
 
     fn target() -> Credentials {
         Credentials {
-            endpoint: "https://pve.example:8006".into(),
+            endpoint: "https://infra.example:8443".into(),
             token: "t".into(),
             secret: "s".into(),
             ca_bundle: Some("PEM".into()),

@@ -166,7 +166,7 @@ pub async fn deadline(kit: &mut Kit, opts: &Options, creds: &Credentials) -> Ver
         Ok(Ok(r)) => r,
     };
     // The runtime's timer fires at the deadline; allow for scheduling on a busy machine.
-    let slack = Duration::from_secs(2).max(limit / 2);
+    let slack = Duration::from_secs(3).max(limit / 2);
     let class = match &failure {
         Failure::Call(CallError::Timeout { .. }) => "ended by the runtime's deadline",
         f if f.is_transient() => "the plugin gave up with a transient error",
