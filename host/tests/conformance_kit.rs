@@ -230,3 +230,61 @@ async fn a_plugin_that_breaks_the_invariants_fails_by_name() {
     assert_eq!(adoption.1, "skip");
     assert!(adoption.2.contains("adoption"), "{}", adoption.2);
 }
+
+/// Without the cluster reconcile (which reports the pools) the plugin's address
+/// requests have nowhere to go: the kit fails saying how to give them; with
+/// `--addresses` it answers them from the file.
+#[tokio::test]
+async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
+    let sim = sim_with(Config::fast()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let creds = credentials(dir.path(), &sim);
+    let junit = dir.path().join("junit.xml");
+    let plugin = support::plugin_path("proxmox");
+    let spec = fixtures().join("machine.yaml");
+    let cluster = fixtures().join("cluster.yaml");
+    let pools = fixtures().join("addresses.yaml");
+    let mut args = vec![
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--target",
+        sim.base_url(),
+        "--credentials",
+        creds.to_str().unwrap(),
+        "--spec",
+        spec.to_str().unwrap(),
+        "--cluster-spec",
+        cluster.to_str().unwrap(),
+        "--skip",
+        "cluster-reconcile",
+        "--skip",
+        "cluster-delete",
+        "--junit",
+        junit.to_str().unwrap(),
+    ];
+    let (out, stdout) = conformance(&args).await;
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    let create = cases.iter().find(|c| c.0 == "create-converges").unwrap();
+    assert_eq!(create.1, "fail");
+    assert!(
+        create.2.contains("pool `ipv4`") && create.2.contains("--addresses"),
+        "{}",
+        create.2
+    );
+
+    args.extend(["--addresses", pools.to_str().unwrap()]);
+    let (out, stdout) = conformance(&args).await;
+    assert!(out.status.success(), "{stdout}");
+    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    let skipped = cases.iter().find(|c| c.0 == "cluster-reconcile").unwrap();
+    assert_eq!(
+        (skipped.1, skipped.2.as_str()),
+        ("skip", "skipped by --skip")
+    );
+    let vms = sim.state().vms();
+    assert!(
+        vms.iter().all(|v| v["template"] == serde_json::json!(true)),
+        "nothing left: {vms:?}"
+    );
+}
