@@ -45,7 +45,8 @@ impl fmt::Display for Failure {
     }
 }
 
-fn flatten<T>(r: Result<Result<T, PluginError>, CallError>) -> Result<T, Failure> {
+/// A call's two layers of failure as one.
+pub fn flatten<T>(r: Result<Result<T, PluginError>, CallError>) -> Result<T, Failure> {
     match r {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(Failure::Plugin(e)),

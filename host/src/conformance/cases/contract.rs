@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::cli::role_name;
-use crate::conformance::kit::{Failure, Kit};
+use crate::conformance::kit::{Kit, flatten};
 use crate::conformance::report::Verdict;
 use crate::runtime::bindings::identity::KindRole;
 use crate::runtime::bindings::machine::TemplateRequest;
@@ -155,8 +155,8 @@ pub async fn describe_template(kit: &mut Kit) -> Verdict {
         spec: kit.spec.to_string(),
         credentials: Some(kit.creds.clone()),
     };
-    match kit.plugin.describe_template(&req).await {
-        Ok(Ok(s)) => {
+    match flatten(kit.plugin.describe_template(&req).await) {
+        Ok(s) => {
             let capacity: Vec<String> =
                 s.capacity.iter().map(|(k, v)| format!("{k}={v}")).collect();
             Verdict::Pass(format!(
@@ -168,8 +168,7 @@ pub async fn describe_template(kit: &mut Kit) -> Verdict {
                 }
             ))
         }
-        Ok(Err(e)) => Verdict::Fail(Failure::Plugin(e).to_string()),
-        Err(e) => Verdict::Fail(Failure::Call(e).to_string()),
+        Err(e) => Verdict::Fail(e.to_string()),
     }
 }
 
@@ -238,9 +237,9 @@ pub async fn cluster_delete(kit: &mut Kit) -> Verdict {
         loop {
             let req = kit.cluster_request(&kit.creds);
             calls += 1;
-            match kit.plugin.delete_cluster(&req).await {
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(p))) => {
+            match flatten(kit.plugin.delete_cluster(&req).await) {
+                Ok(None) => break,
+                Ok(Some(p)) => {
                     kit.cluster_state = Some(p.state.clone());
                     if Instant::now() > deadline {
                         return Verdict::Fail(format!(
@@ -250,12 +249,7 @@ pub async fn cluster_delete(kit: &mut Kit) -> Verdict {
                     }
                     tokio::time::sleep(kit.pacing.wait(p.requeue_after_ms, 2_000)).await;
                 }
-                Ok(Err(e)) => {
-                    return Verdict::Fail(format!("round {}: {}", round + 1, Failure::Plugin(e)));
-                }
-                Err(e) => {
-                    return Verdict::Fail(format!("round {}: {}", round + 1, Failure::Call(e)));
-                }
+                Err(e) => return Verdict::Fail(format!("round {}: {e}", round + 1)),
             }
         }
         rounds.push(calls.to_string());

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::conformance::Options;
-use crate::conformance::kit::{Failure, Kit};
+use crate::conformance::kit::{Failure, Kit, flatten};
 use crate::conformance::mutate::{self, Mutation};
 use crate::conformance::report::Verdict;
 use crate::runtime::bindings::identity::KindRole;
@@ -93,11 +93,7 @@ async fn first_failure(
     for _ in 0..PROBE_CALLS {
         let req = kit.machine(key).req.clone();
         let started = Instant::now();
-        let result = match plugin.create_machine(&req).await {
-            Ok(Ok(s)) => Ok(s),
-            Ok(Err(e)) => Err(Failure::Plugin(e)),
-            Err(e) => Err(Failure::Call(e)),
-        };
+        let result = flatten(plugin.create_machine(&req).await);
         let took = started.elapsed();
         match result {
             Err(f) => return Ok((f, took)),

@@ -376,7 +376,7 @@ pub async fn no_leaks(kit: &mut Kit) -> Verdict {
         let mut req = kit.machine(&key).req.clone();
         req.spec = kit.spec.to_string();
         let ready_state = kit.machine(&key).ready_state.clone();
-        for state in [None, ready_state].into_iter().collect::<Vec<_>>() {
+        for state in std::iter::once(None).chain(ready_state.map(Some)) {
             let label = if state.is_some() {
                 "ready state"
             } else {
