@@ -166,7 +166,12 @@ impl Kit {
     }
 
     /// Register a new machine object `key` with the given spec and credentials.
+    /// A key names one object for the whole run: the leak check walks them all.
     pub fn new_machine(&mut self, key: &str, spec: &Value, creds: &Credentials) {
+        assert!(
+            !self.machines.contains_key(key),
+            "conformance object `{key}` registered twice"
+        );
         let req = MachineRequest {
             machine: self.object(key),
             cluster: self.cluster.clone(),

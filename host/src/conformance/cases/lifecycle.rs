@@ -234,6 +234,7 @@ pub async fn adoption_mid_way(kit: &mut Kit) -> Verdict {
     let calls = kit.main.as_ref().expect("main").calls;
     let mut points: Vec<usize> = vec![1, 2, calls / 2];
     points.retain(|p| *p >= 1 && *p < calls);
+    points.sort_unstable();
     points.dedup();
     if points.is_empty() {
         return Verdict::Skip(format!(
