@@ -2,6 +2,15 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+/// `1 call`, `3 calls`: counts in verdicts read as prose.
+pub fn calls(n: usize) -> String {
+    if n == 1 {
+        "1 call".into()
+    } else {
+        format!("{n} calls")
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
     Pass(String),

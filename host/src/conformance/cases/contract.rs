@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::cli::role_name;
 use crate::conformance::kit::{Kit, flatten};
-use crate::conformance::report::Verdict;
+use crate::conformance::report::{self, Verdict, calls};
 use crate::runtime::bindings::identity::KindRole;
 use crate::runtime::bindings::machine::TemplateRequest;
 
@@ -179,7 +179,7 @@ pub async fn cluster_reconcile(kit: &mut Kit) -> Verdict {
         );
     }
     let started = Instant::now();
-    let (status, calls) = match kit.drive_cluster().await {
+    let (status, n_calls) = match kit.drive_cluster().await {
         Ok(r) => r,
         Err(e) => return Verdict::Fail(e),
     };
@@ -217,7 +217,8 @@ pub async fn cluster_reconcile(kit: &mut Kit) -> Verdict {
         .collect();
     let pools: Vec<&str> = status.ip_pools.iter().map(|p| p.name.as_str()).collect();
     Verdict::Pass(format!(
-        "ready after {calls} calls ({:.1?}); endpoint {}; failure domains [{}]; ip-pools [{}]; {} repeats agree",
+        "ready after {} ({:.1?}); endpoint {}; failure domains [{}]; ip-pools [{}]; {} repeats agree",
+        calls(n_calls),
         started.elapsed(),
         first.unwrap_or_else(|| "none".into()),
         domains.join(", "),
@@ -252,10 +253,10 @@ pub async fn cluster_delete(kit: &mut Kit) -> Verdict {
                 Err(e) => return Verdict::Fail(format!("round {}: {e}", round + 1)),
             }
         }
-        rounds.push(calls.to_string());
+        rounds.push(report::calls(calls));
     }
     Verdict::Pass(format!(
-        "done in {} calls, then again in {}",
+        "done in {}, then again in {}",
         rounds[0], rounds[1]
     ))
 }

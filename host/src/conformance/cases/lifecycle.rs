@@ -1,7 +1,7 @@
 //! One machine's life: describe, create, adopt, delete; and the final leak check.
 use super::needs_main;
 use crate::conformance::kit::{Kit, MainRun, gone};
-use crate::conformance::report::Verdict;
+use crate::conformance::report::{Verdict, calls};
 use crate::runtime::bindings::machine::{Drift, MachineStatus};
 
 fn drift_text(d: &Option<Drift>) -> String {
@@ -52,8 +52,8 @@ pub async fn create_converges(kit: &mut Kit) -> Verdict {
     kit.describes_during = std::mem::take(&mut drive.describes);
     let Some(pid) = status.provider_id.clone() else {
         return Verdict::Fail(format!(
-            "ready after {} calls without a provider-id",
-            drive.calls
+            "ready after {} without a provider-id",
+            calls(drive.calls)
         ));
     };
     kit.main = Some(MainRun {
@@ -92,8 +92,8 @@ pub async fn create_converges(kit: &mut Kit) -> Verdict {
         Err(e) => return Verdict::Fail(format!("describe without state failed: {e}")),
     };
     Verdict::Pass(format!(
-        "ready after {} calls ({}){}; {} more creates: same provider-id {pid}; {lookup}",
-        drive.calls,
+        "ready after {} ({}){}; {} more creates: same provider-id {pid}; {lookup}",
+        calls(drive.calls),
         drive.phases(),
         if drive.transient > 0 {
             format!(", {} transient errors retried", drive.transient)
@@ -211,8 +211,8 @@ pub async fn adoption_after_ready(kit: &mut Kit) -> Verdict {
             let s = d.last.expect("ready");
             if s.provider_id.as_deref() == Some(pid.as_str()) {
                 Verdict::Pass(format!(
-                    "state dropped after ready; create adopted {pid} in {} calls",
-                    d.calls
+                    "state dropped after ready; create adopted {pid} in {}",
+                    calls(d.calls)
                 ))
             } else {
                 Verdict::Fail(format!(
@@ -299,7 +299,7 @@ pub async fn delete_repeated(kit: &mut Kit) -> Verdict {
     if let Some(skip) = needs_main(kit) {
         return skip;
     }
-    let (calls, phases) = match kit.drive_delete("main").await {
+    let (n_calls, phases) = match kit.drive_delete("main").await {
         Ok(r) => r,
         Err(e) => return Verdict::Fail(e),
     };
@@ -314,7 +314,8 @@ pub async fn delete_repeated(kit: &mut Kit) -> Verdict {
         }
     }
     Verdict::Pass(format!(
-        "gone after {calls} calls ({}); {} more deletes confirmed it in [{}] calls",
+        "gone after {} ({}); {} more deletes confirmed it in [{}] calls",
+        calls(n_calls),
         if phases.is_empty() {
             "at once".to_string()
         } else {
@@ -350,7 +351,7 @@ pub async fn delete_never_existed(kit: &mut Kit) -> Verdict {
     let (spec, creds) = (kit.spec.clone(), kit.creds.clone());
     kit.new_machine("never", &spec, &creds);
     match kit.drive_delete("never").await {
-        Ok((calls, _)) => Verdict::Pass(format!("confirmed gone in {calls} calls")),
+        Ok((n, _)) => Verdict::Pass(format!("confirmed gone in {}", calls(n))),
         Err(e) => Verdict::Fail(e),
     }
 }
