@@ -2,6 +2,7 @@
 //! in sandboxed WebAssembly plugins. This crate knows Kubernetes and Cluster API; it
 //! knows no hypervisor.
 pub mod cli;
+pub mod conformance;
 pub mod controller;
 pub mod crds;
 pub mod health;

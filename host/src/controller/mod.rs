@@ -5,7 +5,7 @@ mod backoff;
 mod cluster;
 pub mod conditions;
 mod context;
-mod credentials;
+pub mod credentials;
 mod error;
 mod events;
 mod ipam;
