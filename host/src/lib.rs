@@ -3,6 +3,7 @@
 //! knows no hypervisor.
 pub mod blob_server;
 pub mod cli;
+pub mod conformance;
 pub mod controller;
 pub mod crds;
 pub mod health;

@@ -12,23 +12,24 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
     let phase = phase_of(st.step);
     let Some(vmid) = st.vmid else {
         return match cx.find_owned()? {
-            Some((node, vmid, _)) => {
+            Some((node, vmid, config)) => {
                 let probe = State {
                     node: Some(node),
                     vmid: Some(vmid),
                     ..State::default()
                 };
-                {
-                    let mut s = cx.status(
-                        &probe,
-                        "Pending",
-                        "this machine's VM exists but is not recorded: create adopts it",
-                        None,
-                    );
-                    // Describe changes nothing: the state handed back is the one given.
-                    s.progress.state = serde_json::to_string(&st).unwrap_or_default();
-                    Ok(s)
-                }
+                let mut s = cx.status(
+                    &probe,
+                    "Pending",
+                    "this machine's VM exists but is not recorded: create adopts it",
+                    None,
+                );
+                // Name what was found, so a caller without state can tell "ours, not
+                // recorded" from "nothing" (the conformance kit's leak check relies on it).
+                s.provider_id = uuid_of(&config).map(|u| format!("proxmox://{u}"));
+                // Describe changes nothing: the state handed back is the one given.
+                s.progress.state = serde_json::to_string(&st).unwrap_or_default();
+                Ok(s)
             }
             None => Ok(cx.status(&st, phase, "no VM yet", None)),
         };

@@ -1,4 +1,5 @@
 //! The `hyperplug` command line: one module per subcommand.
+mod conformance;
 mod crds;
 mod inspect;
 mod run;
@@ -10,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 use crate::runtime::{Limits, Plugin, Runtime};
 use crate::telemetry::LogArgs;
+pub(crate) use inspect::role_name;
 
 /// hyperplug — a Cluster API infrastructure provider whose infrastructure logic runs
 /// in sandboxed WebAssembly plugins.
@@ -33,6 +35,9 @@ pub enum Command {
     Crds(crds::CrdsArgs),
     /// Run the manager: reconcile the kinds of every loaded plugin.
     Run(Box<run::RunArgs>),
+    /// Check a plugin against a real endpoint: a verdict per case, JUnit XML, exit 1 on
+    /// any failure.
+    Conformance(Box<conformance::ConformanceArgs>),
 }
 
 impl Command {
@@ -41,6 +46,7 @@ impl Command {
             Command::Inspect(args) => inspect::run(args).await,
             Command::Crds(args) => crds::run(args).await,
             Command::Run(args) => run::run(*args).await,
+            Command::Conformance(args) => conformance::run(*args).await,
         }
     }
 }

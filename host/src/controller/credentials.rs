@@ -94,7 +94,9 @@ async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials>
     from_secret(&secret, &format!("{namespace}/{name}"))
 }
 
-fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
+/// Credentials from a Secret's `data`; `hyperplug conformance` reads its credentials
+/// file through this too, so both accept the same keys.
+pub fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
     let data = secret.data.clone().unwrap_or_default();
     let get = |key: &str| -> Option<String> {
         data.get(key)

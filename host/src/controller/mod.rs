@@ -6,7 +6,7 @@ pub mod claims;
 mod cluster;
 pub mod conditions;
 mod context;
-mod credentials;
+pub mod credentials;
 mod error;
 mod events;
 mod ipam;

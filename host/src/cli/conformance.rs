@@ -1,0 +1,167 @@
+//! `hyperplug conformance`: check a plugin against a real endpoint, csi-sanity style.
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::{CacheArgs, load_plugins};
+use crate::conformance::{self, Options, inputs, kit::Pacing};
+use crate::runtime::Limits;
+
+/// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
+/// provider invariants: idempotent create and delete, adoption of lost state, describe
+/// before, during and after, invalid specs naming their field, transient errors for
+/// unreachable and failing endpoints, call deadlines, and no leaks. Prints a verdict per
+/// case; exits 1 if any case failed.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example:\n  hyperplug conformance --plugin my-plugin.wasm \\\n    --target https://infra.example:8443 --credentials creds.yaml \\\n    --spec machine.yaml --cluster-spec cluster.yaml --junit conformance.xml\n\nSee docs/plugin-authors.md."
+)]
+pub struct ConformanceArgs {
+    /// The plugin component (.wasm) under test.
+    #[arg(long, required_unless_present = "list")]
+    pub plugin: Option<PathBuf>,
+    /// Base URL of the infrastructure API the plugin drives (the credentials' `url`).
+    #[arg(long, required_unless_present = "list")]
+    pub target: Option<String>,
+    /// YAML/JSON with the keys of a credentials Secret: `token`, `secret`, optional
+    /// `ca.crt`, `fingerprint`, `insecure` (a Secret manifest works too).
+    #[arg(long, required_unless_present = "list")]
+    pub credentials: Option<PathBuf>,
+    /// A valid InfraMachine spec (YAML/JSON; a whole manifest works too). The suite
+    /// creates several machines from it.
+    #[arg(long, required_unless_present = "list")]
+    pub spec: Option<PathBuf>,
+    /// The InfraCluster spec, reconciled first and handed to every machine call.
+    #[arg(long)]
+    pub cluster_spec: Option<PathBuf>,
+    /// Address pools for the plugin's address requests: a list of `name`, `addresses`
+    /// (ranges, CIDRs, single addresses), `prefix`, `gateway`. Pools the cluster
+    /// reconcile reports are used too; a pool in this file wins.
+    #[arg(long)]
+    pub addresses: Option<PathBuf>,
+    /// Bootstrap data for plugins that ask for it (default: a dummy cloud-config).
+    #[arg(long)]
+    pub bootstrap: Option<PathBuf>,
+    /// Write the verdicts as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// How many times create and delete are repeated with the same inputs.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+    /// The call deadline of the `call-deadline` case, in milliseconds (the other cases
+    /// use --plugin-timeout-ms).
+    #[arg(long, default_value_t = 2_000)]
+    pub deadline_ms: u64,
+    /// Cap each requeue hint at this many milliseconds (for fast simulators); by default
+    /// the kit waits as long as the plugin asks.
+    #[arg(long)]
+    pub max_requeue_ms: Option<u64>,
+    /// Give up on a create or delete that has not converged after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub drive_timeout_seconds: u64,
+    /// Namespace written into the object references the plugin sees.
+    #[arg(long, default_value = "conformance")]
+    pub namespace: String,
+    /// Id in every object name (`conf-<id>-main`, ...); default: random.
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// A case not to run (repeatable); it is reported as skipped.
+    #[arg(long, value_name = "CASE")]
+    pub skip: Vec<String>,
+    /// List the cases and exit.
+    #[arg(long)]
+    pub list: bool,
+    #[command(flatten)]
+    pub limits: Limits,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
+    if args.list {
+        for (name, about) in conformance::cases() {
+            println!("{name:<34} {about}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let known: Vec<&str> = conformance::cases().iter().map(|(n, _)| *n).collect();
+    if let Some(bad) = args.skip.iter().find(|s| !known.contains(&s.as_str())) {
+        anyhow::bail!("--skip {bad}: no such case (see --list)");
+    }
+    // clap requires these unless --list was given.
+    let (Some(plugin_path), Some(target), Some(creds_path), Some(spec_path)) =
+        (&args.plugin, &args.target, &args.credentials, &args.spec)
+    else {
+        anyhow::bail!("--plugin, --target, --credentials and --spec are required");
+    };
+    let credentials = inputs::read_credentials(creds_path, target)?;
+    let spec = inputs::read_spec(spec_path)?;
+    let cluster_spec = match &args.cluster_spec {
+        Some(p) => inputs::read_spec(p)?,
+        None => serde_json::json!({}),
+    };
+    let pools = match &args.addresses {
+        Some(p) => inputs::read_pools(p)?,
+        None => vec![],
+    };
+    let bootstrap = inputs::read_bootstrap(args.bootstrap.as_deref())?;
+    let plugin = load_plugins(
+        std::slice::from_ref(plugin_path),
+        args.limits.clone(),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
+    let short = Limits {
+        timeout_ms: args.deadline_ms,
+        ..args.limits.clone()
+    };
+    let deadline_plugin = load_plugins(std::slice::from_ref(plugin_path), short, &args.cache)
+        .await?
+        .remove(0);
+    let run_id = args.run_id.clone().unwrap_or_else(conformance::new_run_id);
+    println!(
+        "hyperplug conformance: plugin {} {} against {} (run {run_id})",
+        plugin.name(),
+        plugin.info().version,
+        credentials.endpoint
+    );
+    let opts = Options {
+        plugin,
+        deadline_plugin,
+        deadline: Duration::from_millis(args.deadline_ms),
+        plugin_path: plugin_path.clone(),
+        credentials,
+        spec,
+        cluster_spec,
+        pools,
+        bootstrap,
+        repeat: args.repeat as usize,
+        pacing: Pacing {
+            max_requeue: args.max_requeue_ms.map(Duration::from_millis),
+            drive_timeout: Duration::from_secs(args.drive_timeout_seconds),
+        },
+        namespace: args.namespace.clone(),
+        run_id,
+        skip: args.skip.clone(),
+    };
+    let report = conformance::run(opts).await?;
+    println!("\n{}", report.summary());
+    if let Some(path) = &args.junit {
+        std::fs::write(path, report.junit())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if report.failed() {
+        let failed: Vec<&str> = report
+            .cases
+            .iter()
+            .filter(|c| matches!(c.verdict, conformance::Verdict::Fail(_)))
+            .map(|c| c.name)
+            .collect();
+        eprintln!("conformance failed: {}", failed.join(", "));
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
