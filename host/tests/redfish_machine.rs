@@ -224,8 +224,8 @@ async fn a_machine_claims_a_host_boots_its_media_and_releases_the_host() {
         described.ready && described.drift.is_none(),
         "{described:?}"
     );
-    // A claim the host lost track of (a management cluster that never saw it, after
-    // `clusterctl move`) is taken back on sight.
+    // The claim is the ownership marker: released behind its back, the host is no
+    // longer this machine's, and describe says so (and takes nothing).
     let key = format!("host/{uuid}");
     fleet
         .runtime
@@ -240,9 +240,12 @@ async fn a_machine_claims_a_host_boots_its_media_and_releases_the_host() {
         .unwrap()
         .expect("describe");
     assert!(
-        described.ready && described.drift.is_none(),
+        matches!(described.drift, Some(Drift::Missing(_))),
         "{described:?}"
     );
+    assert_eq!(fleet.holder(&uuid).await, None);
+    // Create takes it back (nobody else took it meanwhile).
+    assert!(fleet.create(&req).await.expect("create").ready);
     assert_eq!(fleet.holder(&uuid).await.as_deref(), Some("uid-m1"));
 
     fleet.delete_until_gone(&mut req).await;
@@ -437,4 +440,48 @@ async fn media_lost_by_a_restarted_manager_is_published_and_inserted_again() {
     let expected = if status.ready { 404 } else { 200 };
     assert_eq!(fetch(&second).await.0, expected);
     fleet.create_until_ready(&mut req).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_host_is_adopted_without_a_restart() {
+    let fleet = Fleet::start(&[2]).await;
+    let mut req = fleet.request("m1");
+    req.bootstrap = bootstrap();
+    let status = fleet.create_until_ready(&mut req).await;
+    let uuid = detail(&status, "uuid");
+    let bmc = fleet.bmc_of(&uuid);
+    let provider_id = status.provider_id.clone().unwrap();
+
+    // State lost after ready: the claim finds the host, the BMC says it booted.
+    let mut lost = req.clone();
+    lost.state = None;
+    let again = fleet.create(&lost).await.expect("create");
+    assert!(again.ready, "{again:?}");
+    assert_eq!(again.provider_id.as_deref(), Some(provider_id.as_str()));
+    assert_eq!(bmc.power(&uuid).await, "On", "not restarted");
+
+    // `clusterctl move`: state and claims gone, the providerID (in the spec) remains.
+    let key = format!("host/{uuid}");
+    fleet
+        .runtime
+        .claims()
+        .release("redfish", &key, "uid-m1")
+        .await
+        .unwrap();
+    let mut moved = req.clone();
+    moved.state = None;
+    moved.spec = json!({"providerID": provider_id}).to_string();
+    let again = fleet.create(&moved).await.expect("create");
+    assert!(again.ready, "{again:?}");
+    assert_eq!(again.provider_id.as_deref(), Some(provider_id.as_str()));
+    assert_eq!(fleet.holder(&uuid).await.as_deref(), Some("uid-m1"));
+    assert_eq!(bmc.power(&uuid).await, "On", "not restarted");
+
+    // A providerID naming a host someone else holds is refused.
+    let mut thief = fleet.request("thief");
+    thief.spec = moved.spec.clone();
+    match fleet.create(&thief).await {
+        Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "HostClaimedByAnother"),
+        other => panic!("expected HostClaimedByAnother, got {other:?}"),
+    }
 }

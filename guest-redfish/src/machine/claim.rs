@@ -47,20 +47,79 @@ pub(super) fn held_host(bmcs: &[Bmc]) -> Result<Option<Host>, PluginError> {
     ))
 }
 
-/// Claim a free host the spec allows. `Ok(None)`: none is free (yet).
-pub(super) fn claim(
+/// How a call came to its host.
+pub(super) enum Found {
+    /// Claimed now: nothing has been done to it.
+    Claimed(Host),
+    /// This machine's already (its state was lost): it may be half or fully provisioned.
+    Adopted(Host),
+}
+
+/// This machine's host: the one its `providerID` names (set once it was provisioned;
+/// it survives `clusterctl move`, which loses state and claims), the one it holds a
+/// claim on, or a free one it claims now. `Ok(None)`: none is free (yet).
+pub(super) fn find_or_claim(
     req: &MachineRequest,
     spec: &MachineSpec,
     bmcs: &[Bmc],
-) -> Result<Option<Host>, PluginError> {
+) -> Result<Option<Found>, PluginError> {
+    if let Some(id) = &spec.provider_id {
+        return by_provider_id(id, bmcs).map(|h| Some(Found::Adopted(h)));
+    }
     if let Some(held) = held_host(bmcs)? {
         log(
             Level::Info,
             "adopting the host this machine holds",
             &[("host", held.name.clone())],
         );
-        return Ok(Some(held));
+        return Ok(Some(Found::Adopted(held)));
     }
+    claim(req, spec, bmcs).map(|h| h.map(Found::Claimed))
+}
+
+/// The host a provider ID names, claimed again for this machine if free.
+fn by_provider_id(id: &str, bmcs: &[Bmc]) -> Result<Host, PluginError> {
+    let uuid = id.strip_prefix("redfish://").ok_or_else(|| {
+        crate::invalid(
+            "spec.providerID",
+            format!("`{id}` is not a redfish://<system UUID> provider ID"),
+        )
+    })?;
+    let mut found = None;
+    for bmc in bmcs {
+        if let Some(h) = hosts(bmc)?
+            .into_iter()
+            .find(|h| h.uuid.eq_ignore_ascii_case(uuid))
+        {
+            found = Some(h);
+            break;
+        }
+    }
+    let host = found.ok_or_else(|| {
+        terminal(
+            "HostNotInInventory",
+            format!("no BMC of the cluster's credentialsRefs serves {id}; add its BMC back"),
+        )
+    })?;
+    match claims::acquire(&host.claim_key()) {
+        Ok(None) => Ok(host),
+        Ok(Some(uid)) => Err(terminal(
+            "HostClaimedByAnother",
+            format!(
+                "host {} ({id}) is claimed by object {uid}; this machine will not touch it",
+                host.name
+            ),
+        )),
+        Err(e) => Err(transient(format!("claiming host {}: {e}", host.name), None)),
+    }
+}
+
+/// Claim a free host the spec allows. `Ok(None)`: none is free (yet).
+fn claim(
+    req: &MachineRequest,
+    spec: &MachineSpec,
+    bmcs: &[Bmc],
+) -> Result<Option<Host>, PluginError> {
     let mut candidates = Vec::new();
     for bmc in bmcs {
         candidates.extend(hosts(bmc)?.into_iter().filter(|h| {

@@ -29,10 +29,15 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
             keep_claim(req, &host)?;
             host
         }
-        None => match claim(req, &inputs.spec, &bmcs)? {
-            Some(host) => {
+        None => match find_or_claim(req, &inputs.spec, &bmcs)? {
+            Some(Found::Claimed(host)) => {
                 state.host = Some(host.clone());
                 state.step = Step::Claimed;
+                host
+            }
+            Some(Found::Adopted(host)) => {
+                state.host = Some(host.clone());
+                resume(&bmcs, &host, &mut state)?;
                 host
             }
             None => {
@@ -46,6 +51,10 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
         },
     };
     state.step = state.step.max(Step::Claimed);
+    if state.step == Step::Ready {
+        blobs::withdraw(SEED_BLOB);
+        return Ok(ready(req, &state, &host, "On"));
+    }
 
     let Some(bootstrap) = &req.bootstrap else {
         let mut status = pending(progress(
@@ -103,6 +112,32 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
         blobs::withdraw(SEED_BLOB);
     }
     Ok(ready(req, &state, &host, "On"))
+}
+
+/// Where to go on with a host this machine already had when its state was lost: the
+/// BMC remembers how far provisioning got. Booted with media inserted: provisioned
+/// (never restarted again); media inserted but not booted: the power-on was sent or
+/// is next; otherwise from the start.
+fn resume(bmcs: &[Bmc], host: &Host, state: &mut State) -> Result<(), PluginError> {
+    let bmc = client_for(bmcs, host)?;
+    let system = read_system(&bmc, host)?;
+    let media = read_media(&bmc, &virtual_cd(&bmc, &system)?)?;
+    let power = power_state(&system);
+    (state.step, state.reset_sent) = match (media.inserted, booted(&system), power.as_str()) {
+        (true, true, _) => (Step::Ready, true),
+        (true, false, "Off") => (Step::MediaInserted, false),
+        (true, false, _) => (Step::PoweringOn, true),
+        (false, _, _) => (Step::Claimed, false),
+    };
+    log(
+        Level::Info,
+        "adopted host",
+        &[
+            ("host", host.name.clone()),
+            ("step", format!("{:?}", state.step)),
+        ],
+    );
+    Ok(())
 }
 
 /// The host this machine recorded must still be claimed by it.

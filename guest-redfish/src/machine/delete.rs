@@ -20,7 +20,12 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
     state.host = Some(host.clone());
     match ownership(req, &host)? {
         Ownership::Ours => {}
-        Ownership::Free | Ownership::Foreign(_) => {
+        // Released already (a repeated delete): nothing left to do.
+        Ownership::Free => {
+            blobs::withdraw(SEED_BLOB);
+            return Ok(None);
+        }
+        Ownership::Foreign(_) => {
             log(
                 Level::Warn,
                 "not touching a host this machine does not hold",

@@ -1,5 +1,4 @@
-//! `machine.describe`: observe the claimed host and report drift; it changes nothing on
-//! the infrastructure (it only takes back a claim the host lost track of).
+//! `machine.describe`: observe the claimed host, report drift, change nothing.
 
 use super::*;
 
@@ -41,18 +40,14 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
     };
     match ownership(req, &host)? {
         Ownership::Ours => {}
-        // No claim (e.g. after `clusterctl move` to a cluster that never saw it): take
-        // it again, which changes no infrastructure; drift only if someone was faster.
-        Ownership::Free => match claims::acquire(&host.claim_key()) {
-            Ok(None) => {}
-            Ok(Some(uid)) => {
-                return Ok(drift_status(
-                    Drift::Foreign(format!("host {} is claimed by object {uid}", host.name)),
-                    None,
-                ));
-            }
-            Err(e) => return Err(transient(format!("claiming host {}: {e}", host.name), None)),
-        },
+        // The claim is the ownership marker: without it the host is not this machine's
+        // (it was released by delete, or by hand).
+        Ownership::Free => {
+            return Ok(drift_status(
+                Drift::Missing(format!("this machine no longer holds host {}", host.name)),
+                None,
+            ));
+        }
         Ownership::Foreign(uid) => {
             return Ok(drift_status(
                 Drift::Foreign(format!("host {} is claimed by object {uid}", host.name)),

@@ -1,13 +1,15 @@
 //! `hyperplug conformance`: check a plugin against a real endpoint, csi-sanity style.
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 
 use super::{CacheArgs, load_plugins};
+use crate::blob_server;
 use crate::conformance::{self, Options, inputs, kit::Pacing};
-use crate::runtime::Limits;
+use crate::runtime::{BlobStore, Limits};
 
 /// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
 /// provider invariants: idempotent create and delete, adoption of lost state, describe
@@ -41,6 +43,14 @@ pub struct ConformanceArgs {
     /// reconcile reports are used too; a pool in this file wins.
     #[arg(long)]
     pub addresses: Option<PathBuf>,
+    /// Where the kit serves what plugins publish through the `blobs` import (e.g. boot
+    /// media a machine controller downloads); the target must reach it.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub blob_listen_addr: std::net::SocketAddr,
+    /// The URL the target reaches the blob server at (default: `http://` and the bound
+    /// --blob-listen-addr).
+    #[arg(long)]
+    pub blob_advertise_url: Option<url::Url>,
     /// Bootstrap data for plugins that ask for it (default: a dummy cloud-config).
     #[arg(long)]
     pub bootstrap: Option<PathBuf>,
@@ -121,6 +131,22 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     let deadline_plugin = load_plugins(std::slice::from_ref(plugin_path), short, &args.cache)
         .await?
         .remove(0);
+    // Blobs as `hyperplug run` serves them, for both runtimes.
+    let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
+        .await
+        .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
+    let advertise = match &args.blob_advertise_url {
+        Some(url) => url.clone(),
+        None => url::Url::parse(&format!("http://{}", listener.local_addr()?))?,
+    };
+    let blobs = Arc::new(BlobStore::new(
+        advertise,
+        Duration::from_secs(3600),
+        64 << 20,
+    ));
+    plugin.runtime().serve_blobs(blobs.clone());
+    deadline_plugin.runtime().serve_blobs(blobs.clone());
+    tokio::spawn(blob_server::serve(listener, blobs));
     let run_id = args.run_id.clone().unwrap_or_else(conformance::new_run_id);
     println!(
         "hyperplug conformance: plugin {} {} against {} (run {run_id})",

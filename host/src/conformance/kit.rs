@@ -182,6 +182,7 @@ impl Kit {
             failure_domain: None,
             addresses: vec![],
             credentials: creds.clone(),
+            more_credentials: vec![],
         };
         self.machines.insert(
             key.to_string(),
@@ -225,6 +226,7 @@ impl Kit {
             spec: self.cluster_spec.to_string(),
             state: self.cluster_state.clone(),
             credentials: creds.clone(),
+            more_credentials: vec![],
         }
     }
 

@@ -398,6 +398,11 @@ pub async fn no_leaks(kit: &mut Kit) -> Verdict {
             }
         }
     }
+    // What the plugin published for the target to download is gone with its objects.
+    let blobs = kit.plugin.runtime().blobs().len();
+    if blobs > 0 {
+        leaks.push(format!("{blobs} published blobs still served"));
+    }
     if leaks.is_empty() {
         Verdict::Pass(format!(
             "{} objects checked, none left: {}",
