@@ -485,3 +485,50 @@ async fn a_provisioned_host_is_adopted_without_a_restart() {
         other => panic!("expected HostClaimedByAnother, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_address_from_the_pool_is_bound_to_the_hosts_first_nic() {
+    use hyperplug::runtime::bindings::machine::{AddressType, AllocatedAddress};
+    let fleet = Fleet::start(&[1]).await;
+    let mut req = fleet.request("m1");
+    req.cluster_spec = json!({
+        "controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443},
+        "ipv4Config": {"addresses": ["192.0.2.50-192.0.2.60"], "prefix": 24, "gateway": "192.0.2.1"},
+        "dnsServers": ["192.0.2.53"],
+    })
+    .to_string();
+    req.bootstrap = bootstrap();
+    // First the address: nothing is claimed before it is there.
+    let status = fleet.create(&req).await.expect("create");
+    assert_eq!(status.progress.phase, "WaitingForAddresses");
+    assert_eq!(status.address_requests.len(), 1);
+    assert_eq!(status.address_requests[0].pool, "ipv4");
+    let system = &fleet.bmcs[0].systems[0];
+    assert_eq!(fleet.holder(&system.uuid).await, None);
+
+    req.addresses = vec![AllocatedAddress {
+        device: status.address_requests[0].device.clone(),
+        address: "192.0.2.50".into(),
+        prefix: 24,
+        gateway: Some("192.0.2.1".into()),
+    }];
+    let status = fleet.create(&req).await.expect("create");
+    req.state = Some(status.progress.state.clone());
+    let image = fleet.bmcs[0].cd(&system.uuid).await["Image"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, iso) = fetch(&image).await;
+    let text = String::from_utf8_lossy(&iso);
+    assert!(text.contains("192.0.2.50/24"), "the static address");
+    assert!(
+        text.contains(&system.mac),
+        "bound to the NIC's MAC {}",
+        system.mac
+    );
+    assert!(text.contains("192.0.2.53"), "the DNS server");
+    let status = fleet.create_until_ready(&mut req).await;
+    assert!(status.addresses.iter().any(|a| {
+        matches!(a.address_type, AddressType::InternalIp) && a.address == "192.0.2.50"
+    }));
+}
