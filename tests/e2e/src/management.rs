@@ -81,7 +81,7 @@ impl Management {
         }
         let removed = mgmt.plane.remove_service_webhooks().await?;
         say(format!(
-            "{name}: running the managers as processes ({} Service-backed webhook configurations replaced by loopback ones)",
+            "{name}: running the managers as processes (their {} Service-backed webhooks, admission and CRD conversion, now point at loopback)",
             removed.len()
         ));
         mgmt.plane.start_capi_core().await?;

@@ -33,14 +33,7 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
         .wait_provisioned(&qs.management, 2, Duration::from_secs(240))
         .await
         .unwrap();
-    let provider_ids: BTreeSet<String> = before
-        .iter()
-        .filter_map(|m| {
-            capi::field(m, "spec.providerID")?
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
+    let provider_ids = provider_ids_of(&before);
     let vms = qs.vms();
 
     let target = Management::start("target", &qs.repo, &qs.pve, &hyperplug, &plugin)
@@ -63,15 +56,7 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
         .wait_provisioned(&target, 2, Duration::from_secs(240))
         .await
         .unwrap();
-    let moved_ids: BTreeSet<String> = after
-        .iter()
-        .filter_map(|m| {
-            capi::field(m, "spec.providerID")?
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
-    assert_eq!(moved_ids, provider_ids);
+    assert_eq!(provider_ids_of(&after), provider_ids);
     let infra = proxmox_machines(&target.plane.client(), &qs.namespace)
         .await
         .unwrap();
@@ -104,4 +89,15 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
         .await
         .unwrap();
     assert!(qs.vms().is_empty(), "VMs left in pve-sim: {:?}", qs.vms());
+}
+
+fn provider_ids_of(machines: &[kube::api::DynamicObject]) -> BTreeSet<String> {
+    machines
+        .iter()
+        .filter_map(|m| {
+            capi::field(m, "spec.providerID")?
+                .as_str()
+                .map(String::from)
+        })
+        .collect()
 }
