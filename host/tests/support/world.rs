@@ -70,6 +70,7 @@ impl World {
         logs();
         let plane = Plane::start(PlaneOpts {
             controller_manager: true,
+            ..PlaneOpts::default()
         })
         .await
         .expect("plane");

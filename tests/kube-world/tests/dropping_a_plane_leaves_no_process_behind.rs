@@ -14,7 +14,8 @@ fn alive(pid: u32) -> bool {
 async fn dropping_planes_kills_their_processes_and_removes_their_directories() {
     let (a, b) = tokio::join!(
         Plane::start(PlaneOpts {
-            controller_manager: true
+            controller_manager: true,
+            ..PlaneOpts::default()
         }),
         Plane::start(PlaneOpts::default())
     );
