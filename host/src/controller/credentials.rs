@@ -29,12 +29,12 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             message: "spec.credentialsRef is not set and the manager has no --default-credentials-secret".into(),
         })?,
     };
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(&name)
-        .await?
-        .ok_or_else(|| {
-            Error::Dependency(format!("credentials Secret {namespace}/{name} not found"))
-        })?;
+    let secret = super::objects::read(
+        &Api::<Secret>::namespaced(ctx.client.clone(), &namespace),
+        &name,
+    )
+    .await?
+    .ok_or_else(|| Error::Dependency(format!("credentials Secret {namespace}/{name} not found")))?;
     from_secret(&secret, &format!("{namespace}/{name}"))
 }
 

@@ -40,12 +40,21 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let Some(cluster_name) = objects::cluster_name(&obj) else {
         return Ok(Action::await_change());
     };
-    let cluster = api(&ctx.client, &capi_cluster(), &ns)
-        .get_opt(&cluster_name)
-        .await?;
-    let machine = api(&ctx.client, &capi_machine(), &ns)
-        .get_opt(&machine_name)
-        .await?;
+    // Independent reads go out together: a reconcile's latency is its chain of API
+    // round trips, and every machine is polled while its tasks run.
+    let (cluster, machine, addresses) = tokio::try_join!(
+        async {
+            Ok::<_, Error>(
+                objects::read(&api(&ctx.client, &capi_cluster(), &ns), &cluster_name).await?,
+            )
+        },
+        async {
+            Ok::<_, Error>(
+                objects::read(&api(&ctx.client, &capi_machine(), &ns), &machine_name).await?,
+            )
+        },
+        ipam::bound_addresses(&ctx, &obj),
+    )?;
 
     // Pause: no plugin call at all, and say so.
     let paused_by_cluster = cluster
@@ -72,7 +81,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let infra_cluster = match (&cluster, &ctx.cluster_kind) {
         (Some(c), Some(kind)) => {
             match objects::reference_to(c, "spec.infrastructureRef", &kind.group, &kind.kind) {
-                Some(name) => api(&ctx.client, kind, &ns).get_opt(&name).await?,
+                Some(name) => objects::read(&api(&ctx.client, kind, &ns), &name).await?,
                 None => None,
             }
         }
@@ -95,7 +104,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         write_conditions(&own, &obj, &[c, not_paused()]).await?;
         return Ok(Action::requeue(Duration::from_secs(10)));
     };
-    let creds = credentials::for_cluster(&ctx, &infra_cluster).await?;
+    let bootstrap = async {
+        match &machine {
+            Some(m) if !deleting => bootstrap_data(&ctx, m).await,
+            _ => Ok(None),
+        }
+    };
+    let (creds, bootstrap) =
+        tokio::try_join!(credentials::for_cluster(&ctx, &infra_cluster), bootstrap)?;
     let mut req = MachineRequest {
         machine: object_ref(&obj),
         cluster: object_ref(&infra_cluster),
@@ -117,7 +133,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             .as_ref()
             .and_then(|m| str_field(m, "spec.failureDomain"))
             .map(str::to_string),
-        addresses: ipam::bound_addresses(&ctx, &obj).await?,
+        addresses,
         credentials: creds,
     };
 
@@ -128,9 +144,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     patch::add_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
-    if let Some(m) = &machine {
-        req.bootstrap = bootstrap_data(&ctx, m).await?;
-    }
+    req.bootstrap = bootstrap;
 
     let provisioned = objects::field(&obj, "status.initialization.provisioned")
         .and_then(Value::as_bool)
@@ -235,7 +249,6 @@ async fn delete(
                     obj.metadata.generation.unwrap_or(0),
                 ),
             );
-            phase_event(ctx, obj, &progress).await;
             patch::status(own, obj, fields).await?;
             Ok(Action::requeue(Duration::from_millis(
                 progress.requeue_after_ms.unwrap_or(2_000).max(50),
@@ -311,7 +324,19 @@ async fn persist(
     if let Some(drift) = &status.drift {
         publish(ctx, obj, reasons::DRIFT, &format!("{drift:?}"), true).await;
     }
-    phase_event(ctx, obj, &status.progress).await;
+    // Events mark milestones (provisioned, deleted, failures, drift); the phases in
+    // between are in status.phase and the Ready condition's reason, and an event per
+    // phase would double the writes of every machine's lifecycle.
+    if status.ready && !was_provisioned {
+        publish(
+            ctx,
+            obj,
+            &status.progress.phase,
+            &status.progress.message,
+            false,
+        )
+        .await;
+    }
     patch::status(own, obj, fields).await?;
     Ok(())
 }
@@ -364,9 +389,8 @@ async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option
         return Ok(None);
     };
     let ns = machine.namespace().unwrap_or_default();
-    let Some(secret) = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(name)
-        .await?
+    let Some(secret) =
+        objects::read(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), name).await?
     else {
         return Ok(None);
     };
@@ -389,13 +413,6 @@ fn progress_fields(progress: &Progress) -> Map<String, Value> {
     fields.insert("pluginState".into(), json!(progress.state));
     fields.insert("phase".into(), json!(progress.phase));
     fields
-}
-
-async fn phase_event(ctx: &Context, obj: &DynamicObject, progress: &Progress) {
-    let previous = str_field(obj, "status.phase");
-    if previous != Some(progress.phase.as_str()) && !progress.phase.is_empty() {
-        publish(ctx, obj, &progress.phase, &progress.message, false).await;
-    }
 }
 
 async fn write_conditions(

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 pub struct Host {
     child: Child,
     pub log: PathBuf,
+    metrics_port: u16,
 }
 
 impl Host {
@@ -35,7 +36,21 @@ impl Host {
             .stderr(out)
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
-        Ok(Host { child, log })
+        Ok(Host {
+            child,
+            log,
+            metrics_port: metrics,
+        })
+    }
+
+    /// The host's Prometheus metrics, for a look at where its time went.
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port))?;
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        let mut body = String::new();
+        s.read_to_string(&mut body)?;
+        Ok(body)
     }
 
     pub fn pid(&self) -> u32 {
@@ -55,7 +70,10 @@ impl Host {
                 .rev()
                 .collect::<Vec<_>>()
                 .join("\n");
-            bail!("hyperplug exited ({status}); log {}:\n{tail}", self.log.display());
+            bail!(
+                "hyperplug exited ({status}); log {}:\n{tail}",
+                self.log.display()
+            );
         }
         Ok(())
     }

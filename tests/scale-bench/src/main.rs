@@ -122,7 +122,10 @@ async fn run(args: &Args) -> Result<report::Report> {
         .map(|n| (0..args.clusters).filter(|c| c % args.nodes == n).count() * args.machines)
         .max()
         .unwrap_or(0);
-    eprintln!("[bench] plugin call overhead ({} calls)", args.overhead_calls);
+    eprintln!(
+        "[bench] plugin call overhead ({} calls)",
+        args.overhead_calls
+    );
     let overhead = call_overhead(args).await?;
 
     let config = sim::world(
@@ -178,6 +181,10 @@ async fn run(args: &Args) -> Result<report::Report> {
         .context("the plane writes an audit log")?
         .to_path_buf();
 
+    eprintln!(
+        "[bench] plane and host logs in {} (kept with KUBE_WORLD_KEEP=1)",
+        plane.dir().display()
+    );
     let kubeconfig = plane.kubeconfig_for(HOST_USER)?;
     let mut host = host::Host::start(
         &args.hyperplug,
@@ -194,9 +201,7 @@ async fn run(args: &Args) -> Result<report::Report> {
     }
     let ready = watch::wait(&mut host, &plane, timeout, "the ProxmoxClusters", || {
         let client = client.clone();
-        async move {
-            objects::all_provisioned(&client, &objects::infra_cluster(), args.clusters).await
-        }
+        async move { objects::all_provisioned(&client, &objects::infra_cluster(), args.clusters).await }
     });
     ready.await?;
 
@@ -225,14 +230,23 @@ async fn run(args: &Args) -> Result<report::Report> {
     .try_collect()
     .await?;
     let w = watcher.clone();
-    watch::wait(&mut host, &plane, timeout, "every machine provisioned", || {
-        let w = w.clone();
-        async move { Ok(w.count() >= total) }
-    })
+    watch::wait(
+        &mut host,
+        &plane,
+        timeout,
+        "every machine provisioned",
+        || {
+            let w = w.clone();
+            async move { Ok(w.count() >= total) }
+        },
+    )
     .await?;
     let provisioned_in = started.elapsed();
     let t_provisioned = now_ms();
     let provisioned = watcher.finish();
+    if let Ok(m) = host.metrics() {
+        let _ = std::fs::write(plane.dir().join("hyperplug-metrics-provisioned.txt"), m);
+    }
 
     eprintln!("[bench] deleting {total} machines");
     let t_delete = now_ms();
@@ -245,22 +259,31 @@ async fn run(args: &Args) -> Result<report::Report> {
         .try_collect::<Vec<()>>()
         .await?;
     let state = sim.state();
-    watch::wait(&mut host, &plane, timeout, "every machine and VM gone", || {
-        let (client, state) = (client.clone(), state.clone());
-        async move {
-            let vms = state
-                .vms()
-                .iter()
-                .filter(|v| v["config"]["template"] != "1")
-                .count();
-            Ok(vms == 0
-                && objects::count(&client, &objects::infra_machine()).await? == 0
-                && objects::count(&client, &objects::capi_machine()).await? == 0)
-        }
-    })
+    watch::wait(
+        &mut host,
+        &plane,
+        timeout,
+        "every machine and VM gone",
+        || {
+            let (client, state) = (client.clone(), state.clone());
+            async move {
+                let vms = state
+                    .vms()
+                    .iter()
+                    .filter(|v| v["config"]["template"] != "1")
+                    .count();
+                Ok(vms == 0
+                    && objects::count(&client, &objects::infra_machine()).await? == 0
+                    && objects::count(&client, &objects::capi_machine()).await? == 0)
+            }
+        },
+    )
     .await?;
     let t_gone = now_ms();
     let cpu_lifecycle = host.cpu_seconds()? - cpu_from;
+    if let Ok(m) = host.metrics() {
+        let _ = std::fs::write(plane.dir().join("hyperplug-metrics-gone.txt"), m);
+    }
     let counters = sim.state().counters();
     let writes = audit::writes_by(&audit_log, HOST_USER, audit_from, audit::mark(&audit_log))?;
     let tasks: Vec<sim::SimTask> = sim
@@ -277,8 +300,10 @@ async fn run(args: &Args) -> Result<report::Report> {
     watch::wait(&mut host, &plane, timeout, "every cluster gone", || {
         let client = client.clone();
         async move {
-            Ok(objects::count(&client, &objects::infra_cluster()).await? == 0
-                && objects::count(&client, &objects::capi_cluster()).await? == 0)
+            Ok(
+                objects::count(&client, &objects::infra_cluster()).await? == 0
+                    && objects::count(&client, &objects::capi_cluster()).await? == 0,
+            )
         }
     })
     .await?;

@@ -56,8 +56,14 @@ pub fn world(nodes: usize, vms_per_node: usize, scale: f64, concurrency: usize) 
         .map(|n| {
             let id = template_id(n);
             let mut config = template.config.clone();
-            config.insert("scsi0".into(), format!("local-lvm:base-{id}-disk-0,size=10G"));
-            config.insert("ide2".into(), format!("local-lvm:vm-{id}-cloudinit,media=cdrom"));
+            config.insert(
+                "scsi0".into(),
+                format!("local-lvm:base-{id}-disk-0,size=10G"),
+            );
+            config.insert(
+                "ide2".into(),
+                format!("local-lvm:vm-{id}-cloudinit,media=cdrom"),
+            );
             config.remove("net0");
             config.insert("net0".into(), "virtio,bridge=vmbr0".into());
             VmSeed {
@@ -110,7 +116,11 @@ impl SimTask {
                 let l = l.as_str()?;
                 let file = l.strip_prefix("target file: ")?;
                 let name = file.rsplit('/').next()?;
-                name.strip_prefix("hyperplug-")?.split('-').next()?.parse().ok()
+                name.strip_prefix("hyperplug-")?
+                    .split('-')
+                    .next()?
+                    .parse()
+                    .ok()
             })
         });
         SimTask {
@@ -159,4 +169,29 @@ pub fn own_task_ms(tasks: &[&SimTask], vm: u32) -> u64 {
         .filter(|t| t.vm == Some(vm))
         .filter_map(|t| Some(t.ended_ms?.saturating_sub(t.submitted_ms)))
         .sum()
+}
+
+/// Where a machine's controller-added time went: before its first task was accepted,
+/// between one task's end and the next one's acceptance, and from its last task's end
+/// (plus `tail_ms`, boot and agent) to provisioned. In milliseconds.
+pub fn gaps(
+    tasks: &[&SimTask],
+    vm: u32,
+    created_ms: u64,
+    provisioned_ms: u64,
+    tail_ms: u64,
+) -> Option<[i64; 3]> {
+    let mut own: Vec<&&SimTask> = tasks.iter().filter(|t| t.vm == Some(vm)).collect();
+    own.sort_by_key(|t| t.submitted_ms);
+    let first = own.first()?;
+    let last_end = own.iter().filter_map(|t| t.ended_ms).max()?;
+    let between: i64 = own
+        .windows(2)
+        .map(|w| w[1].submitted_ms as i64 - w[0].ended_ms.unwrap_or(w[1].submitted_ms) as i64)
+        .sum();
+    Some([
+        first.submitted_ms as i64 - created_ms as i64,
+        between,
+        provisioned_ms as i64 - last_end as i64 - tail_ms as i64,
+    ])
 }

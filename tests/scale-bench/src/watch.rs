@@ -81,11 +81,7 @@ impl Provisioned {
                 if !provisioned {
                     continue;
                 }
-                let key = format!(
-                    "{}/{}",
-                    obj.namespace().unwrap_or_default(),
-                    obj.name_any()
-                );
+                let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
                 let vmid = obj
                     .data
                     .pointer("/status/details/vmid")
