@@ -172,6 +172,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     };
     // Addresses the plugin needs: claim them now, hand them over on the next call.
     let mut addresses_pending = false;
+    let mut addresses_new = false;
     if !status.address_requests.is_empty() {
         let infra_cluster_name = infra_cluster.name_any();
         let bound = ipam::ensure_claims(
@@ -185,6 +186,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         // The IPAM provider binds claims asynchronously and we do not watch them:
         // come back soon while any is unbound.
         addresses_pending = bound.len() < status.address_requests.len();
+        // Bound since this call's request was made: nothing else will bring us back
+        // (claims are not watched, and the plugin's answer changes no watched object).
+        addresses_new = bound.len() > req.addresses.len();
     }
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         patch::spec_field(&own, &obj, "providerID", json!(id)).await?;
@@ -193,6 +197,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ctx.backoff.reset(&key(&obj));
     Ok(match status.progress.requeue_after_ms {
         Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),
+        None if addresses_new => Action::requeue(Duration::from_millis(100)),
         None if addresses_pending => Action::requeue(Duration::from_secs(1)),
         None if status.ready => Action::requeue(ctx.options.resync),
         None => Action::await_change(),
