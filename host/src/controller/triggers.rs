@@ -46,8 +46,11 @@ impl Relevant {
 /// its machine instead of every machine of its cluster.
 #[derive(Clone, Default)]
 pub struct BootstrapWaiters {
-    by_secret: Arc<Mutex<HashMap<(String, String), ObjectRef<DynamicObject>>>>,
+    by_secret: Arc<Mutex<HashMap<SecretKey, ObjectRef<DynamicObject>>>>,
 }
+
+/// `(namespace, name)` of a Secret.
+type SecretKey = (String, String);
 
 impl BootstrapWaiters {
     /// Records (or, for a Machine being deleted, forgets) the Secret `machine` names.
