@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of hyperplug: installs what is missing (scripts/setup.sh), builds the
 # plugins, then `cargo test` over the workspace (unit, runtime, hostile-plugin, simulator
-# and real-API-server integration tests).
+# and real-API-server integration tests), then a smoke run of the scale benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
@@ -9,3 +9,6 @@ bash scripts/setup.sh
 bash scripts/build-plugins.sh
 # The root's default-members are the native crates; plugins are tested through the host.
 cargo test "$@"
+# The scale benchmark at its smallest (1 cluster × 2 machines, tiny task durations, debug
+# build): asserts nothing about speed, only that it runs to the end and prints its table.
+bash scripts/bench.sh --smoke

@@ -5,10 +5,9 @@
 //! the sample count; `scripts/build-plugins.sh --test-out DIR` builds the test plugin,
 //! which this bench does itself).
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use hyperplug::runtime::bindings::machine::MachineRequest;
-use hyperplug::runtime::{Credentials, Limits, ObjectRef, Runtime};
+use hyperplug::runtime::{Credentials, Limits, ObjectRef, Runtime, overhead};
 
 fn test_plugin() -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-plugins");
@@ -50,11 +49,6 @@ fn request() -> MachineRequest {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i].as_secs_f64() * 1e6
-}
-
 fn main() {
     let iters: usize = std::env::var("HYPERPLUG_BENCH_ITERS")
         .ok()
@@ -70,46 +64,28 @@ fn main() {
         let runtime = Runtime::new(Limits::default(), None).expect("runtime");
         let plugin = runtime.load(&path).await.expect("load");
         let req = request();
-        for _ in 0..iters.min(1_000) {
-            plugin.describe_machine(&req).await.unwrap().unwrap();
-        }
-        let mut samples = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            let start = Instant::now();
-            let status = plugin.describe_machine(&req).await.unwrap().unwrap();
-            samples.push(start.elapsed());
-            std::hint::black_box(status);
-        }
-        samples.sort();
-        // Many calls in flight: 64 tasks at once on 2 workers.
-        let concurrent = 64;
-        let start = Instant::now();
-        let rounds = (iters / concurrent).max(1);
-        for _ in 0..rounds {
-            let tasks: Vec<_> = (0..concurrent)
-                .map(|_| {
-                    let (plugin, req) = (plugin.clone(), req.clone());
-                    tokio::spawn(
-                        async move { plugin.describe_machine(&req).await.unwrap().unwrap() },
-                    )
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
+        let o = overhead::measure(iters, move || {
+            let (plugin, req) = (plugin.clone(), req.clone());
+            async move {
+                let status = plugin.describe_machine(&req).await.unwrap().unwrap();
+                std::hint::black_box(status);
             }
-        }
-        let per_sec = (rounds * concurrent) as f64 / start.elapsed().as_secs_f64();
+        })
+        .await;
         println!("plugin call overhead: instantiate + describe (no I/O) + drop, {iters} calls");
-        println!("| wasmtime | p50 µs | p90 µs | p99 µs | max µs | calls/s at 64 in flight |");
+        println!(
+            "| wasmtime | p50 µs | p90 µs | p99 µs | max µs | calls/s at {} in flight |",
+            overhead::CONCURRENT_CALLS
+        );
         println!("|---|---|---|---|---|---|");
         println!(
             "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} |",
             wasmtime_version(),
-            percentile(&samples, 0.50),
-            percentile(&samples, 0.90),
-            percentile(&samples, 0.99),
-            percentile(&samples, 1.0),
-            per_sec
+            overhead::micros(o.p50),
+            overhead::micros(o.p90),
+            overhead::micros(o.p99),
+            overhead::micros(o.max),
+            o.per_sec_concurrent
         );
     });
 }

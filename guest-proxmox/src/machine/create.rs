@@ -55,14 +55,22 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
             }
             Step::Ejecting => ejecting(&cx, &mut st)?,
             Step::Ready => {
-                let msg = format!(
-                    "VM {} running on {}",
-                    st.vmid.unwrap_or_default(),
-                    st.node.as_deref().unwrap_or_default()
-                );
-                return Ok(cx.status(&st, "Ready", msg, None));
+                let mut s = cx.status(&st, "Ready", ready_message(&st), None);
+                // What describe reports of a running VM, so the first describe after
+                // Ready finds nothing to rewrite.
+                s.details.push(("power".into(), "running".into()));
+                return Ok(s);
             }
         }
     }
     Ok(cx.status(&st, "Configuring", "continuing", Some(SHORT_MS)))
+}
+
+/// How a provisioned, running VM is reported (by create and by describe).
+pub(super) fn ready_message(st: &State) -> String {
+    format!(
+        "VM {} running on {}",
+        st.vmid.unwrap_or_default(),
+        st.node.as_deref().unwrap_or_default()
+    )
 }

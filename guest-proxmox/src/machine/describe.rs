@@ -88,7 +88,13 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
         .get(&format!("{}/status/current", cx.config_path(&st)))
         .map_err(|e| e.classify("reading the VM status"))?;
     let power = str_of(&current, "status").unwrap_or_else(|| "unknown".into());
-    let mut s = cx.status(&st, phase, format!("VM {vmid} is {power}"), None);
+    // The same words as create's Ready report, so a describe of a healthy VM rewrites
+    // nothing.
+    let message = match (st.step, power.as_str()) {
+        (Step::Ready, "running") => ready_message(&st),
+        _ => format!("VM {vmid} is {power}"),
+    };
+    let mut s = cx.status(&st, phase, message, None);
     s.details.push(("power".into(), power.clone()));
     if st.step == Step::Ready && power != "running" {
         s.drift = Some(Drift::Changed(format!("VM {vmid} is {power}, not running")));

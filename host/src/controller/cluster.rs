@@ -28,11 +28,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     let cluster = match objects::cluster_name(&obj) {
-        Some(name) => {
-            api(&ctx.client, &capi_cluster(), &ns)
-                .get_opt(&name)
-                .await?
-        }
+        Some(name) => objects::read(&api(&ctx.client, &capi_cluster(), &ns), &name).await?,
         None => None,
     };
     let paused_by_cluster = cluster

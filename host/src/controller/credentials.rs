@@ -85,12 +85,12 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
 }
 
 async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials> {
-    let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
-        .get_opt(name)
-        .await?
-        .ok_or_else(|| {
-            Error::Dependency(format!("credentials Secret {namespace}/{name} not found"))
-        })?;
+    let secret = super::objects::read(
+        &Api::<Secret>::namespaced(ctx.client.clone(), namespace),
+        name,
+    )
+    .await?
+    .ok_or_else(|| Error::Dependency(format!("credentials Secret {namespace}/{name} not found")))?;
     from_secret(&secret, &format!("{namespace}/{name}"))
 }
 

@@ -1,4 +1,5 @@
-//! Kubernetes events on our objects: every phase change, every failure.
+//! Kubernetes events on our objects: milestones (provisioned, deleted, an InfraCluster's
+//! phases), every failure, every drift.
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType};

@@ -128,7 +128,12 @@ pub async fn bound_addresses(
     let claims = api(&ctx.client, &ip_address_claim(), &ns);
     let addresses = api(&ctx.client, &ip_address(), &ns);
     let list = claims
-        .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={}", machine.name_any())))
+        // From the API server's cache, like every read of a reconcile (objects::read).
+        .list(
+            &ListParams::default()
+                .labels(&format!("{OWNER_LABEL}={}", machine.name_any()))
+                .match_any(),
+        )
         .await?;
     let mut bound = Vec::new();
     for claim in list {
@@ -162,7 +167,12 @@ pub async fn release_claims(ctx: &Context, machine: &DynamicObject) -> Result<()
     let ns = machine.namespace().unwrap_or_default();
     let claims = api(&ctx.client, &ip_address_claim(), &ns);
     let list = match claims
-        .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={}", machine.name_any())))
+        // From the API server's cache, like every read of a reconcile (objects::read).
+        .list(
+            &ListParams::default()
+                .labels(&format!("{OWNER_LABEL}={}", machine.name_any()))
+                .match_any(),
+        )
         .await
     {
         Ok(list) => list,

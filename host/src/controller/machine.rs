@@ -43,12 +43,21 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let Some(cluster_name) = objects::cluster_name(&obj) else {
         return Ok(Action::await_change());
     };
-    let cluster = api(&ctx.client, &capi_cluster(), &ns)
-        .get_opt(&cluster_name)
-        .await?;
-    let machine = api(&ctx.client, &capi_machine(), &ns)
-        .get_opt(&machine_name)
-        .await?;
+    // Independent reads go out together: a reconcile's latency is its chain of API
+    // round trips, and every machine is polled while its tasks run.
+    let (cluster, machine, addresses) = tokio::try_join!(
+        async {
+            Ok::<_, Error>(
+                objects::read(&api(&ctx.client, &capi_cluster(), &ns), &cluster_name).await?,
+            )
+        },
+        async {
+            Ok::<_, Error>(
+                objects::read(&api(&ctx.client, &capi_machine(), &ns), &machine_name).await?,
+            )
+        },
+        ipam::bound_addresses(&ctx, &obj),
+    )?;
 
     // Pause: no plugin call at all, and say so.
     let paused_by_cluster = cluster
@@ -75,7 +84,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let infra_cluster = match (&cluster, &ctx.cluster_kind) {
         (Some(c), Some(kind)) => {
             match objects::reference_to(c, "spec.infrastructureRef", &kind.group, &kind.kind) {
-                Some(name) => api(&ctx.client, kind, &ns).get_opt(&name).await?,
+                Some(name) => objects::read(&api(&ctx.client, kind, &ns), &name).await?,
                 None => None,
             }
         }
@@ -98,7 +107,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         write_conditions(&own, &obj, &[c, not_paused()]).await?;
         return Ok(Action::requeue(Duration::from_secs(10)));
     };
-    let creds = credentials::for_cluster(&ctx, &infra_cluster).await?;
+    let bootstrap = async {
+        match &machine {
+            Some(m) if !deleting => bootstrap_data(&ctx, m).await,
+            _ => Ok(None),
+        }
+    };
+    let (creds, bootstrap) =
+        tokio::try_join!(credentials::for_cluster(&ctx, &infra_cluster), bootstrap)?;
     let mut req = MachineRequest {
         machine: object_ref(&obj),
         cluster: object_ref(&infra_cluster),
@@ -120,7 +136,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             .as_ref()
             .and_then(|m| str_field(m, "spec.failureDomain"))
             .map(str::to_string),
-        addresses: ipam::bound_addresses(&ctx, &obj).await?,
+        addresses,
         credentials: creds.primary,
         more_credentials: creds.more,
     };
@@ -132,9 +148,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin)).await?;
-    if let Some(m) = &machine {
-        req.bootstrap = bootstrap_data(&ctx, m).await?;
-    }
+    req.bootstrap = bootstrap;
 
     let provisioned = objects::field(&obj, "status.initialization.provisioned")
         .and_then(Value::as_bool)
@@ -162,6 +176,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     };
     // Addresses the plugin needs: claim them now, hand them over on the next call.
     let mut addresses_pending = false;
+    let mut addresses_new = false;
     if !status.address_requests.is_empty() {
         let infra_cluster_name = infra_cluster.name_any();
         let bound = ipam::ensure_claims(
@@ -175,6 +190,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         // The IPAM provider binds claims asynchronously and we do not watch them:
         // come back soon while any is unbound.
         addresses_pending = bound.len() < status.address_requests.len();
+        // Bound since this call's request was made: nothing else will bring us back
+        // (claims are not watched, and the plugin's answer changes no watched object).
+        addresses_new = bound.len() > req.addresses.len();
     }
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         patch::spec_field(&own, &obj, "providerID", json!(id)).await?;
@@ -190,6 +208,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ctx.backoff.reset(&key(&obj));
     Ok(match status.progress.requeue_after_ms {
         Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),
+        None if addresses_new => Action::requeue(Duration::from_millis(100)),
         None if addresses_pending => Action::requeue(Duration::from_secs(1)),
         None if status.ready => Action::requeue(ctx.options.resync),
         None => Action::await_change(),
@@ -256,7 +275,6 @@ async fn delete(
                     obj.metadata.generation.unwrap_or(0),
                 ),
             );
-            phase_event(ctx, obj, &progress).await;
             patch::status(own, obj, fields).await?;
             Ok(Action::requeue(Duration::from_millis(
                 progress.requeue_after_ms.unwrap_or(2_000).max(50),
@@ -332,7 +350,19 @@ async fn persist(
     if let Some(drift) = &status.drift {
         publish(ctx, obj, reasons::DRIFT, &format!("{drift:?}"), true).await;
     }
-    phase_event(ctx, obj, &status.progress).await;
+    // Events mark milestones (provisioned, deleted, failures, drift); the phases in
+    // between are in status.phase and the Ready condition's reason, and an event per
+    // phase would double the writes of every machine's lifecycle.
+    if status.ready && !was_provisioned {
+        publish(
+            ctx,
+            obj,
+            &status.progress.phase,
+            &status.progress.message,
+            false,
+        )
+        .await;
+    }
     patch::status(own, obj, fields).await?;
     Ok(())
 }
@@ -385,9 +415,8 @@ async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option
         return Ok(None);
     };
     let ns = machine.namespace().unwrap_or_default();
-    let Some(secret) = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(name)
-        .await?
+    let Some(secret) =
+        objects::read(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), name).await?
     else {
         return Ok(None);
     };
@@ -410,13 +439,6 @@ fn progress_fields(progress: &Progress) -> Map<String, Value> {
     fields.insert("pluginState".into(), json!(progress.state));
     fields.insert("phase".into(), json!(progress.phase));
     fields
-}
-
-async fn phase_event(ctx: &Context, obj: &DynamicObject, progress: &Progress) {
-    let previous = str_field(obj, "status.phase");
-    if previous != Some(progress.phase.as_str()) && !progress.phase.is_empty() {
-        publish(ctx, obj, &progress.phase, &progress.message, false).await;
-    }
 }
 
 async fn write_conditions(

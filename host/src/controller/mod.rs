@@ -15,6 +15,7 @@ pub mod objects;
 mod outcome;
 mod patch;
 mod template;
+mod triggers;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
+use serde_json::Value;
 
 pub use context::ManagerOptions;
 pub use credentials::{CA, FINGERPRINT, INSECURE, SECRET, TOKEN, URL};
@@ -149,8 +151,13 @@ async fn machines(ctx: Arc<Context>) {
     let cluster_ar = ar.clone();
     let infra_ar = ar.clone();
     let infra_store = store.clone();
-    let secret_store = store.clone();
-    let secret_ar = ar.clone();
+    let waiters = triggers::BootstrapWaiters::default();
+    let secret_waiters = waiters.clone();
+    let (machine_changes, cluster_changes, infra_changes) = (
+        triggers::Relevant::default(),
+        triggers::Relevant::default(),
+        triggers::Relevant::default(),
+    );
     // A plugin without a cluster kind still gets this watch, on a kind that maps to
     // nothing it owns.
     let infra_cluster_ar = ctx
@@ -159,44 +166,54 @@ async fn machines(ctx: Arc<Context>) {
         .unwrap_or_else(objects::capi_cluster);
     controller
         .with_config(config(&ctx))
-        // A Machine changing (owner set, bootstrap data ready, failure domain) maps to
-        // the InfraMachine it references.
+        // A Machine's spec changing (bootstrap data named, failure domain) maps to the
+        // InfraMachine it references; its status churn does not. The Secret it names is
+        // remembered for the Secret watch below.
         .watches_with(
             all_or_namespaced(&ctx.client, &objects::capi_machine(), ns),
             objects::capi_machine(),
             watcher::Config::default(),
             move |m: DynamicObject| {
                 let ns = m.namespace().unwrap_or_default();
-                objects::reference_to(&m, "spec.infrastructureRef", &group, &kind)
-                    .map(|name| ObjectRef::new_with(&name, machine_ar.clone()).within(&ns))
+                let infra = objects::reference_to(&m, "spec.infrastructureRef", &group, &kind)
+                    .map(|name| ObjectRef::new_with(&name, machine_ar.clone()).within(&ns))?;
+                let secret = objects::str_field(&m, "spec.bootstrap.dataSecretName");
+                waiters.record(&m, secret, &infra);
+                machine_changes.changed(&m, ()).then_some(infra)
             },
         )
-        // A Cluster changing (paused, infrastructure ready) maps to all its machines.
+        // A Cluster's spec changing (paused) or its deletion maps to all its machines.
         .watches_with(
             all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
             objects::capi_cluster(),
             watcher::Config::default(),
             move |c: DynamicObject| {
+                if !cluster_changes.changed(&c, ()) {
+                    return Vec::new();
+                }
                 machines_of(&store, &cluster_ar, c.namespace(), Some(c.name_any()))
             },
         )
-        // A bootstrap Secret appearing maps to the machines of its cluster (labelled
-        // Secrets only, so the manager never watches every Secret).
+        // A bootstrap Secret appearing maps to the machine whose Machine names it
+        // (labelled Secrets only, so the manager never watches every Secret).
         .watches_with(
             secrets(&ctx.client, ns),
             (),
             watcher::Config::default().labels(objects::CLUSTER_NAME_LABEL),
             move |s: Secret| {
-                let cluster = s.labels().get(objects::CLUSTER_NAME_LABEL).cloned();
-                machines_of(&secret_store, &secret_ar, s.namespace(), cluster)
+                secret_waiters.waiting_for(&s.namespace().unwrap_or_default(), &s.name_any())
             },
         )
-        // The InfraCluster becoming ready maps to all machines of its cluster.
+        // The InfraCluster's spec or readiness changing maps to all machines of its cluster.
         .watches_with(
             all_or_namespaced(&ctx.client, &infra_cluster_ar, ns),
             infra_cluster_ar.clone(),
             watcher::Config::default(),
             move |c: DynamicObject| {
+                let ready = objects::field(&c, "status.ready").and_then(Value::as_bool);
+                if !infra_changes.changed(&c, ready) {
+                    return Vec::new();
+                }
                 machines_of(
                     &infra_store,
                     &infra_ar,
@@ -219,6 +236,7 @@ async fn clusters(ctx: Arc<Context>) {
     let ar = ctx.resource.clone();
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let mapped = ar.clone();
+    let cluster_changes = triggers::Relevant::default();
     Controller::new_with(
         all_or_namespaced(&ctx.client, &ar, ns),
         watcher::Config::default(),
@@ -229,7 +247,12 @@ async fn clusters(ctx: Arc<Context>) {
         all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
         objects::capi_cluster(),
         watcher::Config::default(),
+        // Only its spec (paused, the reference) or its deletion: CAPI rewrites its status
+        // on every machine change, and none of that is ours to act on.
         move |c: DynamicObject| {
+            if !cluster_changes.changed(&c, ()) {
+                return None;
+            }
             let ns = c.namespace().unwrap_or_default();
             objects::reference_to(&c, "spec.infrastructureRef", &group, &kind)
                 .map(|name| ObjectRef::new_with(&name, mapped.clone()).within(&ns))

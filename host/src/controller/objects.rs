@@ -1,6 +1,6 @@
 //! Reading and addressing the objects of the Cluster API contract, kept dynamic: the
 //! host serves kinds it learns from plugins at start.
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject, GetParams, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
@@ -46,6 +46,20 @@ pub fn in_cluster_ip_pool() -> ApiResource {
         &GroupVersionKind::gvk("ipam.cluster.x-k8s.io", "v1alpha2", "InClusterIPPool"),
         "inclusterippools",
     )
+}
+
+/// Reads an object as the API server's watch cache has it (`resourceVersion=0`): as
+/// fresh as the watch events that trigger our reconciles (the same cache serves both),
+/// without a quorum read from etcd for each of the several reads of every reconcile.
+pub async fn read<K>(api: &Api<K>, name: &str) -> kube::Result<Option<K>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.get_with(name, &GetParams::any()).await {
+        Ok(obj) => Ok(Some(obj)),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        Err(err) => Err(err),
+    }
 }
 
 pub fn api(client: &Client, ar: &ApiResource, namespace: &str) -> Api<DynamicObject> {

@@ -10,6 +10,7 @@ mod egress;
 pub mod error;
 pub mod limits;
 mod loader;
+pub mod overhead;
 mod state;
 pub mod tls;
 

@@ -29,5 +29,5 @@ pub mod process;
 pub mod tools;
 
 pub use managers::{Manager, ManagerSpec};
-pub use plane::{Plane, PlaneOpts, free_port};
+pub use plane::{AUDIT_WRITES_POLICY, Plane, PlaneOpts, free_port};
 pub use tools::Tools;

@@ -36,7 +36,21 @@ pub struct PlaneOpts {
     /// Serve the API on this address instead of a free port on 127.0.0.1 (a workload
     /// cluster's control plane endpoint, e.g. `127.0.42.7:6443`).
     pub address: Option<SocketAddr>,
+    /// An audit policy (YAML, `audit.k8s.io/v1` `Policy`): the API server then writes
+    /// JSON audit events to `audit.log` in the plane's directory ([`Plane::audit_log_path`]).
+    /// Benchmarks count a client's writes this way.
+    pub audit_policy: Option<String>,
 }
+
+/// An audit policy recording every write (request metadata only) and nothing else.
+pub const AUDIT_WRITES_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+";
 
 /// A running test control plane. Dropping it kills every process it started; if the
 /// thread is panicking (a failed test), its directory with all logs is kept and printed.
@@ -52,6 +66,7 @@ pub struct Plane {
     version: Info,
     sa_key: PathBuf,
     started_in: Duration,
+    audit_log: Option<PathBuf>,
 }
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
@@ -205,6 +220,19 @@ impl Plane {
             .arg("--enable-priority-and-fairness=false")
             .arg("--profiling=false")
             .arg("--v=1");
+        let audit_log = match &opts.audit_policy {
+            Some(policy) => {
+                let policy_file = path.join("audit-policy.yaml");
+                write(&policy_file, policy)?;
+                let log = path.join("audit.log");
+                api.arg(format!("--audit-policy-file={}", policy_file.display()))
+                    .arg(format!("--audit-log-path={}", log.display()))
+                    .arg("--audit-log-format=json")
+                    .arg("--audit-log-maxsize=0");
+                Some(log)
+            }
+            None => None,
+        };
         let apiserver = Proc::spawn("kube-apiserver", api, &path.join("kube-apiserver.log"))?;
         procs.lock().unwrap().push(apiserver);
 
@@ -239,6 +267,7 @@ impl Plane {
             version: Info::default(),
             sa_key,
             started_in: Duration::ZERO,
+            audit_log,
         };
 
         let c = plane.client.clone();
@@ -356,6 +385,28 @@ impl Plane {
     /// The generated admin kubeconfig (credentials embedded; usable by kubectl).
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig
+    }
+    /// The API server's audit log (JSON lines), when [`PlaneOpts::audit_policy`] was set.
+    pub fn audit_log_path(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
+    }
+    /// Writes a kubeconfig authenticating as `user` (client certificate, member of
+    /// `system:masters` so it may do anything) to `<plane dir>/kubeconfig-<user>`: a
+    /// second identity whose requests the audit log tells apart from the admin's.
+    pub fn kubeconfig_for(&self, user: &str) -> Result<PathBuf> {
+        let cert = self.ca.client(user, &["system:masters"])?;
+        let path = self.path.join(format!("kubeconfig-{user}"));
+        write(
+            &path,
+            &format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-world\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    client-certificate-data: {cert}\n    client-key-data: {key}\ncontexts:\n- name: kube-world\n  context:\n    cluster: kube-world\n    user: {user}\n    namespace: default\ncurrent-context: kube-world\n",
+                url = self.url,
+                ca = b64(self.ca.cert_pem().as_bytes()),
+                cert = b64(cert.cert.as_bytes()),
+                key = b64(cert.key.as_bytes()),
+            ),
+        )?;
+        Ok(path)
     }
     /// `https://127.0.0.1:<port>`.
     pub fn server_url(&self) -> &str {

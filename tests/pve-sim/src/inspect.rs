@@ -91,12 +91,7 @@ pub fn dump(w: &World) -> Value {
         "storages": storages,
         "vms": vms_json(w),
         "pools": w.pools,
-        "tasks": w.task_order.iter().filter_map(|u| w.tasks.get(u)).map(|t| {
-            let mut s = t.status_json();
-            s["log"] = json!(t.log);
-            s["queued"] = json!(t.queued && t.running());
-            s
-        }).collect::<Vec<_>>(),
+        "tasks": w.task_order.iter().filter_map(|u| w.tasks.get(u)).map(|t| t.inspect_json()).collect::<Vec<_>>(),
         "counters": w.counters,
         "faults": w.faults,
         "leases": w.leases.iter().map(|(m, ip)| (m.clone(), ip.to_string())).collect::<std::collections::BTreeMap<_, _>>(),
@@ -131,11 +126,7 @@ pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
                 .task_order
                 .iter()
                 .filter_map(|u| w.tasks.get(u))
-                .map(|t| {
-                    let mut s = t.status_json();
-                    s["queued"] = json!(t.queued && t.running());
-                    s
-                })
+                .map(|t| t.inspect_json())
                 .collect();
             raw_json(200, &Value::Array(t))
         }

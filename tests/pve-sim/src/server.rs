@@ -288,12 +288,13 @@ impl StateHandle {
             _ => false,
         }
     }
-    /// Status objects of all tasks, oldest first.
+    /// All tasks as `/_sim/tasks` shows them (status, queued, log, millisecond timeline),
+    /// oldest first.
     pub fn tasks(&self) -> Vec<Value> {
         let w = self.0.lock();
         w.task_order
             .iter()
-            .filter_map(|u| w.tasks.get(u).map(|t| t.status_json()))
+            .filter_map(|u| w.tasks.get(u).map(|t| t.inspect_json()))
             .collect()
     }
 }

@@ -22,6 +22,14 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Unix time in milliseconds (task timelines for benchmarks).
+pub fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// A cluster node.
 #[derive(Debug, Clone, Serialize)]
 pub struct Node {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::server::Shared;
-use crate::state::{World, unix_now};
+use crate::state::{World, unix_now, unix_now_ms};
 
 /// What a task does when it runs: gets the world and the injected failure (if the fault
 /// dice decided one; the work must then undo what the request did and return it as its
@@ -34,11 +34,37 @@ pub struct Task {
     pub log: Vec<String>,
     /// Waiting for a slot on its node (`node_task_concurrency`).
     pub queued: bool,
+    /// Unix milliseconds: accepted, given a node slot, ended (benchmarks need better than
+    /// the API's whole seconds).
+    pub timing: Timing,
+    /// The VM the task works on (a clone's is the new VM, not the template in `id`).
+    pub vm: Option<u32>,
+}
+
+/// A task's timeline in Unix milliseconds, shown by the inspection routes only.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timing {
+    pub submitted_ms: u64,
+    pub started_ms: Option<u64>,
+    pub ended_ms: Option<u64>,
 }
 
 impl Task {
     pub fn running(&self) -> bool {
         self.exitstatus.is_none()
+    }
+
+    /// The status object plus what only the simulator knows: whether the task waits for
+    /// a node slot, its log, the VM it works on, and its millisecond timeline (for `/_sim/tasks`).
+    pub fn inspect_json(&self) -> Value {
+        let mut s = self.status_json();
+        s["queued"] = json!(self.queued && self.running());
+        s["log"] = json!(self.log);
+        s["vm"] = json!(self.vm);
+        s["submitted_ms"] = json!(self.timing.submitted_ms);
+        s["started_ms"] = json!(self.timing.started_ms);
+        s["ended_ms"] = json!(self.timing.ended_ms);
+        s
     }
 
     /// The status object.
@@ -217,6 +243,11 @@ pub fn start(
             exitstatus: None,
             log: first_log,
             queued: true,
+            timing: Timing {
+                submitted_ms: unix_now_ms(),
+                ..Timing::default()
+            },
+            vm: id.parse().ok(),
         },
     );
     w.task_order.push(upid.clone());
@@ -239,6 +270,7 @@ pub fn start(
             };
             if let Some(t) = shared2.lock().tasks.get_mut(&upid2) {
                 t.queued = false;
+                t.timing.started_ms = Some(unix_now_ms());
             }
             // the VM's config file lock (flock), held for the task's life
             let mut injected = injected;
@@ -276,6 +308,7 @@ fn finish(shared: &Shared, upid: &str, work: Work, injected: Option<String>) {
     let res = work(&mut w, injected);
     if let Some(t) = w.tasks.get_mut(upid) {
         t.endtime = Some(unix_now());
+        t.timing.ended_ms = Some(unix_now_ms());
         match res {
             Ok(lines) => {
                 t.log.extend(lines);
@@ -297,6 +330,7 @@ pub fn interrupt(w: &mut World, upid: &str) -> bool {
     match w.tasks.get_mut(upid) {
         Some(t) if t.running() => {
             t.endtime = Some(unix_now());
+            t.timing.ended_ms = Some(unix_now_ms());
             t.exitstatus = Some("interrupted by signal".into());
             t.log.push("received interrupt".into());
             t.log.push("TASK ERROR: interrupted by signal".into());

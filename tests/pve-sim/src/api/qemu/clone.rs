@@ -194,5 +194,8 @@ pub fn clone(c: &mut Call) -> ApiResult {
             Ok(log)
         }),
     );
+    if let Some(t) = w.tasks.get_mut(&upid) {
+        t.vm = Some(newid);
+    }
     Ok(json!(upid))
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Provisioning at scale: starts the real management plane (etcd, kube-apiserver,
+# kube-controller-manager, the Cluster API core manager), pve-sim with realistic task
+# durations, and `hyperplug run` with the bundled plugin as its own process; creates
+# machines across clusters the way Cluster API does, waits until all are provisioned,
+# deletes them, and prints one table (tests/scale-bench). Asserts nothing about speed.
+#
+#   scripts/bench.sh                                 # 10 clusters × 10 machines
+#   scripts/bench.sh --clusters 20 --machines 50     # 1,000 machines
+#   scripts/bench.sh --smoke                         # 1 × 2, tiny durations, debug build (CI)
+#
+# Other flags go to scale-bench (`--help`): --nodes, --node-task-concurrency,
+# --time-scale, --host-arg=--reconcile-concurrency=32, ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+profile=scale
+build="profile scale (release, opt-level s, no LTO, 16 codegen units)"
+args=()
+for a in "$@"; do
+  if [ "$a" = "--smoke" ]; then
+    profile=dev
+    build="debug (smoke run)"
+    args+=(--clusters 1 --machines 2 --nodes 1 --time-scale 0.05 --overhead-calls 200 --timeout-secs 300)
+  else
+    args+=("$a")
+  fi
+done
+bash scripts/setup.sh
+bash scripts/build-plugins.sh >/dev/null
+echo "[bench] building hyperplug and scale-bench ($build)" >&2
+cargo build --quiet --profile "$profile" -p hyperplug -p scale-bench --bins
+dir=$CARGO_TARGET_DIR/$([ "$profile" = dev ] && echo debug || echo "$profile")
+"$dir/scale-bench" --hyperplug "$dir/hyperplug" --plugin plugins/proxmox.wasm --build "$build" "${args[@]}"

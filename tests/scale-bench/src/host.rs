@@ -1,0 +1,113 @@
+//! `hyperplug run` as its own process, and what /proc says about it.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+/// The running host; killed when dropped.
+pub struct Host {
+    child: Child,
+    pub log: PathBuf,
+    metrics_port: u16,
+}
+
+impl Host {
+    pub fn start(
+        binary: &Path,
+        plugin: &Path,
+        kubeconfig: &Path,
+        dir: &Path,
+        extra: &[String],
+    ) -> Result<Host> {
+        let log = dir.join("hyperplug.log");
+        let out = std::fs::File::create(&log)?;
+        let port = |_| kube_world::free_port();
+        let (metrics, health) = (port(0)?, port(1)?);
+        let child = Command::new(binary)
+            .arg("run")
+            .arg("--plugin")
+            .arg(plugin)
+            .arg(format!("--metrics-addr=127.0.0.1:{metrics}"))
+            .arg(format!("--health-addr=127.0.0.1:{health}"))
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        Ok(Host {
+            child,
+            log,
+            metrics_port: metrics,
+        })
+    }
+
+    /// The host's Prometheus metrics, for a look at where its time went.
+    pub fn metrics(&self) -> Result<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port))?;
+        write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        let mut body = String::new();
+        s.read_to_string(&mut body)?;
+        Ok(body)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `Err` with the log's tail if the host has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: String = log
+                .lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            bail!(
+                "hyperplug exited ({status}); log {}:\n{tail}",
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Peak resident memory (VmHWM) in bytes.
+    pub fn peak_rss(&self) -> Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+            .context("no VmHWM in /proc/PID/status")
+    }
+
+    /// User + system CPU seconds so far.
+    pub fn cpu_seconds(&self) -> Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
+        // Fields after the command name (which may hold spaces) start at state, field 3.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .context("malformed /proc/PID/stat")?;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        Ok(ticks as f64 / hz)
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,335 @@
+//! `scale-bench`: provisions and deletes machines at scale through the real management
+//! plane (etcd, kube-apiserver, kube-controller-manager, the Cluster API core manager),
+//! pve-sim with realistic task durations, and `hyperplug run` as its own process with the
+//! bundled plugin; prints one table. Asserts nothing about speed. See `scripts/bench.sh`.
+mod audit;
+mod host;
+mod objects;
+mod report;
+mod sim;
+mod watch;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use futures::{StreamExt, TryStreamExt};
+use hyperplug::runtime::bindings::machine::TemplateRequest;
+use hyperplug::runtime::{Limits, ObjectRef, Runtime, overhead};
+use kube_world::{AUDIT_WRITES_POLICY, Plane, PlaneOpts};
+use pve_sim::{ListenOpts, Simulator};
+
+/// The user the host authenticates as, so the audit log tells its writes apart.
+const HOST_USER: &str = "hyperplug";
+
+/// Provisioning at scale: M clusters × N machines through CAPI, pve-sim and hyperplug.
+#[derive(Debug, Parser)]
+#[command(name = "scale-bench", version, about)]
+pub struct Args {
+    /// Workload clusters (one namespace each).
+    #[arg(long, default_value_t = 10)]
+    pub clusters: usize,
+    /// Machines per cluster.
+    #[arg(long, default_value_t = 10)]
+    pub machines: usize,
+    /// PVE nodes; cluster i is pinned to node i mod NODES and clones that node's template.
+    #[arg(long, default_value_t = 5)]
+    pub nodes: usize,
+    /// Tasks one PVE node runs at once (see `sim::NODE_TASK_CONCURRENCY` for the figure).
+    #[arg(long, default_value_t = sim::NODE_TASK_CONCURRENCY)]
+    pub node_task_concurrency: usize,
+    /// Multiplies every task duration and boot delay (the CI smoke run uses 0.05).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// The `hyperplug` binary to run.
+    #[arg(long)]
+    pub hyperplug: PathBuf,
+    /// The plugin it serves.
+    #[arg(long, default_value = "plugins/proxmox.wasm")]
+    pub plugin: PathBuf,
+    /// How the host was built, for the table's header.
+    #[arg(long, default_value = "unknown build")]
+    pub build: String,
+    /// An extra argument for `hyperplug run` (repeat), e.g. `--host-arg=--reconcile-concurrency=32`.
+    #[arg(long = "host-arg", allow_hyphen_values = true)]
+    pub host_args: Vec<String>,
+    /// Give up on a phase after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub timeout_secs: u64,
+    /// Sequential calls timed for the plugin call overhead.
+    #[arg(long, default_value_t = 5_000)]
+    pub overhead_calls: usize,
+    /// Objects created or deleted at once by the benchmark (CAPI's controllers create
+    /// many machines at once too).
+    #[arg(long, default_value_t = 32)]
+    pub parallelism: usize,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.clusters == 0 || args.machines == 0 || args.nodes == 0 {
+        bail!("--clusters, --machines and --nodes must be at least 1");
+    }
+    let report = run(&args).await?;
+    report.print(&args);
+    Ok(())
+}
+
+/// Plugin call overhead of the bundled plugin: `describe-template` without credentials
+/// does no I/O, so this is the sandbox's cost (instantiate, call, drop).
+async fn call_overhead(args: &Args) -> Result<overhead::CallOverhead> {
+    let runtime = Runtime::new(Limits::default(), None)?;
+    let plugin = runtime
+        .load(&args.plugin)
+        .await
+        .with_context(|| format!("loading {}", args.plugin.display()))?;
+    let req = TemplateRequest {
+        template: ObjectRef {
+            namespace: "bench".into(),
+            name: "t".into(),
+            uid: "uid-t".into(),
+        },
+        spec: r#"{"sourceNode":"pve1","templateID":9001,"numSockets":1,"numCores":2,"memoryMiB":2048}"#
+            .into(),
+        credentials: None,
+    };
+    plugin
+        .describe_template(&req)
+        .await?
+        .map_err(|e| anyhow::anyhow!("describe-template: {e:?}"))?;
+    Ok(overhead::measure(args.overhead_calls, move || {
+        let (plugin, req) = (plugin.clone(), req.clone());
+        async move {
+            let _ = std::hint::black_box(plugin.describe_template(&req).await);
+        }
+    })
+    .await)
+}
+
+async fn run(args: &Args) -> Result<report::Report> {
+    let total = args.clusters * args.machines;
+    let node_of = |c: usize| c % args.nodes + 1;
+    let per_node = (0..args.nodes)
+        .map(|n| (0..args.clusters).filter(|c| c % args.nodes == n).count() * args.machines)
+        .max()
+        .unwrap_or(0);
+    eprintln!(
+        "[bench] plugin call overhead ({} calls)",
+        args.overhead_calls
+    );
+    let overhead = call_overhead(args).await?;
+
+    let config = sim::world(
+        args.nodes,
+        per_node,
+        args.time_scale,
+        args.node_task_concurrency,
+    );
+    let sim = Simulator::start(
+        config.clone(),
+        ListenOpts {
+            addr: "127.0.0.1:0".into(),
+            tls: true,
+        },
+    )
+    .await?;
+    let (token_id, secret) = pve_sim::DEFAULT_TOKEN
+        .split_once('=')
+        .context("the default token has a secret")?;
+    let pve = objects::Pve {
+        url: sim.base_url().to_string(),
+        token_id: token_id.into(),
+        secret: secret.into(),
+        fingerprint: sim.fingerprint().to_string(),
+    };
+
+    eprintln!("[bench] starting the management plane");
+    let plane = Plane::start(PlaneOpts {
+        controller_manager: false,
+        audit_policy: Some(AUDIT_WRITES_POLICY.into()),
+        ..PlaneOpts::default()
+    })
+    .await?;
+    plane.install_capi_crds().await?;
+    let crds = std::process::Command::new(&args.hyperplug)
+        .arg("crds")
+        .arg(&args.plugin)
+        .output()
+        .context("running hyperplug crds")?;
+    if !crds.status.success() {
+        bail!(
+            "hyperplug crds failed: {}",
+            String::from_utf8_lossy(&crds.stderr)
+        );
+    }
+    plane
+        .install_crds_yaml(&String::from_utf8(crds.stdout)?)
+        .await?;
+    plane.start_controller_manager().await?;
+    plane.start_capi_core().await?;
+    let client = plane.client();
+    let audit_log = plane
+        .audit_log_path()
+        .context("the plane writes an audit log")?
+        .to_path_buf();
+
+    eprintln!(
+        "[bench] plane and host logs in {} (kept with KUBE_WORLD_KEEP=1)",
+        plane.dir().display()
+    );
+    let kubeconfig = plane.kubeconfig_for(HOST_USER)?;
+    let mut host = host::Host::start(
+        &args.hyperplug,
+        &args.plugin,
+        &kubeconfig,
+        plane.dir(),
+        &args.host_args,
+    )?;
+    let timeout = Duration::from_secs(args.timeout_secs);
+
+    eprintln!("[bench] {} clusters", args.clusters);
+    for c in 0..args.clusters {
+        objects::create_cluster(&client, c, node_of(c), &pve).await?;
+    }
+    let ready = watch::wait(&mut host, &plane, timeout, "the ProxmoxClusters", || {
+        let client = client.clone();
+        async move { objects::all_provisioned(&client, &objects::infra_cluster(), args.clusters).await }
+    });
+    ready.await?;
+
+    // The machines' lifecycle: everything from here to the last machine gone is theirs.
+    let watcher = watch::Provisioned::start(client.clone());
+    sim.state().reset_counters();
+    let audit_from = audit::mark(&audit_log);
+    let cpu_from = host.cpu_seconds()?;
+    let t0 = now_ms();
+    let started = Instant::now();
+    eprintln!("[bench] creating {total} machines");
+    let created: Vec<(String, u64)> = futures::stream::iter(
+        (0..args.machines).flat_map(|m| (0..args.clusters).map(move |c| (c, m))),
+    )
+    .map(|(c, m)| {
+        let client = client.clone();
+        async move {
+            let at = objects::create_machine(&client, c, m, node_of(c)).await?;
+            Ok::<_, anyhow::Error>((
+                format!("{}/{}", objects::namespace(c), objects::machine_name(c, m)),
+                at,
+            ))
+        }
+    })
+    .buffer_unordered(args.parallelism)
+    .try_collect()
+    .await?;
+    let w = watcher.clone();
+    watch::wait(
+        &mut host,
+        &plane,
+        timeout,
+        "every machine provisioned",
+        || {
+            let w = w.clone();
+            async move { Ok(w.count() >= total) }
+        },
+    )
+    .await?;
+    let provisioned_in = started.elapsed();
+    let t_provisioned = now_ms();
+    let provisioned = watcher.finish();
+    if let Ok(m) = host.metrics() {
+        let _ = std::fs::write(plane.dir().join("hyperplug-metrics-provisioned.txt"), m);
+    }
+
+    eprintln!("[bench] deleting {total} machines");
+    let t_delete = now_ms();
+    futures::stream::iter((0..args.machines).flat_map(|m| (0..args.clusters).map(move |c| (c, m))))
+        .map(|(c, m)| {
+            let client = client.clone();
+            async move { objects::delete_machine(&client, c, m).await }
+        })
+        .buffer_unordered(args.parallelism)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let state = sim.state();
+    watch::wait(
+        &mut host,
+        &plane,
+        timeout,
+        "every machine and VM gone",
+        || {
+            let (client, state) = (client.clone(), state.clone());
+            async move {
+                let vms = state
+                    .vms()
+                    .iter()
+                    .filter(|v| v["config"]["template"] != "1")
+                    .count();
+                Ok(vms == 0
+                    && objects::count(&client, &objects::infra_machine()).await? == 0
+                    && objects::count(&client, &objects::capi_machine()).await? == 0)
+            }
+        },
+    )
+    .await?;
+    let t_gone = now_ms();
+    let cpu_lifecycle = host.cpu_seconds()? - cpu_from;
+    if let Ok(m) = host.metrics() {
+        let _ = std::fs::write(plane.dir().join("hyperplug-metrics-gone.txt"), m);
+    }
+    let counters = sim.state().counters();
+    let writes = audit::writes_by(&audit_log, HOST_USER, audit_from, audit::mark(&audit_log))?;
+    let tasks: Vec<sim::SimTask> = sim
+        .state()
+        .tasks()
+        .iter()
+        .map(sim::SimTask::parse)
+        .collect();
+
+    eprintln!("[bench] deleting the clusters");
+    for c in 0..args.clusters {
+        objects::delete_cluster(&client, c).await?;
+    }
+    watch::wait(&mut host, &plane, timeout, "every cluster gone", || {
+        let client = client.clone();
+        async move {
+            Ok(
+                objects::count(&client, &objects::infra_cluster()).await? == 0
+                    && objects::count(&client, &objects::capi_cluster()).await? == 0,
+            )
+        }
+    })
+    .await?;
+    let peak_rss = host.peak_rss()?;
+    let cpu_total = host.cpu_seconds()?;
+    drop(host);
+    drop(plane);
+    sim.shutdown().await;
+
+    Ok(report::Report::new(report::Inputs {
+        config,
+        total,
+        t0,
+        t_provisioned,
+        t_delete,
+        t_gone,
+        provisioned_in,
+        created,
+        provisioned,
+        tasks,
+        counters,
+        writes,
+        peak_rss,
+        cpu_lifecycle,
+        cpu_total,
+        overhead,
+    }))
+}

@@ -1,0 +1,231 @@
+//! The objects a CAPI user (and CAPI's own controllers) create: per cluster a namespace,
+//! the credentials Secret, a Cluster and its ProxmoxCluster; per machine a bootstrap
+//! Secret, a Machine referencing it, and a ProxmoxMachine owned by the Machine.
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::sim::{VM_MEMORY_MIB, node_name, template_id};
+
+const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+pub fn capi_cluster() -> ApiResource {
+    ar("cluster.x-k8s.io", "v1beta2", "Cluster", "clusters")
+}
+pub fn capi_machine() -> ApiResource {
+    ar("cluster.x-k8s.io", "v1beta2", "Machine", "machines")
+}
+pub fn infra_cluster() -> ApiResource {
+    ar(
+        "infrastructure.cluster.x-k8s.io",
+        "v1alpha1",
+        "ProxmoxCluster",
+        "proxmoxclusters",
+    )
+}
+pub fn infra_machine() -> ApiResource {
+    ar(
+        "infrastructure.cluster.x-k8s.io",
+        "v1alpha1",
+        "ProxmoxMachine",
+        "proxmoxmachines",
+    )
+}
+
+pub fn namespace(cluster: usize) -> String {
+    format!("bench-c{cluster}")
+}
+pub fn cluster_name(cluster: usize) -> String {
+    format!("c{cluster}")
+}
+pub fn machine_name(cluster: usize, machine: usize) -> String {
+    format!("c{cluster}-m{machine}")
+}
+
+fn object(v: Value) -> DynamicObject {
+    serde_json::from_value(v).expect("a valid object")
+}
+
+/// PVE endpoint and token as the credentials Secret carries them.
+pub struct Pve {
+    pub url: String,
+    pub token_id: String,
+    pub secret: String,
+    pub fingerprint: String,
+}
+
+/// Namespace, credentials, Cluster and ProxmoxCluster of cluster `c`, pinned to PVE node
+/// `node` (1-based): its machines clone that node's template onto that node.
+pub async fn create_cluster(client: &Client, c: usize, node: usize, pve: &Pve) -> Result<()> {
+    let ns = namespace(c);
+    let name = cluster_name(c);
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+        )
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "pve-credentials"},
+                "stringData": {
+                    "url": pve.url, "token": pve.token_id, "secret": pve.secret,
+                    "fingerprint": pve.fingerprint,
+                },
+            }))?,
+        )
+        .await?;
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &capi_cluster())
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": name},
+                "spec": {
+                    "clusterNetwork": {"pods": {"cidrBlocks": ["10.44.0.0/16"]}},
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "ProxmoxCluster", "name": name,
+                    },
+                },
+            })),
+        )
+        .await
+        .with_context(|| format!("creating Cluster {ns}/{name}"))?;
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra_cluster())
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxCluster",
+                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: name}},
+                "spec": {
+                    "allowedNodes": [node_name(node)],
+                    "controlPlaneEndpoint": {"host": format!("192.168.{c}.1"), "port": 6443},
+                    "dnsServers": ["192.168.1.1"],
+                    "credentialsRef": {"name": "pve-credentials"},
+                },
+            })),
+        )
+        .await
+        .with_context(|| format!("creating ProxmoxCluster {ns}/{name}"))?;
+    Ok(())
+}
+
+/// Bootstrap Secret, Machine and ProxmoxMachine (owned by the Machine), in that order.
+/// Returns when (Unix ms) the ProxmoxMachine was sent: where the machine's clock starts.
+pub async fn create_machine(client: &Client, c: usize, m: usize, node: usize) -> Result<u64> {
+    let ns = namespace(c);
+    let cluster = cluster_name(c);
+    let name = machine_name(c, m);
+    let bootstrap = format!("{name}-bootstrap");
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": bootstrap, "labels": {CLUSTER_NAME_LABEL: cluster}},
+                "type": "cluster.x-k8s.io/secret",
+                "stringData": {"value": "#cloud-config\n", "format": "cloud-config"},
+            }))?,
+        )
+        .await?;
+    let machine = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &capi_machine())
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: cluster}},
+                "spec": {
+                    "clusterName": cluster,
+                    "bootstrap": {"dataSecretName": bootstrap},
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "ProxmoxMachine", "name": name,
+                    },
+                },
+            })),
+        )
+        .await
+        .with_context(|| format!("creating Machine {ns}/{name}"))?;
+    let at = crate::now_ms();
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra_machine())
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxMachine",
+                "metadata": {
+                    "name": name,
+                    "labels": {CLUSTER_NAME_LABEL: cluster},
+                    "ownerReferences": [{
+                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                        "name": name, "uid": machine.uid().unwrap_or_default(),
+                    }],
+                },
+                "spec": {
+                    "sourceNode": node_name(node),
+                    "templateID": template_id(node),
+                    "numCores": 2,
+                    "memoryMiB": VM_MEMORY_MIB,
+                    "network": {"default": {"bridge": "vmbr0"}},
+                },
+            })),
+        )
+        .await
+        .with_context(|| format!("creating ProxmoxMachine {ns}/{name}"))?;
+    Ok(at)
+}
+
+/// Deletes a Machine the way a scale-down does; CAPI deletes its ProxmoxMachine.
+pub async fn delete_machine(client: &Client, c: usize, m: usize) -> Result<()> {
+    let ns = namespace(c);
+    let name = machine_name(c, m);
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &capi_machine())
+        .delete(&name, &DeleteParams::background())
+        .await
+        .with_context(|| format!("deleting Machine {ns}/{name}"))?;
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .delete(&format!("{name}-bootstrap"), &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// Deletes the Cluster (CAPI deletes its ProxmoxCluster) and then the namespace.
+pub async fn delete_cluster(client: &Client, c: usize) -> Result<()> {
+    let ns = namespace(c);
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &capi_cluster())
+        .delete(&cluster_name(c), &DeleteParams::background())
+        .await
+        .with_context(|| format!("deleting Cluster {ns}"))?;
+    Ok(())
+}
+
+/// How many objects of a kind exist in all namespaces.
+pub async fn count(client: &Client, ar: &ApiResource) -> Result<usize> {
+    Ok(Api::<DynamicObject>::all_with(client.clone(), ar)
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .len())
+}
+
+/// Whether every object of a kind has `status.initialization.provisioned`.
+pub async fn all_provisioned(client: &Client, ar: &ApiResource, want: usize) -> Result<bool> {
+    let list = Api::<DynamicObject>::all_with(client.clone(), ar)
+        .list(&Default::default())
+        .await?;
+    Ok(list.items.len() == want
+        && list.items.iter().all(|o| {
+            o.data
+                .pointer("/status/initialization/provisioned")
+                .and_then(Value::as_bool)
+                == Some(true)
+        }))
+}

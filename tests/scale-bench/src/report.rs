@@ -1,0 +1,218 @@
+//! The figures, computed from what the run recorded, printed as one Markdown table.
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use hyperplug::runtime::overhead::{self, CallOverhead};
+use pve_sim::Config;
+
+use crate::Args;
+use crate::sim::{self, SimTask};
+use crate::watch::Seen;
+
+pub struct Inputs {
+    pub config: Config,
+    pub total: usize,
+    pub t0: u64,
+    pub t_provisioned: u64,
+    pub t_delete: u64,
+    pub t_gone: u64,
+    pub provisioned_in: Duration,
+    /// Per machine (`namespace/name`): when its ProxmoxMachine was sent (Unix ms).
+    pub created: Vec<(String, u64)>,
+    pub provisioned: HashMap<String, Seen>,
+    pub tasks: Vec<SimTask>,
+    pub counters: BTreeMap<String, u64>,
+    pub writes: BTreeMap<String, u64>,
+    pub peak_rss: u64,
+    pub cpu_lifecycle: f64,
+    pub cpu_total: f64,
+    pub overhead: CallOverhead,
+}
+
+pub struct Report {
+    rows: Vec<(String, String, &'static str)>,
+    header: String,
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+impl Report {
+    pub fn new(i: Inputs) -> Report {
+        let n = i.total.max(1) as f64;
+        let tail = i.config.boot_delay_ms + i.config.agent_delay_ms;
+        let in_window = |from: u64, to: u64| -> Vec<&SimTask> {
+            i.tasks
+                .iter()
+                .filter(|t| t.submitted_ms >= from && t.submitted_ms <= to)
+                .collect()
+        };
+        let create = in_window(i.t0, i.t_provisioned);
+        let delete = in_window(i.t_delete, i.t_gone);
+        let last = i
+            .provisioned
+            .values()
+            .map(|s| s.at_ms)
+            .max()
+            .unwrap_or(i.t0);
+        let wall_create = last.saturating_sub(i.t0);
+        let lb_create = sim::lower_bound_ms(&i.config, &create, tail);
+        let wall_delete = i.t_gone.saturating_sub(i.t_delete);
+        let lb_delete = sim::lower_bound_ms(&i.config, &delete, 0);
+
+        let mut added: Vec<i64> = i
+            .created
+            .iter()
+            .filter_map(|(key, created)| {
+                let seen = i.provisioned.get(key)?;
+                let own = seen.vmid.map(|v| sim::own_task_ms(&create, v)).unwrap_or(0) + tail;
+                Some(seen.at_ms as i64 - *created as i64 - own as i64)
+            })
+            .collect();
+        added.sort();
+        let mut gaps: [Vec<i64>; 3] = Default::default();
+        for (key, created) in &i.created {
+            let Some(seen) = i.provisioned.get(key) else {
+                continue;
+            };
+            let Some(g) = seen
+                .vmid
+                .and_then(|v| sim::gaps(&create, v, *created, seen.at_ms, tail))
+            else {
+                continue;
+            };
+            for (k, v) in g.into_iter().enumerate() {
+                gaps[k].push(v);
+            }
+        }
+        for g in &mut gaps {
+            g.sort();
+        }
+
+        let mut rows: Vec<(String, String, &'static str)> = Vec::new();
+        let mut row = |a: String, b: String, goal: &'static str| rows.push((a, b, goal));
+        row("wall time to all provisioned".into(), secs(wall_create), "");
+        row(
+            "physical lower bound (tasks per node ÷ slots, chains, boot)".into(),
+            secs(lb_create),
+            "",
+        );
+        row(
+            "ratio".into(),
+            format!("{:.2}×", wall_create as f64 / lb_create.max(1) as f64),
+            "≤ 1.2×",
+        );
+        row(
+            "wall time to all deleted (lower bound)".into(),
+            format!(
+                "{} ({}, {:.2}×)",
+                secs(wall_delete),
+                secs(lb_delete),
+                wall_delete as f64 / lb_delete.max(1) as f64
+            ),
+            "",
+        );
+        row(
+            "controller-added latency per machine, p50".into(),
+            secs(percentile(&added, 0.50).max(0) as u64),
+            "",
+        );
+        row(
+            "controller-added latency per machine, p99".into(),
+            secs(percentile(&added, 0.99).max(0) as u64),
+            "≤ 0.5 s",
+        );
+        row(
+            "  of which: to the first task / between tasks / after the last (p50)".into(),
+            format!(
+                "{} / {} / {}",
+                secs(percentile(&gaps[0], 0.5).max(0) as u64),
+                secs(percentile(&gaps[1], 0.5).max(0) as u64),
+                secs(percentile(&gaps[2], 0.5).max(0) as u64)
+            ),
+            "",
+        );
+        let pve_total: u64 = i.counters.values().sum();
+        row(
+            "PVE API calls per machine lifecycle".into(),
+            format!("{:.1}", pve_total as f64 / n),
+            "",
+        );
+        let mut by_count: Vec<_> = i.counters.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (endpoint, count) in by_count {
+            row(
+                format!("  `{endpoint}`"),
+                format!("{:.2}", *count as f64 / n),
+                "",
+            );
+        }
+        let writes_total: u64 = i.writes.values().sum();
+        row(
+            "kube API writes per machine lifecycle (audit log, user hyperplug)".into(),
+            format!("{:.2}", writes_total as f64 / n),
+            "≤ 6",
+        );
+        let mut by_count: Vec<_> = i.writes.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (what, count) in by_count {
+            row(format!("  {what}"), format!("{:.2}", *count as f64 / n), "");
+        }
+        row(
+            "host peak RSS (VmHWM)".into(),
+            format!("{:.1} MiB", i.peak_rss as f64 / (1 << 20) as f64),
+            "≤ 64 MiB at 1,000",
+        );
+        row(
+            "host CPU (machines' lifecycle / whole run)".into(),
+            format!("{:.1} s / {:.1} s", i.cpu_lifecycle, i.cpu_total),
+            "",
+        );
+        row(
+            "plugin call overhead p50 / p99 (instantiate + call + drop)".into(),
+            format!(
+                "{:.0} µs / {:.0} µs",
+                overhead::micros(i.overhead.p50),
+                overhead::micros(i.overhead.p99)
+            ),
+            "",
+        );
+        let durations: Vec<String> = sim::TASK_MS
+            .iter()
+            .map(|(k, _)| format!("{k} {}", secs(i.config.task_duration_ms(k))))
+            .collect();
+        let header = format!(
+            "{} machines ({} provisioned in {:.1} s), {} PVE nodes × {} task slots; {}; boot + agent {}",
+            i.total,
+            i.provisioned.len(),
+            i.provisioned_in.as_secs_f64(),
+            i.config.nodes.len(),
+            i.config.node_task_concurrency,
+            durations.join(", "),
+            secs(tail),
+        );
+        Report { rows, header }
+    }
+
+    pub fn print(&self, args: &Args) {
+        println!(
+            "scale-bench: {} clusters × {} machines; host: {}",
+            args.clusters, args.machines, args.build
+        );
+        println!("{}", self.header);
+        println!();
+        println!("| figure | value | goal |");
+        println!("|---|---|---|");
+        for (a, b, goal) in &self.rows {
+            println!("| {a} | {b} | {goal} |");
+        }
+    }
+}
