@@ -221,9 +221,18 @@ async fn step(shared: &Shared, management: &Client, pve: &StateHandle) -> Result
         let provider_id = field(m, "spec.providerID")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        // What kubeadm adds to a control-plane node: its role label and taint.
+        let control_plane = m.labels().contains_key(CONTROL_PLANE_LABEL);
+        let mut labels = json!({"kubernetes.io/hostname": name});
+        let mut taints = json!([]);
+        if control_plane {
+            labels["node-role.kubernetes.io/control-plane"] = json!("");
+            taints =
+                json!([{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]);
+        }
         let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "spec": {"providerID": provider_id},
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"providerID": provider_id, "taints": taints},
         }))?;
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {}
@@ -235,11 +244,7 @@ async fn step(shared: &Shared, management: &Client, pve: &StateHandle) -> Result
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"conditions": [{
-                    "type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status (simulated)",
-                    "lastHeartbeatTime": now, "lastTransitionTime": now,
-                }]}})),
+                &Patch::Merge(json!({"status": {"conditions": node_conditions(&now)}})),
             )
             .await
             .context("marking the Node Ready")?;
@@ -250,4 +255,41 @@ async fn step(shared: &Shared, management: &Client, pve: &StateHandle) -> Result
         shared.nodes.lock().unwrap().insert(name);
     }
     Ok(())
+}
+
+/// The conditions a healthy kubelet posts (Cluster API's NodeHealthy reads all four).
+fn node_conditions(now: &str) -> Value {
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({
+            "type": kind, "status": status, "reason": reason,
+            "message": format!("{message} (simulated)"),
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        })
+    };
+    json!([
+        condition(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available"
+        ),
+        condition(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure"
+        ),
+        condition(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available"
+        ),
+        condition(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status"
+        ),
+    ])
 }

@@ -81,6 +81,13 @@ async fn main() -> Result<()> {
     let dir = qs.management.plane.dir().display().to_string();
     let kubeconfig = qs.management.plane.kubeconfig_path().display().to_string();
     let kubectl = qs.management.plane.tools().kubectl().display().to_string();
+    let clusterctl = qs
+        .management
+        .plane
+        .tools()
+        .clusterctl()
+        .display()
+        .to_string();
     let workload = match &qs.workload {
         Some(w) => w.kubeconfig().await.map(|p| p.display().to_string()),
         None => None,
@@ -91,7 +98,8 @@ async fn main() -> Result<()> {
 The quickstart cluster is up. Look around in another shell:
 
   export KUBECONFIG={kubeconfig}
-  alias kubectl={kubectl}
+  alias kubectl={kubectl} clusterctl={clusterctl}
+  clusterctl describe cluster capi-quickstart
   kubectl get clusters,machines,proxmoxmachines -o wide
   kubectl describe proxmoxmachine                 # conditions and events
   kubectl get proxmoxmachines -o jsonpath='{{.items[*].status.details}}'
