@@ -348,7 +348,7 @@ mod tests {
     #[test]
     fn plural_follows_crd_naming() {
         assert_eq!(plural("ExampleMachine"), "examplemachines");
-        assert_eq!(plural("RedfishHostClass"), "redfishhostclasses");
+        assert_eq!(plural("MetalHostClass"), "metalhostclasses");
     }
 
     #[test]

@@ -206,9 +206,9 @@ mod tests {
 
     #[test]
     fn lease_names_are_valid_and_distinct_per_plugin_and_key() {
-        let a = lease_name("redfish", "system/1");
-        assert!(a.len() <= 63 && a.starts_with("hp-claim-redfish-"), "{a}");
-        assert_ne!(a, lease_name("redfish", "system/2"));
+        let a = lease_name("acme", "system/1");
+        assert!(a.len() <= 63 && a.starts_with("hp-claim-acme-"), "{a}");
+        assert_ne!(a, lease_name("acme", "system/2"));
         assert_ne!(a, lease_name("other", "system/1"));
     }
 }

@@ -1,8 +1,6 @@
 //! Reading Cluster API objects, waiting on them, and the binaries the flow runs.
-use std::future::Future;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use kube::api::{Api, DynamicObject};
@@ -55,28 +53,6 @@ pub fn machine_provisioned(m: &DynamicObject) -> bool {
         .and_then(Value::as_str)
         .is_some_and(|p| !p.is_empty())
         && field(m, "status.initialization.infrastructureProvisioned") == Some(&Value::Bool(true))
-}
-
-/// Polls `check` every second until it returns `Ok(true)`; on timeout the error names
-/// `what` and the last error or state `check` reported through `last`.
-pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<()>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = match check().await {
-            Ok(true) => return Ok(()),
-            Ok(false) => None,
-            Err(e) => Some(e),
-        };
-        if Instant::now() > deadline {
-            let detail = last.map(|e| format!(": {e:#}")).unwrap_or_default();
-            bail!("timed out after {timeout:?} waiting for {what}{detail}");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
 }
 
 /// One line per Machine: name, phase, providerID, provisioned.

@@ -14,7 +14,6 @@ use kube_world::process::Proc;
 use kube_world::{Plane, PlaneOpts, free_port};
 use packaging::Clusterctl;
 
-use crate::capi::wait_until;
 use crate::progress::say;
 use crate::repo::Repo;
 
@@ -111,16 +110,15 @@ impl Management {
         ));
         self.plane.add_proc(Proc::spawn("hyperplug", cmd, &log)?);
         self.hyperplug_log = log;
-        let plane = &self.plane;
-        wait_until(
-            "hyperplug's health endpoint",
-            Duration::from_secs(60),
-            || async move {
-                plane.check_processes()?;
-                Ok(TcpStream::connect_timeout(&health, Duration::from_millis(200)).is_ok())
-            },
-        )
-        .await
+        self.plane
+            .wait_for(
+                "hyperplug's health endpoint",
+                Duration::from_secs(60),
+                || async move {
+                    Ok(TcpStream::connect_timeout(&health, Duration::from_millis(200)).is_ok())
+                },
+            )
+            .await
     }
 
     /// Runs clusterctl against this management cluster with the offline repository.

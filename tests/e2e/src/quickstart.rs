@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -172,34 +174,42 @@ impl Quickstart {
         count: usize,
         timeout: Duration,
     ) -> Result<Vec<DynamicObject>> {
-        let client = management.plane.client();
-        let deadline = std::time::Instant::now() + timeout;
-        let mut last = String::new();
-        loop {
-            management.plane.check_processes()?;
-            let machines = cluster_machines(&client, &self.namespace).await?;
-            let table = capi::describe_machines(&machines);
-            if table != last {
-                say(format!("Machines:\n{table}"));
-                last = table;
-            }
-            if machines.len() == count && machines.iter().all(capi::machine_provisioned) {
-                return Ok(machines);
-            }
-            if std::time::Instant::now() > deadline {
-                let hint = self
-                    .workload
-                    .as_ref()
-                    .and_then(|w| w.last_error())
-                    .map(|e| format!("\nworkload simulation: {e}"))
-                    .unwrap_or_default();
-                bail!(
-                    "timed out after {timeout:?} waiting for {count} provisioned Machines{hint}\nhyperplug log: {}",
-                    management.hyperplug_log.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        let client = &management.plane.client();
+        let ns = self.namespace.as_str();
+        let (last, found) = (&Mutex::new(String::new()), &Mutex::new(Vec::new()));
+        let waited = management
+            .plane
+            .wait_for(
+                &format!("{count} provisioned Machines"),
+                timeout,
+                || async move {
+                    let machines = cluster_machines(client, ns).await?;
+                    let table = capi::describe_machines(&machines);
+                    let mut last = last.lock().unwrap();
+                    if table != *last {
+                        say(format!("Machines:\n{table}"));
+                        *last = table;
+                    }
+                    let done =
+                        machines.len() == count && machines.iter().all(capi::machine_provisioned);
+                    *found.lock().unwrap() = machines;
+                    Ok(done)
+                },
+            )
+            .await;
+        if let Err(e) = waited {
+            let hint = self
+                .workload
+                .as_ref()
+                .and_then(|w| w.last_error())
+                .map(|e| format!("\nworkload simulation: {e}"))
+                .unwrap_or_default();
+            bail!(
+                "{e:#}{hint}\nhyperplug log: {}",
+                management.hyperplug_log.display()
+            );
         }
+        Ok(std::mem::take(&mut *found.lock().unwrap()))
     }
 
     /// Scales the workers' MachineDeployment.
@@ -227,19 +237,22 @@ impl Quickstart {
             .await?
             .delete(CLUSTER, &Default::default())
             .await?;
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = leftovers(&client, &self.namespace).await?;
-            if left.is_empty() {
-                return Ok(());
-            }
-            if std::time::Instant::now() > deadline {
-                bail!(
-                    "timed out after {timeout:?} waiting for the cluster to be gone; left behind: {left:?}"
-                );
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
+        let (client, ns) = (&client, self.namespace.as_str());
+        let left = &Mutex::new(Vec::new());
+        let waited = management
+            .plane
+            .wait_for(
+                "every object of the cluster to be gone",
+                timeout,
+                || async move {
+                    let now = leftovers(client, ns).await?;
+                    let done = now.is_empty();
+                    *left.lock().unwrap() = now;
+                    Ok(done)
+                },
+            )
+            .await;
+        waited.with_context(|| format!("left behind: {:?}", left.lock().unwrap()))
     }
 
     /// VMs in pve-sim other than templates: (vmid, name).

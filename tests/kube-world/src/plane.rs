@@ -302,13 +302,9 @@ impl Plane {
         Ok(plane)
     }
 
-    /// Waits for `check`, failing early (with the log) if any plane process died.
-    pub(crate) async fn wait_for<F, Fut>(
-        &self,
-        what: &str,
-        timeout: Duration,
-        check: F,
-    ) -> Result<()>
+    /// Waits for `check` (polled every 100 ms), failing early (with the log) if any
+    /// plane process died; on timeout the error carries `check`'s last error.
+    pub async fn wait_for<F, Fut>(&self, what: &str, timeout: Duration, check: F) -> Result<()>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<bool>>,

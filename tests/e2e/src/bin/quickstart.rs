@@ -14,11 +14,13 @@ use e2e::quickstart::{Options, Quickstart};
 const USAGE: &str = "\
 quickstart: the hyperplug local demo (run by scripts/demo.sh)
 
-Usage: quickstart [--pve-listen ADDR] [--workers N] [--fast]
+Usage: quickstart [--pve-listen ADDR] [--workers N] [--fast] [--exit-when-provisioned]
 
   --pve-listen ADDR  where pve-sim listens (default 127.0.0.1:8006)
   --workers N        scale the workers to N once the first two machines are up (default 1)
   --fast             instant pve-sim tasks instead of its default durations (clone 300 ms, ...)
+  --exit-when-provisioned
+                     stop everything once the Machines are provisioned (for scripts and tests)
 
 Environment: HYPERPLUG_BIN (default: hyperplug next to this binary),
 HYPERPLUG_PLUGIN (default: plugins/proxmox.wasm).";
@@ -28,6 +30,7 @@ async fn main() -> Result<()> {
     let mut pve_listen = "127.0.0.1:8006".to_string();
     let mut workers = 1u32;
     let mut fast = false;
+    let mut exit_when_provisioned = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -40,6 +43,7 @@ async fn main() -> Result<()> {
                     .context("--workers needs a number")?
             }
             "--fast" => fast = true,
+            "--exit-when-provisioned" => exit_when_provisioned = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -117,7 +121,9 @@ Stop: Ctrl-C",
         file = file.display(),
         workload = workload.unwrap_or_else(|| "-".into()),
     );
-    tokio::signal::ctrl_c().await?;
+    if !exit_when_provisioned {
+        tokio::signal::ctrl_c().await?;
+    }
     say("stopping");
     if let Some(w) = qs.workload.take() {
         w.stop().await;
