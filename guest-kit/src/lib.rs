@@ -21,3 +21,11 @@ pub fn parse_spec<T: serde::de::DeserializeOwned>(
         (field, e.into_inner().to_string())
     })
 }
+
+/// FNV-1a: a stable, non-cryptographic spread (VMID offsets, inventory starting
+/// points, multipart boundaries) that is the same in every plugin and every build.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

@@ -1,5 +1,6 @@
 //! The Proxmox VE API client: URL building, token auth, the `{"data": ...}` envelope and
 //! PVE's error formats, classified into the host's three error classes.
+use guest_kit::fnv1a;
 use serde_json::Value;
 
 use crate::bindings::hyperplug::provider::types::{
@@ -335,11 +336,4 @@ pub fn percent_encode(text: &str) -> String {
         }
     }
     out
-}
-
-/// FNV-1a, for stable, non-cryptographic spreading (multipart boundaries, VMID offsets).
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }

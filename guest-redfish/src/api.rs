@@ -174,10 +174,3 @@ pub fn action_target(resource: &Value, path: &str, action: &str) -> String {
         .map(str::to_string)
         .unwrap_or_else(|| format!("{}/Actions/{action}", path.trim_end_matches('/')))
 }
-
-/// FNV-1a: a stable spread of machine UIDs over the inventory.
-pub fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    })
-}

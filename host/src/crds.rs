@@ -188,7 +188,7 @@ fn status_schema(role: KindRole) -> Value {
         "details": {
             "type": "object",
             "additionalProperties": {"type": "string"},
-            "description": "What the plugin reports about the infrastructure (e.g. node, VM ID).",
+            "description": "What the plugin reports about the infrastructure (e.g. where the resource lives and its ID).",
         },
         "pluginState": {
             "type": "string",

@@ -31,7 +31,7 @@ pub struct CallLabels {
 pub struct HttpLabels {
     pub plugin: String,
     pub method: String,
-    /// The path with IDs folded (`/nodes/{id}/qemu/{id}/status/current`).
+    /// The path with IDs folded (`/v1/hosts/{id}/machines/{id}/status`).
     pub path: String,
 }
 
@@ -173,7 +173,7 @@ mod tests {
             "/v1/hosts/node1/machines/{id}/status"
         );
         assert_eq!(
-            super::fold_ids("/v1/tasks/UPID:n1:00AB:x/log"),
+            super::fold_ids("/v1/tasks/job:abc:1/log"),
             "/v1/tasks/{id}/log"
         );
         assert_eq!(super::fold_ids("/v1/version"), "/v1/version");

@@ -51,43 +51,6 @@ async fn conformance(args: &[&str]) -> (Output, String) {
     (out, stdout)
 }
 
-/// Each testcase of a JUnit document: (name, verdict, message).
-fn junit_cases(xml: &str) -> Vec<(String, &'static str, String)> {
-    let doc = roxmltree::Document::parse(xml).expect("the JUnit file is well-formed XML");
-    let root = doc.root_element();
-    assert_eq!(root.tag_name().name(), "testsuites");
-    let suite = root
-        .children()
-        .find(|n| n.has_tag_name("testsuite"))
-        .expect("a testsuite");
-    let cases: Vec<_> = suite
-        .children()
-        .filter(|n| n.has_tag_name("testcase"))
-        .map(|c| {
-            let name = c.attribute("name").expect("testcase name").to_string();
-            assert!(c.attribute("time").is_some(), "{name} has a time");
-            let child = |tag: &str| c.children().find(|n| n.has_tag_name(tag));
-            let (verdict, message) = match (child("failure"), child("skipped")) {
-                (Some(f), _) => ("fail", f.attribute("message").unwrap_or("").to_string()),
-                (None, Some(s)) => ("skip", s.attribute("message").unwrap_or("").to_string()),
-                (None, None) => ("pass", String::new()),
-            };
-            (name, verdict, message)
-        })
-        .collect();
-    let count = |attr: &str| suite.attribute(attr).unwrap().parse::<usize>().unwrap();
-    assert_eq!(count("tests"), cases.len());
-    assert_eq!(
-        count("failures"),
-        cases.iter().filter(|c| c.1 == "fail").count()
-    );
-    assert_eq!(
-        count("skipped"),
-        cases.iter().filter(|c| c.1 == "skip").count()
-    );
-    cases
-}
-
 #[tokio::test]
 async fn the_proxmox_plugin_passes_against_pve_sim() {
     passes_against(Config::fast()).await;
@@ -128,7 +91,7 @@ async fn passes_against(config: Config) -> Vec<(String, &'static str, String)> {
         stdout.contains(" passed, 0 failed, "),
         "a summary line: {stdout}"
     );
-    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let expected: Vec<&str> = hyperplug::conformance::cases()
         .iter()
         .map(|(n, _)| *n)
@@ -197,7 +160,7 @@ async fn a_plugin_that_breaks_the_invariants_fails_by_name() {
     .await;
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let failed: Vec<&str> = cases
         .iter()
         .filter(|c| c.1 == "fail")
@@ -264,7 +227,7 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
     ];
     let (out, stdout) = conformance(&args).await;
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let create = cases.iter().find(|c| c.0 == "create-converges").unwrap();
     assert_eq!(create.1, "fail");
     assert!(
@@ -276,7 +239,7 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
     args.extend(["--addresses", pools.to_str().unwrap()]);
     let (out, stdout) = conformance(&args).await;
     assert!(out.status.success(), "{stdout}");
-    let cases = junit_cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let skipped = cases.iter().find(|c| c.0 == "cluster-reconcile").unwrap();
     assert_eq!(
         (skipped.1, skipped.2.as_str()),

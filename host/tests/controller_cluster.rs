@@ -129,9 +129,10 @@ async fn a_spec_error_is_a_terminal_condition_until_the_spec_is_fixed() {
             .starts_with("spec.controlPlaneEndpoint:"),
         "{ready}"
     );
-    // No retries while the generation stays: the simulator sees no further calls.
+    // No retries while the generation stays, not even at the 5 s resync: the
+    // simulator sees no further calls.
     let before = world.sim.state().counters();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
         world.sim.state().counters(),
         before,

@@ -276,8 +276,9 @@ async fn a_missing_template_is_terminal_until_the_spec_is_fixed() {
         ready["message"].as_str().unwrap().contains("4242"),
         "{ready}"
     );
+    // Longer than the 5 s resync: a resync must not retry either.
     let before = world.sim.state().counters();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
         world.sim.state().counters(),
         before,

@@ -143,6 +143,10 @@ async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_sid
     let image = cd["Image"].as_str().unwrap().to_string();
     assert!(!serde_json::to_string(&rm.data).unwrap().contains(&image));
     let log = std::fs::read_to_string(world.plane.dir().join("hyperplug.log")).unwrap();
+    assert!(
+        log.contains("starting controller"),
+        "the host's log is there: {log}"
+    );
     assert!(!log.contains(&image), "the media URL is never logged");
     assert!(!log.contains("bmc-test-password"));
     // The other machine waits for a free host.

@@ -61,7 +61,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::{Pve, PveError, Task, classify_message, fnv1a, percent_encode};
+use crate::api::{Pve, PveError, Task, classify_message, percent_encode};
 use crate::bindings::exports::hyperplug::provider::machine::{
     AddressRequest, AddressType, AllocatedAddress, Drift, Guest, MachineAddress, MachineRequest,
     MachineStatus, TemplateRequest, TemplateStatus,
@@ -72,6 +72,7 @@ use crate::bindings::hyperplug::provider::types::{
 };
 use crate::spec::{ClusterSpec, MachineSpec, NetworkDevice, NicModel};
 use crate::{Plugin, invalid, log, parse_spec};
+use guest_kit::fnv1a;
 
 mod addresses;
 mod boot;

@@ -135,7 +135,7 @@ fn claim(
     }
     // Start at a place derived from the machine's UID, so machines claiming at once
     // mostly try different hosts first.
-    let start = (fnv1a(&req.machine.uid) % candidates.len() as u64) as usize;
+    let start = (fnv1a(req.machine.uid.as_bytes()) % candidates.len() as u64) as usize;
     candidates.rotate_left(start);
     for host in candidates {
         match claims::acquire(&host.claim_key()) {

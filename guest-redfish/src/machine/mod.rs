@@ -34,7 +34,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::api::{Redfish, action_target, fnv1a, odata_id};
+use crate::api::{Redfish, action_target, odata_id};
 use crate::bindings::exports::hyperplug::provider::machine::{
     AddressRequest, AddressType, Drift, Guest, MachineAddress, MachineRequest, MachineStatus,
     TemplateRequest, TemplateStatus,
@@ -45,6 +45,7 @@ use crate::bindings::hyperplug::provider::{blobs, claims};
 use crate::inventory::{Bmc, Host, bmc_at, bmcs, hosts, require_some};
 use crate::spec::{ClusterSpec, MachineSpec};
 use crate::{Plugin, log, parse_spec, terminal, transient};
+use guest_kit::fnv1a;
 
 mod claim;
 mod create;

@@ -122,10 +122,10 @@ mod tests {
 
     #[test]
     fn credentials_read_the_secret_keys_and_target_gives_the_url() {
-        let f = file("token: user@realm!t\nsecret: s3cret\ninsecure: true\n");
-        let c = read_credentials(f.path(), "https://10.0.0.1:8006").unwrap();
-        assert_eq!(c.endpoint, "https://10.0.0.1:8006");
-        assert_eq!(c.token, "user@realm!t");
+        let f = file("token: t\nsecret: s3cret\ninsecure: true\n");
+        let c = read_credentials(f.path(), "https://10.0.0.1:8443").unwrap();
+        assert_eq!(c.endpoint, "https://10.0.0.1:8443");
+        assert_eq!(c.token, "t");
         assert!(c.insecure);
     }
 

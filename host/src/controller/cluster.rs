@@ -31,28 +31,13 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         Some(name) => objects::read(&api(&ctx.client, &capi_cluster(), &ns), &name).await?,
         None => None,
     };
-    let paused_by_cluster = cluster
-        .as_ref()
-        .and_then(|c| objects::field(c, "spec.paused"))
-        .and_then(Value::as_bool)
-        == Some(true);
-    if paused_by_cluster || objects::has_annotation(&obj, objects::PAUSED_ANNOTATION) {
-        let why = if paused_by_cluster {
-            "the Cluster is paused"
-        } else {
-            "the object has the paused annotation"
-        };
-        let mut fields = Map::new();
-        let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
-        fields.insert(
-            "conditions".into(),
-            conditions::merge(
-                existing,
-                &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
-                generation,
-            ),
-        );
-        patch::status(&own, &obj, fields).await?;
+    if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
+        patch::conditions(
+            &own,
+            &obj,
+            &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
+        )
+        .await?;
         return Ok(Action::await_change());
     }
     let creds = credentials::for_cluster(&ctx, &obj).await;
@@ -86,13 +71,17 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 patch::remove_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
                 Ok(Action::await_change())
             }
-            Outcome::Done(Some(p)) => Ok(Action::requeue(Duration::from_millis(
-                p.requeue_after_ms.unwrap_or(2_000),
-            ))),
+            Outcome::Done(Some(p)) => {
+                // The plugin's state goes on to its next call, as for machines.
+                patch::status(&own, &obj, patch::progress_fields(&p)).await?;
+                Ok(Action::requeue(Duration::from_millis(
+                    p.requeue_after_ms.unwrap_or(2_000).max(50),
+                )))
+            }
             Outcome::Failed(e) => Err(e),
         };
     }
-    if objects::field(&obj, "status.failedGeneration").and_then(Value::as_i64) == Some(generation) {
+    if objects::failed_this_generation(&obj) {
         return Ok(Action::await_change());
     }
     patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin)).await?;
@@ -121,9 +110,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         )
         .await?;
     }
-    let mut fields = Map::new();
-    fields.insert("pluginState".into(), json!(status.progress.state));
-    fields.insert("phase".into(), json!(status.progress.phase));
+    let mut fields = patch::progress_fields(&status.progress);
     fields.insert("observedGeneration".into(), json!(generation));
     fields.insert("failedGeneration".into(), Value::Null);
     let domains: Vec<Value> = status
@@ -163,7 +150,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             &status.progress.phase,
             &status.progress.message,
         ),
-        Condition::new(PAUSED, false, reasons::NOT_PAUSED, ""),
+        conditions::not_paused(),
     ];
     fields.insert(
         "conditions".into(),

@@ -115,6 +115,11 @@ fn truncate(text: &str, max: usize) -> String {
     format!("{}…", &text[..cut])
 }
 
+/// `Paused` False, reason `NotPaused`.
+pub fn not_paused() -> Condition {
+    Condition::new(PAUSED, false, reasons::NOT_PAUSED, "")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,11 +30,9 @@ const MAX_REFS: usize = 256;
 
 pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
-    let mut more = Vec::new();
-    let refs = field(infra_cluster, "spec.credentialsRefs")
+    let refs: &[serde_json::Value] = field(infra_cluster, "spec.credentialsRefs")
         .and_then(|v| v.as_array())
-        .cloned()
-        .unwrap_or_default();
+        .map_or(&[], Vec::as_slice);
     if refs.len() > MAX_REFS {
         return Err(Error::Terminal {
             reason: "InvalidCredentials".into(),
@@ -44,6 +42,8 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             ),
         });
     }
+    // The Secrets are independent reads: send them together.
+    let mut named = Vec::with_capacity(refs.len());
     for (i, r) in refs.iter().enumerate() {
         let name = r
             .get("name")
@@ -57,11 +57,15 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             .get("namespace")
             .and_then(|v| v.as_str())
             .unwrap_or(&own_ns);
-        more.push(NamedCredentials {
+        named.push((ns, name));
+    }
+    let more = futures::future::try_join_all(named.into_iter().map(|(ns, name)| async move {
+        Ok::<_, Error>(NamedCredentials {
             name: format!("{ns}/{name}"),
             credentials: read(ctx, ns, name).await?,
-        });
-    }
+        })
+    }))
+    .await?;
     let (namespace, name) = match str_field(infra_cluster, "spec.credentialsRef.name") {
         Some(name) => {
             let ns = field(infra_cluster, "spec.credentialsRef.namespace").and_then(|v| v.as_str()).unwrap_or(&own_ns);

@@ -19,7 +19,6 @@ use crate::runtime::ObjectRef;
 use crate::runtime::bindings::machine::{
     AddressType, BootstrapData, MachineRequest, MachineStatus,
 };
-use crate::runtime::bindings::types::Progress;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
@@ -60,19 +59,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     )?;
 
     // Pause: no plugin call at all, and say so.
-    let paused_by_cluster = cluster
-        .as_ref()
-        .and_then(|c| objects::field(c, "spec.paused"))
-        .and_then(Value::as_bool)
-        == Some(true);
-    let paused_by_annotation = objects::has_annotation(&obj, objects::PAUSED_ANNOTATION);
-    if paused_by_cluster || paused_by_annotation {
-        let why = if paused_by_cluster {
-            "the Cluster is paused"
-        } else {
-            "the object has the paused annotation"
-        };
-        write_conditions(
+    if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
+        patch::conditions(
             &own,
             &obj,
             &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
@@ -92,7 +80,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     };
     let Some(infra_cluster) = infra_cluster else {
         if deleting {
-            // Without its cluster we cannot reach the infrastructure; the VM (if any)
+            // Without its cluster we cannot reach the infrastructure; what was made (if any)
             // stays, and so does the finalizer, until the cluster is back.
             return Err(Error::Dependency(format!(
                 "cluster {cluster_name} or its infrastructure is gone; cannot delete"
@@ -104,7 +92,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
             format!("waiting for cluster {cluster_name}"),
         );
-        write_conditions(&own, &obj, &[c, not_paused()]).await?;
+        patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await?;
         return Ok(Action::requeue(Duration::from_secs(10)));
     };
     let bootstrap = async {
@@ -144,7 +132,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if deleting {
         return delete(&ctx, &own, &obj, &req).await;
     }
-    if terminal_for_this_generation(&obj) {
+    if objects::failed_this_generation(&obj) {
         return Ok(Action::await_change());
     }
     patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin)).await?;
@@ -261,7 +249,7 @@ async fn delete(
             Ok(Action::await_change())
         }
         Outcome::Done(Some(progress)) => {
-            let mut fields = progress_fields(&progress);
+            let mut fields = patch::progress_fields(&progress);
             fields.insert(
                 "conditions".into(),
                 conditions::merge(
@@ -293,7 +281,7 @@ async fn persist(
     was_provisioned: bool,
 ) -> Result<()> {
     let generation = obj.metadata.generation.unwrap_or(0);
-    let mut fields = progress_fields(&status.progress);
+    let mut fields = patch::progress_fields(&status.progress);
     let provisioned = status.ready || was_provisioned;
     let (ready_reason, ready_message) = match &status.drift {
         Some(drift) => (reasons::DRIFT.to_string(), format!("{drift:?}")),
@@ -319,7 +307,7 @@ async fn persist(
             &status.progress.phase,
             &status.progress.message,
         ),
-        not_paused(),
+        conditions::not_paused(),
     ];
     let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
     fields.insert(
@@ -405,11 +393,6 @@ pub(super) async fn fail(
     Err(err)
 }
 
-fn terminal_for_this_generation(obj: &DynamicObject) -> bool {
-    let failed = objects::field(obj, "status.failedGeneration").and_then(Value::as_i64);
-    failed.is_some() && failed == obj.metadata.generation
-}
-
 async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option<BootstrapData>> {
     let Some(name) = str_field(machine, "spec.bootstrap.dataSecretName") else {
         return Ok(None);
@@ -432,32 +415,6 @@ async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option
         format,
         value: value.0.clone(),
     }))
-}
-
-fn progress_fields(progress: &Progress) -> Map<String, Value> {
-    let mut fields = Map::new();
-    fields.insert("pluginState".into(), json!(progress.state));
-    fields.insert("phase".into(), json!(progress.phase));
-    fields
-}
-
-async fn write_conditions(
-    own: &Api<DynamicObject>,
-    obj: &DynamicObject,
-    updates: &[Condition],
-) -> Result<()> {
-    let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
-    let mut fields = Map::new();
-    fields.insert(
-        "conditions".into(),
-        conditions::merge(existing, updates, obj.metadata.generation.unwrap_or(0)),
-    );
-    patch::status(own, obj, fields).await?;
-    Ok(())
-}
-
-fn not_paused() -> Condition {
-    Condition::new(PAUSED, false, reasons::NOT_PAUSED, "")
 }
 
 pub async fn publish(ctx: &Context, obj: &DynamicObject, reason: &str, note: &str, warning: bool) {

@@ -120,3 +120,27 @@ pub async fn remove_finalizer(
     .await?;
     Ok(())
 }
+
+/// Merge `updates` into `status.conditions` (one status write, none when unchanged).
+pub async fn conditions(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    updates: &[super::conditions::Condition],
+) -> Result<()> {
+    let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
+    let mut fields = Map::new();
+    fields.insert(
+        "conditions".into(),
+        super::conditions::merge(existing, updates, obj.metadata.generation.unwrap_or(0)),
+    );
+    status(api, obj, fields).await?;
+    Ok(())
+}
+
+/// The status fields every plugin progress report sets: its state and phase.
+pub fn progress_fields(progress: &crate::runtime::bindings::types::Progress) -> Map<String, Value> {
+    let mut fields = Map::new();
+    fields.insert("pluginState".into(), json!(progress.state));
+    fields.insert("phase".into(), json!(progress.phase));
+    fields
+}

@@ -229,19 +229,13 @@ mod tests {
 
     #[test]
     fn origin_matches_only_its_own_scheme_host_and_port() {
-        let origin = Origin::parse("https://api.example:8006/api2/json").unwrap();
-        assert!(
-            origin.matches(
-                &"https://api.example:8006/api2/json/version"
-                    .parse()
-                    .unwrap()
-            )
-        );
-        assert!(origin.matches(&"https://API.example:8006/x".parse().unwrap()));
-        assert!(!origin.matches(&"http://api.example:8006/x".parse().unwrap()));
-        assert!(!origin.matches(&"https://api.example:8007/x".parse().unwrap()));
-        assert!(!origin.matches(&"https://evil.example:8006/x".parse().unwrap()));
-        assert!(!origin.matches(&"https://api.example.evil:8006/x".parse().unwrap()));
+        let origin = Origin::parse("https://api.example:8443/v1").unwrap();
+        assert!(origin.matches(&"https://api.example:8443/v1/version".parse().unwrap()));
+        assert!(origin.matches(&"https://API.example:8443/x".parse().unwrap()));
+        assert!(!origin.matches(&"http://api.example:8443/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://api.example:8444/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://evil.example:8443/x".parse().unwrap()));
+        assert!(!origin.matches(&"https://api.example.evil:8443/x".parse().unwrap()));
     }
 
     #[test]

@@ -36,13 +36,6 @@ fn emulator() -> PathBuf {
     p
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 impl Bmc {
     /// A BMC serving `count` powered-off systems named `<prefix>-<i>`.
     pub async fn start(prefix: &str, count: usize) -> Bmc {
@@ -83,7 +76,7 @@ impl Bmc {
         .expect("write config");
         let log = dir.path().join("emulator.log");
         for _ in 0..5 {
-            let port = free_port();
+            let port = kube_world::free_port().expect("free port");
             let url = format!("http://127.0.0.1:{port}");
             let mut child = Command::new(emulator())
                 .arg("--config")

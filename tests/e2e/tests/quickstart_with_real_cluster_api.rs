@@ -40,6 +40,7 @@ async fn quickstart_provisions_scales_and_deletes_with_nothing_left_behind() {
     }
     assert_eq!(qs.vms().len(), 2, "{:?}", qs.vms());
     let infra = proxmox_machines(&client, &qs.namespace).await.unwrap();
+    assert_eq!(infra.len(), 2, "{infra:?}");
     assert!(infra.iter().all(|(_, p)| *p), "{infra:?}");
 
     // Scale the workers to 3: two more VMs.

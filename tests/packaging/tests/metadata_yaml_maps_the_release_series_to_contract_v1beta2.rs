@@ -61,13 +61,3 @@ fn metadata_yaml_parses_strictly_and_maps_the_workspace_release_series_to_v1beta
         "duplicate release series"
     );
 }
-
-#[test]
-fn a_metadata_yaml_with_an_unknown_field_is_rejected_by_the_strict_parse() {
-    let bad = "apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n- {major: 0, minor: 1, contract: v1beta2, contracts: v1beta2}\n";
-    let err = serde_yaml::from_str::<Metadata>(bad).unwrap_err();
-    assert!(
-        err.to_string().contains("unknown field `contracts`"),
-        "{err}"
-    );
-}
