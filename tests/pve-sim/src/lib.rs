@@ -52,7 +52,8 @@
 //! | [`params`] | PVE-style form decoding, schema-based validation |
 //! | [`perms`] | ACLs and the official permission checks |
 //! | [`state`] | the world model: nodes, storages, volumes, VMs, pools, leases |
-//! | [`tasks`] | UPIDs, durations, per-node concurrency, config-file locks |
+//! | [`tasks`] | UPIDs, durations, per-node concurrency, task workers |
+//! | [`locks`] | config file locks (flock): shared/exclusive, waits, timeouts |
 //! | [`guest`] | what a booted guest reports: interfaces, addresses, hostname |
 //! | [`nocloud`] | reading (and building) NoCloud `cidata` ISO images |
 //! | [`faults`] | fault injection settings |
@@ -64,6 +65,7 @@ pub mod envelope;
 pub mod faults;
 pub mod guest;
 pub mod inspect;
+pub mod locks;
 pub mod nocloud;
 pub mod params;
 pub mod perms;
@@ -76,5 +78,5 @@ pub use config::{
     AclEntry, Config, DEFAULT_ROOT_PASSWORD, DEFAULT_TOKEN, DEFAULT_TOKEN_SECRET, DhcpConfig,
     NodeConfig, StorageConfig, StorageType, VmSeed, VmSet,
 };
-pub use faults::{EndpointError, Faults};
+pub use faults::{FaultKind, FaultRule, Faults};
 pub use server::{ListenOpts, RunningSim, Simulator, StateHandle};
