@@ -118,8 +118,6 @@ const SHORT_MS: u64 = 1_000;
 const BOOT_MS: u64 = 2_000;
 const RETRY_MS: u64 = 5_000;
 const BOOTSTRAP_MS: u64 = 10_000;
-/// How many VMIDs one call tries before returning.
-const VMID_TRIES: u32 = 8;
 const MIB: u64 = 1 << 20;
 
 fn terminal(reason: &str, message: impl Into<String>) -> PluginError {

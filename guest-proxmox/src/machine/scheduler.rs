@@ -2,25 +2,52 @@
 
 use super::*;
 
-/// The node for a new VM: CAPI's failure domain if given, else the allowed node with
-/// the most free memory (node memory × memoryAdjustment% minus the memory of its VMs;
-/// 0 disables the check) that has at least as many CPUs as the VM.
-pub(super) fn pick_node(cx: &Ctx) -> Result<String, PluginError> {
+/// The node for a new VM, among those the template can be cloned to (`reach`): CAPI's
+/// failure domain if given and reachable, else the allowed node with the most free memory
+/// (node memory × memoryAdjustment% minus the memory of its VMs; 0 disables the check)
+/// that has at least as many CPUs as the VM. A failure domain the template cannot reach
+/// (CAPI spreads machines over every node when `allowedNodes` is unset) gives way to a
+/// node it can; allowed nodes that exclude every reachable one are a configuration error.
+pub(super) fn pick_node(
+    cx: &Ctx,
+    template_node: &str,
+    template: u32,
+    reach: &Reach,
+) -> Result<String, PluginError> {
     if let Some(fd) = &cx.req.failure_domain
         && !fd.is_empty()
     {
-        return Ok(fd.clone());
+        if reach.allows(fd, template_node) {
+            return Ok(fd.clone());
+        }
+        log(
+            Level::Info,
+            "the failure domain's node cannot take a clone of the template (local storage); placing the VM on a node that can",
+            &[
+                ("failureDomain", fd.clone()),
+                ("template", template.to_string()),
+                ("templateNode", template_node.to_string()),
+            ],
+        );
     }
     let allowed: Vec<String> = if !cx.spec.allowed_nodes.is_empty() {
         cx.spec.allowed_nodes.clone()
     } else {
         cx.cluster.allowed_nodes.clone()
     };
-    let all = cx
-        .pve
-        .get("/cluster/resources")
-        .map_err(|e| e.classify("reading cluster resources"))?;
-    let items: Vec<&Value> = all.as_array().into_iter().flatten().collect();
+    if let Reach::OwnNode(local) = reach
+        && !allowed.is_empty()
+        && !allowed.iter().any(|n| n == template_node)
+    {
+        return Err(terminal(
+            "TemplateOnLocalStorage",
+            format!(
+                "template {template} on {template_node} uses local storage ({}), so Proxmox clones it only on {template_node}, which allowedNodes {allowed:?} leaves out: allow {template_node}, use a template per node (templateSelector), or move the template's disks to shared storage",
+                local.join(", ")
+            ),
+        ));
+    }
+    let items: Vec<&Value> = cx.resources()?.iter().collect();
     let adjustment = cx
         .cluster
         .scheduler_hints
@@ -38,7 +65,7 @@ pub(super) fn pick_node(cx: &Ctx) -> Result<String, PluginError> {
         let Some(name) = str_of(n, "node") else {
             continue;
         };
-        if !allowed.is_empty() && !allowed.contains(&name) {
+        if !allowed.is_empty() && !allowed.contains(&name) || !reach.allows(&name, template_node) {
             continue;
         }
         if str_of(n, "status").as_deref() != Some("online") {
