@@ -43,7 +43,8 @@ pub struct Config {
     /// Users that may log in with `POST /access/ticket`: `userid -> password`.
     pub users: BTreeMap<String, String>,
     /// Task durations in milliseconds, by task type (`qmclone`, `qmstart`, `qmstop`,
-    /// `qmshutdown`, `qmreboot`, `qmdestroy`, `resize`, `qmconfig`, `imgcopy`, `imgdel`).
+    /// `qmshutdown`, `qmreboot`, `qmdestroy`, `resize`, `qmconfig`, `qmcreate`, `qmigrate`,
+    /// `imgcopy`, `imgdel`), scaled by `time_scale`.
     /// Types not listed use `default_task_ms`.
     pub task_ms: BTreeMap<String, u64>,
     /// Duration of task types not in `task_ms`.

@@ -3,8 +3,8 @@
 //! It serves the subset of the PVE API (`/api2/json`) that a Cluster API provider uses,
 //! over HTTPS with a CA generated at start (or plain HTTP), with PVE's envelope, errors,
 //! asynchronous tasks (UPIDs), locks, digests, guest-agent behaviour, NoCloud ISOs, DHCP
-//! leases and fault injection. See `README.md` in this crate for what is simulated and
-//! what is not.
+//! leases, migration and fault injection. See `README.md` in this crate for what is
+//! simulated and what is not.
 //!
 //! # Library API
 //!
@@ -35,7 +35,8 @@
 //! * [`RunningSim`]: `base_url()`, `addr()`, `ca_pem()`, `ca_path()`, `fingerprint()`,
 //!   `state()`, `shutdown().await`; stops when dropped.
 //! * [`StateHandle`]: `vms()`, `vm(id)`, `counters()`, `reset_counters()`, `faults()`,
-//!   `set_faults(f)`, `tasks()`, `dump()`.
+//!   `set_faults(f)`, `fault_hits()`, `tasks()`, `crash_vm(id)`, `migrate_vm(id, node)`,
+//!   `dump()`.
 //! * [`nocloud::build_cidata_iso`] builds a NoCloud ISO for tests.
 //!
 //! The same inspection is served unauthenticated under `/_sim/` (see [`inspect`]).

@@ -92,12 +92,6 @@ pub async fn flock(shared: &Shared, vmid: u32, mode: LockMode, wait: Duration) -
     wait_until(shared, wait, |w| w.try_flock(vmid, mode)).await
 }
 
-/// Waits up to `wait` until nobody holds the VM's lock (a synchronous write then runs
-/// under the world lock, which stands for holding it); `false` on timeout.
-pub async fn wait_flock_free(shared: &Shared, vmid: u32, wait: Duration) -> bool {
-    wait_until(shared, wait, |w| w.flock_free(vmid)).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -435,16 +435,19 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
         check_node(&shared.lock(), node)?;
     }
     crate::perms::check(&shared.lock(), &shared.config.acls, &user, &key, &params)?;
-    // synchronous config writes take the VM's config file lock: wait for running tasks
+    // synchronous config writes hold the VM's config file lock while they write: wait for
+    // the tasks holding it
+    let mut write_lock = None;
     if endpoint == "/nodes/{node}/qemu/{vmid}/config"
         && method != "GET"
         && let Some(vmid) = params.get("vmid").and_then(|v| v.parse().ok())
     {
         let timeout = decision.task == Some(crate::faults::TaskFault::LockTimeout);
-        if timeout || !crate::locks::wait_flock_free(shared, vmid, shared.config.lock_wait()).await
-        {
+        let mode = crate::locks::LockMode::Exclusive;
+        if timeout || !crate::locks::flock(shared, vmid, mode, shared.config.lock_wait()).await {
             return Err(ApiError::die(crate::locks::lock_timeout_message(vmid)));
         }
+        write_lock = Some((vmid, mode));
     }
     let mut call = Call {
         shared,
@@ -454,7 +457,12 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
         file,
         fault: decision.task,
     };
-    (route.handler)(&mut call)
+    let res = (route.handler)(&mut call);
+    if let Some((vmid, mode)) = write_lock {
+        shared.lock().release_flock(vmid, mode);
+        shared.unlocked.notify_waiters();
+    }
+    res
 }
 
 /// PVE resolves the node name to proxy the request; an unknown node fails that way.
