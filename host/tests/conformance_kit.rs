@@ -79,9 +79,7 @@ async fn the_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
         status: 503,
         ..FaultRule::default()
     };
-    let mut config = Config::default();
-    config.seed = Some(15);
-    config.faults = Faults {
+    let faults = Faults {
         rules: vec![
             rule(
                 "POST /nodes/{node}/qemu/{vmid}/clone",
@@ -118,6 +116,11 @@ async fn the_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
             },
         ],
         ..Faults::default()
+    };
+    let config = Config {
+        seed: Some(15),
+        faults,
+        ..Config::default()
     };
     let (_, hits) = passes_against(config).await;
     for rule in hits.as_array().unwrap() {
