@@ -692,3 +692,47 @@ async fn ten_thousand_vms_are_listed_numbered_and_cloned_alongside() {
     }
     assert_eq!(per_node, 10_002);
 }
+
+/// Two clients cloning to one `newid` at the same moment: PVE may accept both (the check
+/// in the API call runs before either worker has written the config); then the loser's
+/// task fails with PVE's words. Whoever wins, there is one VM per VMID.
+#[tokio::test]
+async fn two_clones_racing_for_one_newid_make_one_vm_and_the_loser_says_why() {
+    let s = start_fast().await;
+    let mut lost_in_task = 0;
+    for newid in 300..310u32 {
+        let id = newid.to_string();
+        let form = [("newid", id.as_str())];
+        let (a, b) = tokio::join!(
+            s.call(Method::POST, CLONE, &form),
+            s.call(Method::POST, CLONE, &form)
+        );
+        let mut ok = 0;
+        for r in [a, b] {
+            if r.status != 200 {
+                assert_eq!(
+                    r.reason,
+                    format!("unable to create VM {newid}: config file already exists")
+                );
+                continue;
+            }
+            let st = s.wait_task(r.data().as_str().unwrap()).await;
+            match st["exitstatus"].as_str().unwrap() {
+                "OK" => ok += 1,
+                e => {
+                    lost_in_task += 1;
+                    assert!(
+                        e == format!("unable to create VM {newid}: config file already exists")
+                            || e == lock_timeout(newid),
+                        "{e}"
+                    );
+                }
+            }
+        }
+        assert_eq!(ok, 1, "one clone of VM {newid} succeeded");
+        assert!(s.sim.state().vm(newid).is_some());
+    }
+    println!("{lost_in_task} of 10 races were lost inside the task");
+    let vms = s.sim.state().vms();
+    assert_eq!(vms.len(), 11, "one VM per VMID, and the template");
+}
