@@ -1367,6 +1367,56 @@ async fn without_allowed_nodes_a_local_template_is_cloned_on_its_own_node() {
     assert_eq!(non_templates(&sim).len(), 2);
 }
 
+/// A template on shared storage reaches every node, but a full clone to a `storage` that
+/// is not shared does not ("can't clone to non-shared storage 'local-lvm'"): such clones
+/// stay on the template's node, whatever the failure domain.
+#[tokio::test]
+async fn a_full_clone_to_node_local_storage_stays_on_the_templates_node() {
+    let mut config = pve1_smallest();
+    config.storages.push(pve_sim::StorageConfig {
+        id: "shared".into(),
+        kind: pve_sim::StorageType::Dir,
+        content: vec!["images".into()],
+        shared: true,
+        ..pve_sim::StorageConfig::default()
+    });
+    if let Some(t) = config.vms.iter_mut().find(|v| v.vmid == 9000) {
+        t.config.insert(
+            "scsi0".into(),
+            "shared:9000/base-9000-disk-0.raw,size=10G".into(),
+        );
+        t.config.insert(
+            "ide2".into(),
+            "shared:9000/vm-9000-cloudinit.qcow2,media=cdrom".into(),
+        );
+    }
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let cluster = json!({"allowedNodes": ["pve1", "pve2"],
+                         "controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443}});
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000, "full": true, "storage": "local-lvm",
+                      "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "w", "c1", spec.clone(), cluster.clone());
+    req.bootstrap = Some(bootstrap());
+    req.failure_domain = Some("pve2".into());
+    let (status, _) = drive_create_dyn(&plugin, &mut req, 50).await.unwrap();
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    assert_eq!(vm["node"], "pve1");
+    assert!(
+        cfg(&vm, "scsi0").starts_with("local-lvm:"),
+        "{}",
+        cfg(&vm, "scsi0")
+    );
+    // on shared storage, the failure domain is honoured
+    let mut shared = spec;
+    shared["storage"] = json!("shared");
+    let mut req = request(&sim, "v", "c1", shared, cluster);
+    req.bootstrap = Some(bootstrap());
+    req.failure_domain = Some("pve2".into());
+    let (status, _) = drive_create_dyn(&plugin, &mut req, 50).await.unwrap();
+    assert_eq!(sim.state().vm(vmid_of(&status)).unwrap()["node"], "pve2");
+}
+
 /// Two clones racing for one VMID can both be accepted; the loser's task fails with
 /// "unable to create VM N: config file already exists". The machine clones again to
 /// another VMID; the winner's VM is left as it is.

@@ -42,7 +42,7 @@ pub(super) fn pick_node(
         return Err(terminal(
             "TemplateOnLocalStorage",
             format!(
-                "template {template} on {template_node} uses local storage ({}), so Proxmox clones it only on {template_node}, which allowedNodes {allowed:?} leaves out: allow {template_node}, use a template per node (templateSelector), or move the template's disks to shared storage",
+                "template {template} on {template_node} is cloned from or to node-local storage ({}), so Proxmox clones it only on {template_node}, which allowedNodes {allowed:?} leaves out: allow {template_node}, use a template per node (templateSelector), or use shared storage for the template's disks and spec.storage",
                 local.join(", ")
             ),
         ));

@@ -77,7 +77,8 @@ impl Reach {
 
 /// The nodes PVE clones a template to: any node when all its drives (CD-ROM images and
 /// the cloud-init drive included) are on shared storage, else only its own ("can't clone
-/// VM to node 'X' (VM uses local storage)").
+/// VM to node 'X' (VM uses local storage)"); and only its own when a full clone goes to
+/// a `storage` that is not shared ("can't clone to non-shared storage 'X'").
 pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reach, PluginError> {
     let n = percent_encode(node);
     let config = cx
@@ -108,6 +109,12 @@ pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reac
         })
         .filter(|sid| !shared.contains(sid))
         .collect();
+    if cx.spec.full.unwrap_or(true)
+        && let Some(target) = &cx.spec.storage
+        && !shared.contains(target)
+    {
+        local.push(target.clone());
+    }
     local.sort();
     local.dedup();
     Ok(if local.is_empty() {
