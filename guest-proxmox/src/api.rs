@@ -1,12 +1,9 @@
 //! The Proxmox VE API client: URL building, token auth, the `{"data": ...}` envelope and
 //! PVE's error formats, classified into the host's three error classes.
-use guest_kit::fnv1a;
+use guest_kit::http::{self, HttpError};
+use guest_kit::types::{Credentials, PluginError};
+use guest_kit::{fnv1a, terminal, transient};
 use serde_json::Value;
-
-use crate::bindings::hyperplug::provider::types::{
-    Credentials, PluginError, TerminalError, TransientError,
-};
-use crate::http::{self, HttpError};
 
 /// One connection's worth of settings: where and who.
 pub struct Pve {
@@ -58,26 +55,14 @@ impl PveError {
     /// Map to the host's classes: retry what may pass by itself, stop on what won't.
     pub fn classify(self, context: &str) -> PluginError {
         let text = format!("{context}: {self}");
-        let transient = |message: String| {
-            PluginError::Transient(TransientError {
-                message,
-                retry_after_ms: None,
-            })
-        };
-        let terminal = |reason: &str, message: String| {
-            PluginError::Terminal(TerminalError {
-                reason: reason.into(),
-                message,
-            })
-        };
         match &self {
             PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
             PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
             PveError::Http(HttpError::Transport(m)) if m.contains("TLS verification failed") => {
                 terminal("TLSVerificationFailed", text)
             }
-            PveError::Http(_) => transient(text),
-            PveError::BadReply(_) => transient(text),
+            PveError::Http(_) => transient(text, None),
+            PveError::BadReply(_) => transient(text, None),
             PveError::Status { status: 401, .. } => terminal("AuthenticationFailed", text),
             PveError::Status { status: 403, .. } => terminal("PermissionDenied", text),
             PveError::Status { status: 400, .. } => terminal("InvalidConfiguration", text),
@@ -88,9 +73,9 @@ impl PveError {
                 ..
             } => match classify_message(message) {
                 Some(reason) => terminal(reason, text),
-                None => transient(text),
+                None => transient(text, None),
             },
-            PveError::Status { .. } => transient(text),
+            PveError::Status { .. } => transient(text, None),
         }
     }
 }

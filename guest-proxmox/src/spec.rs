@@ -2,6 +2,7 @@
 //!
 //! Field names follow the existing Proxmox provider where the feature is the same, so
 //! manifests move over unchanged. The host adds `spec.providerID` and owns `status`.
+use guest_kit::endpoint::ApiEndpoint;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -33,13 +34,6 @@ pub struct ClusterSpec {
     /// `insecure`. Unset: the manager's default credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_ref: Option<SecretRef>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ApiEndpoint {
-    pub host: String,
-    #[schemars(range(min = 1, max = 65535))]
-    pub port: u16,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -2,10 +2,9 @@
 //! authentication with the BMC's credentials, errors classified for the host.
 use base64::Engine as _;
 use guest_kit::http::{self, HttpError};
+use guest_kit::types::{Credentials, PluginError};
+use guest_kit::{terminal, transient};
 use serde_json::Value;
-
-use crate::bindings::hyperplug::provider::types::{Credentials, PluginError};
-use crate::{terminal, transient};
 
 /// One BMC.
 pub struct Redfish {

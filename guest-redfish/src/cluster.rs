@@ -1,12 +1,13 @@
 //! Cluster lifecycle: check every BMC of the inventory answers, count its hosts,
 //! publish the control-plane endpoint and the IP pool.
-use crate::bindings::exports::hyperplug::provider::cluster::{
-    ClusterRequest, ClusterStatus, Endpoint, Guest, IpPool,
-};
-use crate::bindings::hyperplug::provider::types::{PluginError, Progress};
+use guest_kit::cluster::{ClusterRequest, ClusterStatus, Guest, IpPool};
+use guest_kit::endpoint::control_plane_endpoint;
+use guest_kit::types::{PluginError, Progress};
+use guest_kit::{invalid, parse_spec};
+
+use crate::Plugin;
 use crate::inventory::{bmcs, hosts, require_some};
 use crate::spec::ClusterSpec;
-use crate::{Plugin, invalid, parse_spec};
 
 /// How often a ready cluster is re-checked (BMCs reachable, hosts counted).
 const RECHECK_MS: u64 = 5 * 60 * 1000;
@@ -14,7 +15,10 @@ const RECHECK_MS: u64 = 5 * 60 * 1000;
 impl Guest for Plugin {
     fn reconcile(req: ClusterRequest) -> Result<ClusterStatus, PluginError> {
         let spec: ClusterSpec = parse_spec(&req.spec, "spec")?;
-        let endpoint = control_plane_endpoint(&spec)?;
+        let endpoint = control_plane_endpoint(
+            spec.control_plane_endpoint.as_ref(),
+            spec.external_managed_control_plane,
+        )?;
         let ip_pools = ip_pools(&spec)?;
         let bmcs = bmcs(&req.credentials, &req.more_credentials);
         require_some(&bmcs)?;
@@ -43,20 +47,6 @@ impl Guest for Plugin {
     fn delete(_req: ClusterRequest) -> Result<Option<Progress>, PluginError> {
         // Nothing cluster-wide is made on the BMCs: machines release their own hosts.
         Ok(None)
-    }
-}
-
-fn control_plane_endpoint(spec: &ClusterSpec) -> Result<Option<Endpoint>, PluginError> {
-    match &spec.control_plane_endpoint {
-        Some(ep) if !ep.host.is_empty() => Ok(Some(Endpoint {
-            host: ep.host.clone(),
-            port: ep.port,
-        })),
-        _ if spec.external_managed_control_plane == Some(true) => Ok(None),
-        _ => Err(invalid(
-            "spec.controlPlaneEndpoint",
-            "a host and port are required (e.g. the kube-vip address)",
-        )),
     }
 }
 

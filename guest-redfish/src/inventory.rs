@@ -1,11 +1,11 @@
 //! The inventory: every system served by the BMCs whose credentials the call carries
 //! (the RedfishCluster's `credentialsRefs`), and the claim key of each.
+use guest_kit::invalid;
+use guest_kit::types::{Credentials, NamedCredentials, PluginError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::Redfish;
-use crate::bindings::hyperplug::provider::types::{Credentials, NamedCredentials, PluginError};
-use crate::invalid;
 
 /// Where the Systems collection is, on every Redfish service.
 const SYSTEMS: &str = "/redfish/v1/Systems";

@@ -1,5 +1,6 @@
 //! The user-facing API of the Redfish kinds (`infrastructure.cluster.x-k8s.io/v1alpha1`).
 //! The host adds `spec.providerID` and owns `status`.
+use guest_kit::endpoint::ApiEndpoint;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -29,13 +30,6 @@ pub struct ClusterSpec {
     /// DNS servers written into each machine's network configuration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns_servers: Vec<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ApiEndpoint {
-    pub host: String,
-    #[schemars(range(min = 1, max = 65535))]
-    pub port: u16,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

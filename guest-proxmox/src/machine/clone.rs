@@ -5,8 +5,7 @@ use super::*;
 /// No VM recorded: adopt ours if it exists, else pick a node and a VMID and clone.
 pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some((node, vmid, config)) = cx.find_owned()? {
-        log(
-            Level::Info,
+        log::info(
             "adopting the existing VM of this machine",
             &[("vmid", vmid.to_string()), ("node", node.clone())],
         );
@@ -70,8 +69,7 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         f.push(("newid", vmid.to_string()));
         match cx.pve.post(&path, &f) {
             Ok(v) => {
-                log(
-                    Level::Info,
+                log::info(
                     "cloning",
                     &[
                         ("vmid", vmid.to_string()),
@@ -86,11 +84,7 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
                 return Ok(None);
             }
             Err(e) if vmid_taken(&e) => {
-                log(
-                    Level::Debug,
-                    "VMID taken, trying another",
-                    &[("vmid", vmid.to_string())],
-                );
+                log::debug("VMID taken, trying another", &[("vmid", vmid.to_string())]);
                 continue;
             }
             Err(e) if e.is_not_found() && e.to_string().contains(&format!("/{template}.conf")) => {

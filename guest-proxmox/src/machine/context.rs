@@ -67,7 +67,7 @@ impl<'a> Ctx<'a> {
         let ready = st.step == Step::Ready;
         MachineStatus {
             progress: Progress {
-                state: serde_json::to_string(st).unwrap_or_default(),
+                state: guest_kit::state::save(st),
                 phase: phase.into(),
                 message: message.into(),
                 requeue_after_ms: requeue,

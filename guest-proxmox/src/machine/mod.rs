@@ -61,18 +61,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::api::{Pve, PveError, Task, classify_message, percent_encode};
-use crate::bindings::exports::hyperplug::provider::machine::{
+use guest_kit::machine::{
     AddressRequest, AddressType, AllocatedAddress, Drift, Guest, MachineAddress, MachineRequest,
     MachineStatus, TemplateRequest, TemplateStatus,
 };
-use crate::bindings::hyperplug::provider::log::Level;
-use crate::bindings::hyperplug::provider::types::{
-    PluginError, Progress, TerminalError, TransientError,
-};
+use guest_kit::types::{PluginError, Progress};
+use guest_kit::{fnv1a, invalid, log, parse_spec, terminal, transient};
+
+use crate::Plugin;
+use crate::api::{Pve, PveError, Task, classify_message, percent_encode};
 use crate::spec::{ClusterSpec, MachineSpec, NetworkDevice, NicModel};
-use crate::{Plugin, invalid, log, parse_spec};
-use guest_kit::fnv1a;
 
 mod addresses;
 mod boot;
@@ -121,20 +119,6 @@ const BOOTSTRAP_MS: u64 = 10_000;
 /// How many VMIDs one call tries before returning.
 const VMID_TRIES: u32 = 8;
 const MIB: u64 = 1 << 20;
-
-fn terminal(reason: &str, message: impl Into<String>) -> PluginError {
-    PluginError::Terminal(TerminalError {
-        reason: reason.into(),
-        message: message.into(),
-    })
-}
-
-fn transient(message: impl Into<String>, retry_after_ms: Option<u64>) -> PluginError {
-    PluginError::Transient(TransientError {
-        message: message.into(),
-        retry_after_ms,
-    })
-}
 
 impl Guest for Plugin {
     fn create(req: MachineRequest) -> Result<MachineStatus, PluginError> {

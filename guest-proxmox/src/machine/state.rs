@@ -52,11 +52,3 @@ pub(super) enum DeleteStep {
     Confirming,
     RemovingIso,
 }
-
-pub(super) fn load_state(req: &MachineRequest) -> State {
-    req.state
-        .as_deref()
-        .filter(|s| !s.trim().is_empty())
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default()
-}

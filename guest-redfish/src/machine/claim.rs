@@ -67,8 +67,7 @@ pub(super) fn find_or_claim(
         return by_provider_id(id, bmcs).map(|h| Some(Found::Adopted(h)));
     }
     if let Some(held) = held_host(bmcs)? {
-        log(
-            Level::Info,
+        log::info(
             "adopting the host this machine holds",
             &[("host", held.name.clone())],
         );
@@ -80,7 +79,7 @@ pub(super) fn find_or_claim(
 /// The host a provider ID names, claimed again for this machine if free.
 fn by_provider_id(id: &str, bmcs: &[Bmc]) -> Result<Host, PluginError> {
     let uuid = id.strip_prefix("redfish://").ok_or_else(|| {
-        crate::invalid(
+        guest_kit::invalid(
             "spec.providerID",
             format!("`{id}` is not a redfish://<system UUID> provider ID"),
         )
@@ -140,8 +139,7 @@ fn claim(
     for host in candidates {
         match claims::acquire(&host.claim_key()) {
             Ok(None) => {
-                log(
-                    Level::Info,
+                log::info(
                     "claimed host",
                     &[("host", host.name.clone()), ("bmc", host.endpoint.clone())],
                 );

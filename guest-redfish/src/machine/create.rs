@@ -7,7 +7,7 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
     let inputs = inputs(req)?;
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
     require_some(&bmcs)?;
-    let mut state = load_state(req);
+    let mut state: State = guest_kit::state::load(req.state.as_deref());
 
     // A static address goes into the seed: wait for it before claiming anything.
     if inputs.cluster.ipv4_config.is_some() && !req.addresses.iter().any(|a| a.device == NIC) {
@@ -129,8 +129,7 @@ fn resume(bmcs: &[Bmc], host: &Host, state: &mut State) -> Result<(), PluginErro
         (true, false, _) => (Step::PoweringOn, true),
         (false, _, _) => (Step::Claimed, false),
     };
-    log(
-        Level::Info,
+    log::info(
         "adopted host",
         &[
             ("host", host.name.clone()),

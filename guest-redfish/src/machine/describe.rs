@@ -4,7 +4,7 @@ use super::*;
 
 pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
-    let mut state = load_state(req);
+    let mut state: State = guest_kit::state::load(req.state.as_deref());
     let host = match state.host.clone() {
         Some(h) => h,
         None => match held_host(&bmcs)? {

@@ -31,21 +31,19 @@
 //! `create`, `describe` and `delete` are the three calls; `claim` finds and claims a
 //! host, `media` drives virtual media, `power` the power state, `seed` builds the ISO,
 //! `state` is what the host hands back.
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-use crate::api::{Redfish, action_target, odata_id};
-use crate::bindings::exports::hyperplug::provider::machine::{
+use guest_kit::machine::{
     AddressRequest, AddressType, Drift, Guest, MachineAddress, MachineRequest, MachineStatus,
     TemplateRequest, TemplateStatus,
 };
-use crate::bindings::hyperplug::provider::log::Level;
-use crate::bindings::hyperplug::provider::types::{PluginError, Progress};
-use crate::bindings::hyperplug::provider::{blobs, claims};
+use guest_kit::types::{PluginError, Progress};
+use guest_kit::{blobs, claims, fnv1a, log, parse_spec, terminal, transient};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::Plugin;
+use crate::api::{Redfish, action_target, odata_id};
 use crate::inventory::{Bmc, Host, bmc_at, bmcs, hosts, require_some};
 use crate::spec::{ClusterSpec, MachineSpec};
-use crate::{Plugin, log, parse_spec, terminal, transient};
-use guest_kit::fnv1a;
 
 mod claim;
 mod create;
@@ -121,7 +119,7 @@ fn progress(
     requeue: Option<u64>,
 ) -> Progress {
     Progress {
-        state: state.save(),
+        state: guest_kit::state::save(state),
         phase: phase.into(),
         message: message.into(),
         requeue_after_ms: requeue,

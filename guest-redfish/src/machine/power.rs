@@ -21,8 +21,7 @@ pub(super) fn reset(
     let target = action_target(system, &host.path, "ComputerSystem.Reset");
     bmc.post(&target, &json!({"ResetType": kind}))
         .map_err(|e| e.classify(&format!("powering host {} ({kind})", host.name)))?;
-    log(
-        Level::Info,
+    log::info(
         "reset requested",
         &[("host", host.name.clone()), ("reset", kind.into())],
     );

@@ -33,17 +33,3 @@ pub(super) enum DeleteStep {
     PoweringOff,
     EjectingMedia,
 }
-
-impl State {
-    pub(super) fn save(&self) -> String {
-        serde_json::to_string(self).expect("state serializes")
-    }
-}
-
-pub(super) fn load_state(req: &MachineRequest) -> State {
-    req.state
-        .as_deref()
-        .filter(|s| !s.trim().is_empty())
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default()
-}
