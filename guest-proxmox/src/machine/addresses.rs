@@ -1,6 +1,9 @@
 //! Static addresses the host allocates and the addresses a machine reports.
 
-use super::*;
+use guest_kit::machine::{AddressRequest, AddressType, AllocatedAddress, MachineAddress};
+
+use super::context::Ctx;
+use super::state::State;
 
 impl<'a> Ctx<'a> {
     pub(super) fn address_requests(&self) -> Vec<AddressRequest> {

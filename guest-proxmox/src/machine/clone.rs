@@ -1,6 +1,21 @@
 //! Adopting or cloning the VM, and following the clone task.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+use guest_kit::{log, terminal, transient};
+
+use super::context::Ctx;
+use super::ownership::description;
+use super::properties::{str_of, uuid_of};
+use super::scheduler::pick_node;
+use super::state::{State, Step};
+use super::tasks::{poll, task_failed, upid_of};
+use super::template::resolve_template;
+use super::vmid::{next_vmid, vmid_taken};
+use super::{RETRY_MS, SHORT_MS, VMID_TRIES};
+use crate::api::percent_encode;
 
 /// No VM recorded: adopt ours if it exists, else pick a node and a VMID and clone.
 pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {

@@ -1,6 +1,18 @@
 //! The NoCloud ISO: build, upload, attach, eject, delete.
 
-use super::*;
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::Value;
+
+use super::context::Ctx;
+use super::nics::mac_of;
+use super::ownership::uid_tag;
+use super::properties::{str_of, u64_of, uuid_of};
+use super::state::{State, Step};
+use super::tasks::{poll, task_failed, upid_of};
+use super::{BOOTSTRAP_MS, RETRY_MS, SHORT_MS};
+use crate::api::{Pve, percent_encode};
 
 /// The ISO's storage: the spec's, else the node's first (by name) active file-based
 /// storage with `iso` content.

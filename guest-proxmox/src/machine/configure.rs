@@ -1,6 +1,16 @@
 //! The config write after the clone.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::types::PluginError;
+use guest_kit::{invalid, terminal};
+
+use super::context::Ctx;
+use super::nics::{mac_of, model_name};
+use super::ownership::uid_tag;
+use super::properties::{is_cloudinit_drive, is_drive_key, option, str_of, uuid_of};
+use super::state::{State, Step};
+use crate::spec::NicModel;
 
 /// CPU, memory, NICs, tags, description, extra disks, cloud-init drive out; picks the
 /// CD slot for the NoCloud ISO.

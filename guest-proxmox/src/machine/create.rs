@@ -1,6 +1,16 @@
 //! The create step machine: one step per call.
 
-use super::*;
+use guest_kit::machine::{MachineRequest, MachineStatus};
+use guest_kit::types::PluginError;
+
+use super::SHORT_MS;
+use super::boot::{powering_on, waiting_for_agent};
+use super::clone::{cloning, start};
+use super::cloudinit::{attaching, ejecting, uploading};
+use super::configure::configuring;
+use super::context::Ctx;
+use super::disks::resizing;
+use super::state::{State, Step};
 
 // ---------------------------------------------------------------------------------
 // create

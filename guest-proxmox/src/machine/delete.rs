@@ -1,6 +1,18 @@
 //! The delete step machine.
 
-use super::*;
+use guest_kit::log;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::{PluginError, Progress};
+
+use super::cloudinit::delete_volume;
+use super::context::Ctx;
+use super::ownership::owned_by;
+use super::properties::str_of;
+use super::state::{DeleteStep, State};
+use super::tasks::{poll, task_failed, upid_of};
+use super::{RETRY_MS, SHORT_MS};
+use crate::api::Pve;
+use crate::spec::{ClusterSpec, MachineSpec};
 
 // ---------------------------------------------------------------------------------
 // delete

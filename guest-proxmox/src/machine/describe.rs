@@ -1,6 +1,13 @@
 //! Describe: what the VM looks like now.
 
-use super::*;
+use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
+use guest_kit::types::PluginError;
+
+use super::context::Ctx;
+use super::create::ready_message;
+use super::ownership::{marker, owned_by};
+use super::properties::{str_of, u64_of, uuid_of};
+use super::state::{State, Step};
 
 // ---------------------------------------------------------------------------------
 // describe

@@ -53,24 +53,15 @@
 //! `nics`/`addresses` the network side, `properties` PVE value parsing, `validate` spec
 //! checks.
 
-// The imports below are shared: every submodule starts with `use super::*;`, and the
-// `use <module>::*;` lines make each file's items visible to its siblings, so moving a
-// function between files needs no import changes.
-use std::collections::{BTreeMap, BTreeSet};
-
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use guest_kit::machine::{
-    AddressRequest, AddressType, AllocatedAddress, Drift, Guest, MachineAddress, MachineRequest,
-    MachineStatus, TemplateRequest, TemplateStatus,
-};
+use guest_kit::machine::{Guest, MachineRequest, MachineStatus, TemplateRequest, TemplateStatus};
+use guest_kit::parse_spec;
 use guest_kit::types::{PluginError, Progress};
-use guest_kit::{fnv1a, invalid, log, parse_spec, terminal, transient};
 
 use crate::Plugin;
-use crate::api::{Pve, PveError, Task, classify_message, percent_encode};
-use crate::spec::{ClusterSpec, MachineSpec, NetworkDevice, NicModel};
+use crate::api::{Pve, percent_encode};
+use crate::spec::{ClusterSpec, MachineSpec};
+use properties::u64_of;
+use validate::validate;
 
 mod addresses;
 mod boot;
@@ -92,25 +83,6 @@ mod template;
 mod validate;
 mod vmid;
 
-use boot::*;
-use clone::*;
-use cloudinit::*;
-use configure::*;
-use context::*;
-use create::*;
-use delete::*;
-use describe::*;
-use disks::*;
-use nics::*;
-use ownership::*;
-use properties::*;
-use scheduler::*;
-use state::*;
-use tasks::*;
-use template::*;
-use validate::*;
-use vmid::*;
-
 /// Requeue hints, in milliseconds.
 const SHORT_MS: u64 = 1_000;
 const BOOT_MS: u64 = 2_000;
@@ -122,15 +94,15 @@ const MIB: u64 = 1 << 20;
 
 impl Guest for Plugin {
     fn create(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        create(&req)
+        create::create(&req)
     }
 
     fn describe(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        describe(&req)
+        describe::describe(&req)
     }
 
     fn delete(req: MachineRequest) -> Result<Option<Progress>, PluginError> {
-        delete(&req)
+        delete::delete(&req)
     }
 
     fn describe_template(req: TemplateRequest) -> Result<TemplateStatus, PluginError> {
@@ -184,26 +156,5 @@ impl Guest for Plugin {
                 ("operatingSystem".into(), "linux".into()),
             ],
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("10G"), Some(10 << 30));
-        assert_eq!(parse_size("512M"), Some(512 << 20));
-        assert_eq!(parse_size("4194304"), Some(4194304));
-    }
-
-    #[test]
-    fn macs_are_found_in_net_strings() {
-        assert_eq!(
-            mac_of("virtio=BC:24:11:00:00:01,bridge=vmbr0").as_deref(),
-            Some("BC:24:11:00:00:01")
-        );
-        assert_eq!(mac_of("virtio,bridge=vmbr0"), None);
     }
 }

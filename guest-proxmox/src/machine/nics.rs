@@ -1,6 +1,7 @@
 //! The NICs a machine wants and how they read in PVE net strings.
 
-use super::*;
+use super::properties::options;
+use crate::spec::{ClusterSpec, MachineSpec, NetworkDevice, NicModel};
 
 /// One NIC as the spec wants it.
 #[derive(Debug, Clone)]
@@ -57,4 +58,18 @@ pub(super) fn plan_nics(spec: &MachineSpec, cluster: &ClusterSpec) -> Vec<Nic> {
         nics.push(nic(extra.name.clone(), Some(extra.device.clone())));
     }
     nics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_are_found_in_net_strings() {
+        assert_eq!(
+            mac_of("virtio=BC:24:11:00:00:01,bridge=vmbr0").as_deref(),
+            Some("BC:24:11:00:00:01")
+        );
+        assert_eq!(mac_of("virtio,bridge=vmbr0"), None);
+    }
 }

@@ -1,6 +1,16 @@
 //! The ownership marker and adoption (see the module doc of `machine`).
 
-use super::*;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::Value;
+
+use super::RETRY_MS;
+use super::context::Ctx;
+use super::properties::{str_of, u64_of};
+use super::state::State;
+use crate::api::percent_encode;
+use crate::spec::MachineSpec;
 
 /// The marker line in the VM description.
 pub(super) fn marker(uid: &str) -> String {

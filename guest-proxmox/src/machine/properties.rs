@@ -1,6 +1,6 @@
 //! Reading PVE config values and property strings.
 
-use super::*;
+use serde_json::Value;
 
 pub(super) fn str_of(v: &Value, key: &str) -> Option<String> {
     match v.get(key)? {
@@ -70,4 +70,16 @@ pub(super) fn is_cloudinit_drive(v: &str) -> bool {
 
 pub(super) fn uuid_of(config: &Value) -> Option<String> {
     str_of(config, "smbios1").and_then(|s| option(&s, "uuid"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("10G"), Some(10 << 30));
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("4194304"), Some(4194304));
+    }
 }

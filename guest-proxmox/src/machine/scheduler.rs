@@ -1,6 +1,12 @@
 //! Choosing the node for a new VM.
 
-use super::*;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::Value;
+
+use super::context::Ctx;
+use super::properties::{str_of, u64_of};
+use super::{MIB, RETRY_MS};
 
 /// The node for a new VM: CAPI's failure domain if given, else the allowed node with
 /// the most free memory (node memory × memoryAdjustment% minus the memory of its VMs;

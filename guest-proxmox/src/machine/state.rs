@@ -1,6 +1,8 @@
 //! The persisted state: what the host hands back on the next call.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 /// The plugin's opaque state, handed back by the host on the next call.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -1,6 +1,10 @@
 //! Following PVE tasks by UPID.
 
-use super::*;
+use guest_kit::terminal;
+use guest_kit::types::PluginError;
+use serde_json::Value;
+
+use crate::api::{Pve, Task, classify_message};
 
 /// A task poll: `Ok(true)` done, `Ok(false)` still running, `Err(text)` failed.
 pub(super) fn poll(

@@ -1,6 +1,11 @@
 //! Spec checks the schema cannot express.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::invalid;
+use guest_kit::types::PluginError;
+
+use crate::spec::{ClusterSpec, MachineSpec};
 
 /// Checks the plugin can make (the schema has the rest).
 pub(super) fn validate(spec: &MachineSpec, cluster: &ClusterSpec) -> Result<(), PluginError> {

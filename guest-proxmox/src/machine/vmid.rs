@@ -1,6 +1,15 @@
 //! VMID allocation (see the module doc of `machine`).
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::types::PluginError;
+use guest_kit::{fnv1a, transient};
+use serde_json::Value;
+
+use super::RETRY_MS;
+use super::context::Ctx;
+use super::properties::u64_of;
+use crate::api::PveError;
 
 pub(super) fn vmid_taken(e: &PveError) -> bool {
     match e {

@@ -1,6 +1,12 @@
 //! Finding a host: the one this machine already holds, or a free one claimed now.
 
-use super::*;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::PluginError;
+use guest_kit::{claims, fnv1a, log, terminal, transient};
+
+use crate::api::Redfish;
+use crate::inventory::{Bmc, Host, bmc_at, hosts};
+use crate::spec::MachineSpec;
 
 /// Who holds a host's claim, as seen by this machine.
 pub(super) enum Ownership {

@@ -1,7 +1,22 @@
 //! `machine.create`: claim a host, insert the bootstrap media, boot once from it,
 //! power on.
 
-use super::*;
+use guest_kit::machine::{AddressRequest, MachineRequest, MachineStatus};
+use guest_kit::types::PluginError;
+use guest_kit::{blobs, claims, log, terminal, transient};
+use serde_json::Value;
+
+use super::claim::{Found, Ownership, client_for, find_or_claim, ownership};
+use super::media::{insert, read_media, virtual_cd};
+use super::power::{boot_once_from_cd, booted, power_state, reset};
+use super::seed::seed_iso;
+use super::state::{State, Step};
+use super::{
+    BOOTSTRAP_MS, NIC, NO_HOST_MS, POWER_MS, SEED_BLOB, SEED_TTL_SECONDS, addresses, host_details,
+    inputs, pending, progress,
+};
+use crate::api::Redfish;
+use crate::inventory::{Bmc, Host, bmcs, require_some};
 
 pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let inputs = inputs(req)?;

@@ -1,7 +1,16 @@
 //! `machine.delete`: power the host off, eject the media, release the claim. A host
 //! this machine does not hold is never touched.
 
-use super::*;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::{PluginError, Progress};
+use guest_kit::{blobs, claims, log, transient};
+
+use super::claim::{Ownership, client_for, held_host, ownership};
+use super::media::{eject, read_media, virtual_cd};
+use super::power::{power_state, reset};
+use super::state::{DeleteStep, State};
+use super::{POWER_MS, SEED_BLOB, progress};
+use crate::inventory::{Host, bmcs};
 
 pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginError> {
     let bmcs = bmcs(&req.credentials, &req.more_credentials);

@@ -1,6 +1,11 @@
 //! Virtual media: find the host's virtual CD, insert the bootstrap ISO by URL, eject.
 
-use super::*;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::{Value, json};
+
+use super::{NO_HOST_MS, POWER_MS};
+use crate::api::{Redfish, action_target, odata_id};
 
 /// A virtual media device as the BMC reports it.
 pub(super) struct Media {

@@ -32,18 +32,16 @@
 //! host, `media` drives virtual media, `power` the power state, `seed` builds the ISO,
 //! `state` is what the host hands back.
 use guest_kit::machine::{
-    AddressRequest, AddressType, Drift, Guest, MachineAddress, MachineRequest, MachineStatus,
-    TemplateRequest, TemplateStatus,
+    AddressType, Guest, MachineAddress, MachineRequest, MachineStatus, TemplateRequest,
+    TemplateStatus,
 };
+use guest_kit::parse_spec;
 use guest_kit::types::{PluginError, Progress};
-use guest_kit::{blobs, claims, fnv1a, log, parse_spec, terminal, transient};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use crate::Plugin;
-use crate::api::{Redfish, action_target, odata_id};
-use crate::inventory::{Bmc, Host, bmc_at, bmcs, hosts, require_some};
+use crate::inventory::Host;
 use crate::spec::{ClusterSpec, MachineSpec};
+use state::State;
 
 mod claim;
 mod create;
@@ -53,15 +51,6 @@ mod media;
 mod power;
 mod seed;
 mod state;
-
-use claim::*;
-use create::*;
-use delete::*;
-use describe::*;
-use media::*;
-use power::*;
-use seed::*;
-use state::*;
 
 /// Requeue hints, in milliseconds.
 const POWER_MS: u64 = 2_000;
@@ -75,15 +64,15 @@ const NIC: &str = "nic0";
 
 impl Guest for Plugin {
     fn create(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        create(&req)
+        create::create(&req)
     }
 
     fn describe(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        describe(&req)
+        describe::describe(&req)
     }
 
     fn delete(req: MachineRequest) -> Result<Option<Progress>, PluginError> {
-        delete(&req)
+        delete::delete(&req)
     }
 
     fn describe_template(req: TemplateRequest) -> Result<TemplateStatus, PluginError> {

@@ -1,6 +1,12 @@
 //! Power and boot order of a host.
 
-use super::*;
+use guest_kit::types::PluginError;
+use guest_kit::{log, transient};
+use serde_json::{Value, json};
+
+use super::POWER_MS;
+use crate::api::{Redfish, action_target};
+use crate::inventory::Host;
 
 /// `On`, `Off`, `PoweringOn`, `PoweringOff`, or `Unknown`.
 pub(super) fn power_state(system: &Value) -> String {

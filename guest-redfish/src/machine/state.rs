@@ -1,7 +1,9 @@
 //! The persisted state: what the host hands back on the next call. It never holds
 //! the bootstrap media's URL (a secret); the host's blobs keep that.
 
-use super::*;
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::Host;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub(super) struct State {
