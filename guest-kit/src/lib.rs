@@ -3,7 +3,7 @@
 //!
 //! - [`bindings`]: the bindings of `wit/provider.wit`, generated once here; a plugin
 //!   implements the three `Guest` traits on one type and exports it with
-//!   [`export!`](crate::export). [`types`], [`identity`], [`cluster`], [`machine`],
+//!   [`export!`]. [`types`], [`identity`], [`cluster`], [`machine`],
 //!   [`blobs`] and [`claims`] are short names for their interfaces.
 //! - [`errors`]: the three error classes ([`terminal`], [`transient`], [`invalid`]) and
 //!   [`parse_spec`], which names the field that does not fit.
@@ -35,10 +35,24 @@ pub mod log;
 pub mod schema;
 pub mod state;
 
-pub use bindings::export;
 pub use bindings::exports::hyperplug::provider::{cluster, identity, machine};
 pub use bindings::hyperplug::provider::{blobs, claims, types};
 pub use errors::{invalid, parse_spec, terminal, transient};
+
+/// Export `$ty`, which implements the `Guest` traits of [`identity`], [`cluster`] and
+/// [`machine`], as the plugin component: `guest_kit::export!(Plugin);` once in the
+/// plugin crate. Only a `wasm32` build exports anything: natively the plugin is a plain
+/// library, so its unit tests build and link like any other crate's.
+#[macro_export]
+macro_rules! export {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings::export!($ty with_types_in $crate::bindings);
+        /// What the component exports (in a `wasm32` build).
+        #[cfg(not(target_arch = "wasm32"))]
+        pub type ExportedPlugin = $ty;
+    };
+}
 
 /// FNV-1a: a stable, non-cryptographic spread (VMID offsets, inventory starting
 /// points, multipart boundaries) that is the same in every plugin and every build.

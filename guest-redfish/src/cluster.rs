@@ -70,3 +70,58 @@ fn ip_pools(spec: &ClusterSpec) -> Result<Vec<IpPool>, PluginError> {
         gateway: Some(config.gateway.clone()).filter(|g| !g.is_empty()),
     }])
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn pools(cluster: Value) -> Result<Vec<IpPool>, PluginError> {
+        let spec: ClusterSpec = serde_json::from_value(cluster).unwrap();
+        ip_pools(&spec)
+    }
+
+    fn invalid_field(result: Result<Vec<IpPool>, PluginError>) -> String {
+        match result {
+            Err(PluginError::InvalidSpec(i)) => i.field,
+            other => panic!("expected an invalid spec, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_ipv4_config_hosts_use_dhcp_and_no_pool_is_reported() {
+        assert!(pools(json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn ipv4_config_becomes_the_ipv4_pool() {
+        let pools = pools(json!({"ipv4Config": {
+            "addresses": ["10.0.0.20-10.0.0.40", "10.0.1.0/28"], "prefix": 24, "gateway": "10.0.0.1"
+        }}))
+        .unwrap();
+        assert_eq!(pools.len(), 1);
+        assert_eq!(pools[0].name, "ipv4");
+        assert_eq!(pools[0].addresses, ["10.0.0.20-10.0.0.40", "10.0.1.0/28"]);
+        assert_eq!(pools[0].prefix, 24);
+        assert_eq!(pools[0].gateway.as_deref(), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn an_empty_gateway_is_no_gateway() {
+        let pools =
+            pools(json!({"ipv4Config": {"addresses": ["10.0.0.5"], "prefix": 24, "gateway": ""}}));
+        assert_eq!(pools.unwrap()[0].gateway, None);
+    }
+
+    #[test]
+    fn a_pool_needs_addresses_and_an_ipv4_prefix() {
+        let none = json!({"ipv4Config": {"addresses": [], "prefix": 24, "gateway": "10.0.0.1"}});
+        assert_eq!(invalid_field(pools(none)), "spec.ipv4Config.addresses");
+        for prefix in [0, 33] {
+            let bad =
+                json!({"ipv4Config": {"addresses": ["10.0.0.5"], "prefix": prefix, "gateway": ""}});
+            assert_eq!(invalid_field(pools(bad)), "spec.ipv4Config.prefix");
+        }
+    }
+}

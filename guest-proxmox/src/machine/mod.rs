@@ -80,6 +80,8 @@ mod scheduler;
 mod state;
 mod tasks;
 mod template;
+#[cfg(test)]
+mod testing;
 mod validate;
 mod vmid;
 

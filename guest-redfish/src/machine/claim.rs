@@ -125,24 +125,11 @@ fn claim(
     spec: &MachineSpec,
     bmcs: &[Bmc],
 ) -> Result<Option<Host>, PluginError> {
-    let mut candidates = Vec::new();
+    let mut inventory = Vec::new();
     for bmc in bmcs {
-        candidates.extend(hosts(bmc)?.into_iter().filter(|h| {
-            spec.hosts.is_empty()
-                || spec
-                    .hosts
-                    .iter()
-                    .any(|n| *n == h.name || n.eq_ignore_ascii_case(&h.uuid))
-        }));
+        inventory.extend(hosts(bmc)?);
     }
-    if candidates.is_empty() {
-        return Ok(None);
-    }
-    // Start at a place derived from the machine's UID, so machines claiming at once
-    // mostly try different hosts first.
-    let start = (fnv1a(req.machine.uid.as_bytes()) % candidates.len() as u64) as usize;
-    candidates.rotate_left(start);
-    for host in candidates {
+    for host in claim_order(&req.machine.uid, spec, inventory) {
         match claims::acquire(&host.claim_key()) {
             Ok(None) => {
                 log::info(
@@ -158,6 +145,27 @@ fn claim(
     Ok(None)
 }
 
+/// The hosts of `inventory` the spec allows (by name or UUID), in the order the
+/// machine of `uid` tries to claim them: from a place derived from its UID, so machines
+/// claiming at once mostly try different hosts first.
+fn claim_order(uid: &str, spec: &MachineSpec, inventory: Vec<Host>) -> Vec<Host> {
+    let mut candidates: Vec<Host> = inventory
+        .into_iter()
+        .filter(|h| {
+            spec.hosts.is_empty()
+                || spec
+                    .hosts
+                    .iter()
+                    .any(|n| *n == h.name || n.eq_ignore_ascii_case(&h.uuid))
+        })
+        .collect();
+    if !candidates.is_empty() {
+        let start = (fnv1a(uid.as_bytes()) % candidates.len() as u64) as usize;
+        candidates.rotate_left(start);
+    }
+    candidates
+}
+
 /// The client of the BMC serving `host`, which the call must still carry.
 pub(super) fn client_for(bmcs: &[Bmc], host: &Host) -> Result<Redfish, PluginError> {
     bmc_at(bmcs, &host.endpoint).map(Bmc::client).ok_or_else(|| {
@@ -169,4 +177,80 @@ pub(super) fn client_for(bmcs: &[Bmc], host: &Host) -> Result<Redfish, PluginErr
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::testing::host;
+
+    fn inventory() -> Vec<Host> {
+        vec![
+            host("https://bmc1.test", "node-1", "uuid-1"),
+            host("https://bmc1.test", "node-2", "uuid-2"),
+            host("https://bmc2.test", "node-3", "uuid-3"),
+        ]
+    }
+
+    fn spec(hosts: &[&str]) -> MachineSpec {
+        serde_json::from_value(json!({"hosts": hosts})).unwrap()
+    }
+
+    fn names(hosts: &[Host]) -> Vec<&str> {
+        hosts.iter().map(|h| h.name.as_str()).collect()
+    }
+
+    #[test]
+    fn every_host_is_a_candidate_when_the_spec_names_none() {
+        let mut order = names(&claim_order("m1-uid", &spec(&[]), inventory()))
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        order.sort();
+        assert_eq!(order, ["node-1", "node-2", "node-3"]);
+    }
+
+    #[test]
+    fn the_spec_narrows_the_candidates_by_name_or_uuid_in_any_case() {
+        let allowed = spec(&["node-2", "UUID-3"]);
+        let mut order: Vec<String> = claim_order("m1-uid", &allowed, inventory())
+            .into_iter()
+            .map(|h| h.name)
+            .collect();
+        order.sort();
+        assert_eq!(order, ["node-2", "node-3"]);
+        assert!(claim_order("m1-uid", &spec(&["node-9"]), inventory()).is_empty());
+    }
+
+    #[test]
+    fn machines_start_claiming_at_different_hosts_in_the_same_rotation() {
+        let starts: std::collections::BTreeSet<String> = (0..12)
+            .map(|i| {
+                claim_order(&format!("machine-{i}"), &spec(&[]), inventory())[0]
+                    .name
+                    .clone()
+            })
+            .collect();
+        assert_eq!(starts.len(), 3, "{starts:?}");
+        for i in 0..12 {
+            let order = claim_order(&format!("machine-{i}"), &spec(&[]), inventory());
+            let at = ["node-1", "node-2", "node-3"]
+                .iter()
+                .position(|n| *n == order[0].name)
+                .unwrap();
+            let rotated: Vec<&str> = (0..3)
+                .map(|k| ["node-1", "node-2", "node-3"][(at + k) % 3])
+                .collect();
+            assert_eq!(names(&order), rotated);
+        }
+    }
+
+    #[test]
+    fn the_same_machine_always_tries_the_same_host_first() {
+        let first = claim_order("m1-uid", &spec(&[]), inventory());
+        let again = claim_order("m1-uid", &spec(&[]), inventory());
+        assert_eq!(first, again);
+    }
 }

@@ -137,13 +137,8 @@ fn resume(bmcs: &[Bmc], host: &Host, state: &mut State) -> Result<(), PluginErro
     let bmc = client_for(bmcs, host)?;
     let system = read_system(&bmc, host)?;
     let media = read_media(&bmc, &virtual_cd(&bmc, &system)?)?;
-    let power = power_state(&system);
-    (state.step, state.reset_sent) = match (media.inserted, booted(&system), power.as_str()) {
-        (true, true, _) => (Step::Ready, true),
-        (true, false, "Off") => (Step::MediaInserted, false),
-        (true, false, _) => (Step::PoweringOn, true),
-        (false, _, _) => (Step::Claimed, false),
-    };
+    (state.step, state.reset_sent) =
+        resume_point(media.inserted, booted(&system), &power_state(&system));
     log::info(
         "adopted host",
         &[
@@ -152,6 +147,17 @@ fn resume(bmcs: &[Bmc], host: &Host, state: &mut State) -> Result<(), PluginErro
         ],
     );
     Ok(())
+}
+
+/// The step to go on from, and whether the power-on (or restart) was sent, for a host
+/// whose virtual CD holds media or not, that has booted or not, in this power state.
+fn resume_point(media_inserted: bool, booted: bool, power: &str) -> (Step, bool) {
+    match (media_inserted, booted, power) {
+        (true, true, _) => (Step::Ready, true),
+        (true, false, "Off") => (Step::MediaInserted, false),
+        (true, false, _) => (Step::PoweringOn, true),
+        (false, _, _) => (Step::Claimed, false),
+    }
 }
 
 /// The host this machine recorded must still be claimed by it.
@@ -215,5 +221,30 @@ pub(super) fn ready(
         needs_bootstrap: false,
         drift: None,
         details: host_details(host, Some(power)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_found_again_resumes_where_its_bmc_says_provisioning_got() {
+        // Booted from our media: provisioned, never restarted again.
+        assert_eq!(resume_point(true, true, "On"), (Step::Ready, true));
+        // Media in, still off: the power-on is next.
+        assert_eq!(
+            resume_point(true, false, "Off"),
+            (Step::MediaInserted, false)
+        );
+        // Media in, powering on or on but not booted yet: the power-on was sent.
+        assert_eq!(resume_point(true, false, "On"), (Step::PoweringOn, true));
+        assert_eq!(
+            resume_point(true, false, "PoweringOn"),
+            (Step::PoweringOn, true)
+        );
+        // No media: from the start, whatever the host is doing.
+        assert_eq!(resume_point(false, true, "On"), (Step::Claimed, false));
+        assert_eq!(resume_point(false, false, "Off"), (Step::Claimed, false));
     }
 }

@@ -51,6 +51,8 @@ mod media;
 mod power;
 mod seed;
 mod state;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// Requeue hints, in milliseconds.
 const POWER_MS: u64 = 2_000;
@@ -155,4 +157,60 @@ fn addresses(req: &MachineRequest) -> Vec<MachineAddress> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::testing::{allocated, host, request};
+
+    #[test]
+    fn a_machine_reports_its_hostname_and_the_address_ipam_gave_its_nic() {
+        let mut req = request(json!({}), json!({}));
+        req.addresses = vec![allocated(NIC, "10.0.0.21"), allocated("nic9", "10.9.9.9")];
+        let reported: Vec<(String, String)> = addresses(&req)
+            .into_iter()
+            .map(|a| (format!("{:?}", a.address_type), a.address))
+            .collect();
+        assert_eq!(
+            reported,
+            [
+                ("AddressType::Hostname".to_string(), "m1".to_string()),
+                (
+                    "AddressType::InternalIp".to_string(),
+                    "10.0.0.21".to_string()
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn details_name_the_bmc_the_host_and_its_power_when_known() {
+        let h = host("https://bmc1.test", "node-1", "uuid-1");
+        let keys = |d: Vec<(String, String)>| d.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(keys(host_details(&h, None)), ["bmc", "host", "uuid"]);
+        assert_eq!(
+            host_details(&h, Some("On")).last(),
+            Some(&("power".to_string(), "On".to_string()))
+        );
+    }
+
+    #[test]
+    fn the_state_of_a_call_is_handed_back_in_its_progress() {
+        let state = State {
+            host: Some(host("https://bmc1.test", "node-1", "uuid-1")),
+            ..State::default()
+        };
+        let p = progress(
+            &state,
+            "WaitingForBootstrapData",
+            "waiting",
+            Some(BOOTSTRAP_MS),
+        );
+        let back: State = guest_kit::state::load(Some(&p.state));
+        assert_eq!(back, state);
+        assert_eq!(p.requeue_after_ms, Some(BOOTSTRAP_MS));
+    }
 }

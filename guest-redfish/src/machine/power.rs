@@ -71,3 +71,35 @@ pub(super) fn booted(system: &Value) -> bool {
         Some(state) => matches!(state, "OSBootStarted" | "OSRunning"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_power_state_is_unknown_when_the_bmc_does_not_say() {
+        assert_eq!(power_state(&json!({"PowerState": "On"})), "On");
+        assert_eq!(power_state(&json!({})), "Unknown");
+    }
+
+    #[test]
+    fn a_host_has_booted_when_it_is_on_and_its_os_started_if_the_bmc_tells() {
+        assert!(booted(&json!({"PowerState": "On"})));
+        assert!(booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "None"}})
+        ));
+        assert!(booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "OSRunning"}})
+        ));
+        assert!(booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "OSBootStarted"}})
+        ));
+        assert!(!booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "MemoryInitializationStarted"}})
+        ));
+        assert!(!booted(&json!({"PowerState": "PoweringOn"})));
+        assert!(!booted(
+            &json!({"PowerState": "Off", "BootProgress": {"LastState": "OSRunning"}})
+        ));
+    }
+}
