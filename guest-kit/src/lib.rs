@@ -27,6 +27,12 @@ pub mod bindings {
     });
 }
 
+/// The plugin authors' guide (`docs/plugin-authors.md`): its example plugin compiles
+/// as a doc test, so the guide stays true to the kit.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/plugin-authors.md")]
+pub struct PluginAuthorsGuide;
+
 pub mod endpoint;
 pub mod errors;
 pub mod http;
