@@ -12,6 +12,7 @@
 //! - [`kinds`]: the four kinds of a plugin and their printer columns.
 //! - [`endpoint`]: the control-plane endpoint every InfraCluster spec carries.
 //! - [`http`]: the one HTTP helper over `wasi:http`; [`schema`]: CRD-ready schemas.
+//! - [`testing`]: requests as the host sends them, for unit tests.
 //!
 //! The imports compile natively as stubs that panic when called, so a plugin's pure
 //! logic (parsing, planning, scoring) is unit-tested with a plain `cargo test`.
@@ -40,6 +41,7 @@ pub mod kinds;
 pub mod log;
 pub mod schema;
 pub mod state;
+pub mod testing;
 
 pub use bindings::exports::hyperplug::provider::{cluster, identity, machine};
 pub use bindings::hyperplug::provider::{blobs, claims, types};

@@ -122,7 +122,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::machine::testing::{bmc, host, more};
+    use guest_kit::testing::credentials as bmc;
+
+    use crate::machine::testing::{host, more};
 
     #[test]
     fn a_host_is_claimed_and_identified_by_its_uuid_in_lower_case() {

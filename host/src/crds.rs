@@ -136,13 +136,19 @@ fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
     }))
 }
 
-fn add_property(schema: &mut Value, name: &str, property: Value) {
-    let props = schema
-        .as_object_mut()
-        .expect("spec schema is an object")
+/// The `properties` of an object schema (`check_structural` made sure it is one),
+/// added when it has none.
+fn properties(schema: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
+    schema
+        .as_object_mut()?
         .entry("properties")
-        .or_insert_with(|| json!({}));
-    if let Some(props) = props.as_object_mut() {
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+}
+
+/// Add `name` unless the plugin's schema has it (it may narrow it).
+fn add_property(schema: &mut Value, name: &str, property: Value) {
+    if let Some(props) = properties(schema) {
         props.entry(name).or_insert(property);
     }
 }
@@ -163,12 +169,7 @@ fn add_credentials_refs(spec: &mut Value) {
         })
     };
     let keys = "keys `url`, `token`, `secret`, and optionally `ca.crt`, `fingerprint`, `insecure`";
-    let props = spec
-        .as_object_mut()
-        .expect("spec schema is an object")
-        .entry("properties")
-        .or_insert_with(|| json!({}));
-    if let Some(props) = props.as_object_mut() {
+    if let Some(props) = properties(spec) {
         props.insert(
             "credentialsRef".into(),
             secret_ref(&format!(

@@ -79,7 +79,9 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::machine::testing::{allocated, ctx, request, template_spec};
+    use guest_kit::testing::allocated;
+
+    use crate::machine::testing::{ctx, request, template_spec};
 
     fn dual_stack() -> Value {
         json!({

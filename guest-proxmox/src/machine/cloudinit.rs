@@ -279,7 +279,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::machine::testing::{allocated, ctx, request, template_spec};
+    use guest_kit::testing::allocated;
+
+    use crate::machine::testing::{ctx, request, template_spec};
 
     fn two_nics() -> Value {
         let mut spec = template_spec();

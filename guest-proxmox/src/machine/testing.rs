@@ -1,6 +1,6 @@
 //! Requests as the host sends them, for unit tests of what a call plans from them.
-use guest_kit::machine::{AllocatedAddress, MachineRequest};
-use guest_kit::types::{Credentials, ObjectRef};
+use guest_kit::machine::MachineRequest;
+use guest_kit::testing::machine_request;
 use serde_json::{Value, json};
 
 use super::context::Ctx;
@@ -12,35 +12,14 @@ pub(super) fn template_spec() -> Value {
     json!({"templateID": 9000, "sourceNode": "pve1"})
 }
 
-/// A machine `m1` of cluster `c1` with this spec and cluster spec.
+/// A first create of machine `m1` (UID [`UID`]) of cluster `c1` with these specs.
 pub(super) fn request(spec: Value, cluster: Value) -> MachineRequest {
-    MachineRequest {
-        machine: ObjectRef {
-            namespace: "default".into(),
-            name: "m1".into(),
-            uid: UID.into(),
-        },
-        cluster: ObjectRef {
-            namespace: "default".into(),
-            name: "c1".into(),
-            uid: "c1-uid".into(),
-        },
-        spec: spec.to_string(),
-        cluster_spec: cluster.to_string(),
-        state: None,
-        bootstrap: None,
-        failure_domain: None,
-        addresses: vec![],
-        credentials: Credentials {
-            endpoint: "https://pve.test:8006".into(),
-            token: "capi@pve!test".into(),
-            secret: "not-a-secret".into(),
-            ca_bundle: None,
-            fingerprint: None,
-            insecure: false,
-        },
-        more_credentials: vec![],
-    }
+    machine_request(
+        UID,
+        &spec.to_string(),
+        &cluster.to_string(),
+        "https://pve.test:8006",
+    )
 }
 
 /// The context of a call, which must parse and validate.
@@ -48,20 +27,5 @@ pub(super) fn ctx(req: &MachineRequest) -> Ctx<'_> {
     match Ctx::new(req) {
         Ok(cx) => cx,
         Err(e) => panic!("the test request is not valid: {e:?}"),
-    }
-}
-
-/// An address the host allocated for `device`.
-pub(super) fn allocated(
-    device: &str,
-    address: &str,
-    prefix: u8,
-    gateway: Option<&str>,
-) -> AllocatedAddress {
-    AllocatedAddress {
-        device: device.into(),
-        address: address.into(),
-        prefix,
-        gateway: gateway.map(str::to_string),
     }
 }

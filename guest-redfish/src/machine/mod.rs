@@ -164,12 +164,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::machine::testing::{allocated, host, request};
+    use guest_kit::testing::allocated;
+
+    use crate::machine::testing::{host, request};
 
     #[test]
     fn a_machine_reports_its_hostname_and_the_address_ipam_gave_its_nic() {
         let mut req = request(json!({}), json!({}));
-        req.addresses = vec![allocated(NIC, "10.0.0.21"), allocated("nic9", "10.9.9.9")];
+        req.addresses = vec![
+            allocated(NIC, "10.0.0.21", 24, None),
+            allocated("nic9", "10.9.9.9", 24, None),
+        ];
         let reported: Vec<(String, String)> = addresses(&req)
             .into_iter()
             .map(|a| (format!("{:?}", a.address_type), a.address))

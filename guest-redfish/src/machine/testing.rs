@@ -1,21 +1,10 @@
 //! Requests as the host sends them, for unit tests of what a call decides from them.
-use guest_kit::machine::{AllocatedAddress, MachineRequest};
-use guest_kit::types::{Credentials, NamedCredentials, ObjectRef};
+use guest_kit::machine::MachineRequest;
+use guest_kit::testing::{credentials, machine_request};
+use guest_kit::types::NamedCredentials;
 use serde_json::Value;
 
 use crate::inventory::Host;
-
-/// Credentials of the BMC at `endpoint`.
-pub(crate) fn bmc(endpoint: &str) -> Credentials {
-    Credentials {
-        endpoint: endpoint.into(),
-        token: "admin".into(),
-        secret: "not-a-secret".into(),
-        ca_bundle: None,
-        fingerprint: None,
-        insecure: false,
-    }
-}
 
 /// `more-credentials` naming the BMCs at `endpoints`.
 pub(crate) fn more(endpoints: &[&str]) -> Vec<NamedCredentials> {
@@ -24,42 +13,20 @@ pub(crate) fn more(endpoints: &[&str]) -> Vec<NamedCredentials> {
         .enumerate()
         .map(|(i, e)| NamedCredentials {
             name: format!("default/bmc-{i}"),
-            credentials: bmc(e),
+            credentials: credentials(e),
         })
         .collect()
 }
 
-/// A machine `m1` with this spec, of a cluster with this spec, on one BMC.
+/// A first create of machine `m1` with this spec, of a cluster with this spec, on the
+/// BMC at `https://bmc1.test`.
 pub(crate) fn request(spec: Value, cluster: Value) -> MachineRequest {
-    MachineRequest {
-        machine: ObjectRef {
-            namespace: "default".into(),
-            name: "m1".into(),
-            uid: "m1-uid".into(),
-        },
-        cluster: ObjectRef {
-            namespace: "default".into(),
-            name: "metal".into(),
-            uid: "metal-uid".into(),
-        },
-        spec: spec.to_string(),
-        cluster_spec: cluster.to_string(),
-        state: None,
-        bootstrap: None,
-        failure_domain: None,
-        addresses: vec![],
-        credentials: bmc("https://bmc1.test"),
-        more_credentials: vec![],
-    }
-}
-
-pub(crate) fn allocated(device: &str, address: &str) -> AllocatedAddress {
-    AllocatedAddress {
-        device: device.into(),
-        address: address.into(),
-        prefix: 24,
-        gateway: Some("10.0.0.1".into()),
-    }
+    machine_request(
+        "m1-uid",
+        &spec.to_string(),
+        &cluster.to_string(),
+        "https://bmc1.test",
+    )
 }
 
 /// Host `name` of the BMC at `endpoint`, with this UUID.
