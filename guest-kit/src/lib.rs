@@ -56,7 +56,8 @@ macro_rules! export {
     ($ty:ident) => {
         #[cfg(target_arch = "wasm32")]
         $crate::bindings::export!($ty with_types_in $crate::bindings);
-        /// What the component exports (in a `wasm32` build).
+        /// What a `wasm32` build exports. Natively this alias keeps the type, and so its
+        /// `Guest` impls and all they call, reachable, as the export does in wasm.
         #[cfg(not(target_arch = "wasm32"))]
         pub type ExportedPlugin = $ty;
     };

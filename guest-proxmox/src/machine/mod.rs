@@ -51,7 +51,9 @@
 //! `delete` and `describe` are the other two calls. `state` is what the host hands back,
 //! `context` what one call works with, `ownership` the marker, `tasks` PVE task polling,
 //! `nics`/`addresses` the network side, `properties` PVE value parsing, `validate` spec
-//! checks.
+//! checks. What a step decides is kept apart from the API calls that feed it (e.g.
+//! `configure::config_update`, `scheduler::choose_node`), so unit tests (`testing`
+//! builds their requests) check it without a Proxmox.
 
 use guest_kit::machine::{Guest, MachineRequest, MachineStatus, TemplateRequest, TemplateStatus};
 use guest_kit::parse_spec;
