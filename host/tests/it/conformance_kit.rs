@@ -1,8 +1,6 @@
 //! `hyperplug conformance`, the real binary: the bundled Proxmox plugin passes against
 //! pve-sim with the fixture specs of tests/conformance/proxmox; a plugin that breaks
 //! the invariants (the hostile test plugin, behaving) makes it exit 1 and name the cases.
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -70,7 +68,7 @@ async fn passes_against(config: Config) -> Vec<(String, &'static str, String)> {
     let dir = tempfile::tempdir().unwrap();
     let creds = credentials(dir.path(), &sim);
     let junit = dir.path().join("junit.xml");
-    let plugin = support::plugin_path("proxmox");
+    let plugin = crate::support::plugin_path("proxmox");
     let (out, stdout) = conformance(&[
         "--plugin",
         plugin.to_str().unwrap(),
@@ -91,7 +89,7 @@ async fn passes_against(config: Config) -> Vec<(String, &'static str, String)> {
         stdout.contains(" passed, 0 failed, "),
         "a summary line: {stdout}"
     );
-    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let expected: Vec<&str> = hyperplug::conformance::cases()
         .iter()
         .map(|(n, _)| *n)
@@ -144,7 +142,7 @@ async fn a_plugin_that_breaks_the_invariants_fails_by_name() {
     // endpoint and reports its machine ready whatever happened before.
     let spec = dir.path().join("spec.json");
     std::fs::write(&spec, r#"{"attack": "noop"}"#).unwrap();
-    let plugin = support::plugin_path("hostile");
+    let plugin = crate::support::plugin_path("hostile");
     let (out, stdout) = conformance(&[
         "--plugin",
         plugin.to_str().unwrap(),
@@ -160,7 +158,7 @@ async fn a_plugin_that_breaks_the_invariants_fails_by_name() {
     .await;
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let failed: Vec<&str> = cases
         .iter()
         .filter(|c| c.1 == "fail")
@@ -203,7 +201,7 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
     let dir = tempfile::tempdir().unwrap();
     let creds = credentials(dir.path(), &sim);
     let junit = dir.path().join("junit.xml");
-    let plugin = support::plugin_path("proxmox");
+    let plugin = crate::support::plugin_path("proxmox");
     let spec = fixtures().join("machine.yaml");
     let cluster = fixtures().join("cluster.yaml");
     let pools = fixtures().join("addresses.yaml");
@@ -227,7 +225,7 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
     ];
     let (out, stdout) = conformance(&args).await;
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let create = cases.iter().find(|c| c.0 == "create-converges").unwrap();
     assert_eq!(create.1, "fail");
     assert!(
@@ -239,7 +237,7 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
     args.extend(["--addresses", pools.to_str().unwrap()]);
     let (out, stdout) = conformance(&args).await;
     assert!(out.status.success(), "{stdout}");
-    let cases = support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
     let skipped = cases.iter().find(|c| c.0 == "cluster-reconcile").unwrap();
     assert_eq!(
         (skipped.1, skipped.2.as_str()),

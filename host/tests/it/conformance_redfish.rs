@@ -1,11 +1,9 @@
 //! `hyperplug conformance`, the real binary, for the Redfish plugin against a real
 //! sushy-tools BMC emulator: every case passes (or is skipped with its reason), the
 //! emulator downloading each machine's boot media from the kit's blob server.
-mod support;
-
 use std::path::PathBuf;
 
-use support::sushy::Bmc;
+use crate::support::sushy::Bmc;
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/redfish")
@@ -17,7 +15,7 @@ async fn the_redfish_plugin_passes_against_sushy_emulator() {
     let bmc = Bmc::start("conf", 6).await;
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("junit.xml");
-    let plugin = support::plugin_path("redfish");
+    let plugin = crate::support::plugin_path("redfish");
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache");
     let path = |p: PathBuf| p.to_str().unwrap().to_string();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hyperplug"))
@@ -38,7 +36,7 @@ async fn the_redfish_plugin_passes_against_sushy_emulator() {
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "conformance failed:\n{stdout}");
     let xml = std::fs::read_to_string(&junit).expect("JUnit written");
-    let cases = support::junit::cases(&xml);
+    let cases = crate::support::junit::cases(&xml);
     assert_eq!(cases.len(), hyperplug::conformance::cases().len(), "{xml}");
     for (name, verdict, message) in &cases {
         match *verdict {

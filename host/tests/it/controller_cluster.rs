@@ -1,11 +1,9 @@
 //! The InfraCluster controller against a real kube-apiserver and pve-sim: the contract
 //! fields, pause, terminal errors, IP pools, and no secret in any log, event or status.
-mod support;
-
 use std::time::Duration;
 
+use crate::support::world::{TOKEN_SECRET, World, condition, logs};
 use serde_json::json;
-use support::world::{TOKEN_SECRET, World, condition, logs};
 
 fn cluster_yaml(endpoint: bool) -> String {
     let endpoint = if endpoint {

@@ -1,19 +1,17 @@
 //! The host killed with SIGKILL between the clone and the save of the plugin's state,
 //! then restarted: exactly one VM, adopted.
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::support::world::World;
 use kube::ResourceExt;
 use kube::api::Patch;
 use serde_json::json;
-use support::world::World;
 
 fn start_host(world: &World) -> Child {
     Command::new(env!("CARGO_BIN_EXE_hyperplug"))
         .args(["run", "--plugin"])
-        .arg(support::plugin_path("proxmox"))
+        .arg(crate::support::plugin_path("proxmox"))
         .args([
             "--health-addr",
             "127.0.0.1:0",

@@ -1,17 +1,15 @@
 //! The InfraMachine controller against a real kube-apiserver, the real in-cluster IPAM
 //! provider and pve-sim: objects created the way CAPI creates them.
-mod support;
-
 use std::time::Duration;
 
+use crate::support::world::{World, condition};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch};
 use serde_json::{Value, json};
-use support::world::{World, condition};
 
 /// The Cluster and ProxmoxCluster of the shared fixture (its first two documents).
 fn cluster_yaml() -> String {
-    let fixture = include_str!("fixtures/cluster-and-machine.yaml");
+    let fixture = include_str!("../fixtures/cluster-and-machine.yaml");
     fixture
         .split("---\n")
         .take(2)
@@ -221,8 +219,8 @@ async fn a_vm_deleted_out_of_band_is_reported_as_drift() {
         .unwrap();
     let auth = format!(
         "PVEAPIToken={}={}",
-        support::world::TOKEN_ID,
-        support::world::TOKEN_SECRET
+        crate::support::world::TOKEN_ID,
+        crate::support::world::TOKEN_SECRET
     );
     let base = format!("{}/api2/json/nodes/pve1/qemu/{vmid}", world.sim.base_url());
     http.post(format!("{base}/status/stop"))

@@ -1,12 +1,10 @@
 //! A plugin that misbehaves is contained with a specific error, and the same host keeps
 //! serving other calls correctly afterwards.
-mod support;
-
 use std::net::TcpListener;
 
+use crate::support::{credentials, load, machine_request};
 use hyperplug::runtime::{Limits, Plugin, PluginError};
 use serde_json::json;
-use support::{credentials, load, machine_request};
 
 fn limits() -> Limits {
     Limits {

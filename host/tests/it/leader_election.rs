@@ -1,18 +1,16 @@
 //! Two replicas with `--leader-elect`: one holds the Lease, the other waits, and takes
 //! over when the leader dies.
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::support::world::World;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use support::world::World;
 
 fn replica(world: &World, identity: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_hyperplug"))
         .args(["run", "--plugin"])
-        .arg(support::plugin_path("proxmox"))
+        .arg(crate::support::plugin_path("proxmox"))
         .args([
             "--health-addr",
             "127.0.0.1:0",

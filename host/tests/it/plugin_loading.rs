@@ -1,9 +1,7 @@
 //! A plugin file is loaded only if it is a component, imports only what is granted and
 //! speaks a compatible version of our WIT; each refusal says which rule it broke.
-mod support;
-
+use crate::support::plugin_path;
 use hyperplug::runtime::{Limits, LoadError, Runtime};
-use support::plugin_path;
 
 fn runtime(cache: Option<std::path::PathBuf>) -> Runtime {
     Runtime::new(Limits::default(), cache).expect("runtime")

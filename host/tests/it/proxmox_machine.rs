@@ -4,20 +4,18 @@
 //! A small driver plays the host: it persists `progress.state`, answers
 //! `address-requests` from a test pool, hands over the bootstrap data when asked, and
 //! calls again after the requeue hint (capped small).
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{credentials, load, object};
 use hyperplug::runtime::bindings::machine::{
     AddressType, AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
 };
 use hyperplug::runtime::{Credentials, Limits, Plugin, PluginError};
 use pve_sim::{Config, EndpointError, Faults, ListenOpts, Simulator};
 use serde_json::{Value, json};
-use support::{credentials, load, object};
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - [kubeadm, join, '--config', /run/kubeadm/kubeadm-join-config.yaml]\n";
 

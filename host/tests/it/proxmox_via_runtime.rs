@@ -1,11 +1,9 @@
 //! The bundled Proxmox plugin makes a real call through the granted HTTP import:
 //! `GET /api2/json/version` on pve-sim over HTTPS, with each TLS policy.
-mod support;
-
+use crate::support::{cluster_request, credentials, load};
 use hyperplug::runtime::{Credentials, Limits, PluginError};
 use pve_sim::{Config, ListenOpts, Simulator};
 use serde_json::json;
-use support::{cluster_request, credentials, load};
 
 fn seed_cluster() -> serde_json::Value {
     // The seed's ProxmoxCluster, unchanged but for the node names.

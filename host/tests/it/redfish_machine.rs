@@ -3,16 +3,14 @@
 //! machine claims a host, the emulator downloads the bootstrap ISO from the blob URL,
 //! boots once from CD, powers on; delete powers off, ejects and releases. No host is
 //! claimed twice, and a machine never touches a host it does not hold.
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::sushy::{Bmc, serve_blobs};
+use crate::support::{cluster_request, load, object};
 use hyperplug::runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
 use hyperplug::runtime::{BlobStore, Limits, NamedCredentials, Plugin, PluginError, Runtime};
 use serde_json::json;
-use support::sushy::{Bmc, serve_blobs};
-use support::{cluster_request, load, object};
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - echo joined\n";
 

@@ -3,16 +3,14 @@
 //! API server: a different kind of infrastructure served by the same binary, with
 //! only another `.wasm` and its CRDs. The Redfish host's claim is a Lease; the BMC
 //! downloads the bootstrap ISO from the host's blob server.
-mod support;
-
 use std::process::{Child, Command, Stdio};
 
+use crate::support::sushy::Bmc;
+use crate::support::world::World;
 use hyperplug::runtime::Limits;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
-use support::sushy::Bmc;
-use support::world::World;
 
 fn start_host(world: &World, blob_port: u16) -> Child {
     let log = std::fs::OpenOptions::new()
@@ -24,9 +22,9 @@ fn start_host(world: &World, blob_port: u16) -> Child {
     Command::new(env!("CARGO_BIN_EXE_hyperplug"))
         .arg("run")
         .arg("--plugin")
-        .arg(support::plugin_path("proxmox"))
+        .arg(crate::support::plugin_path("proxmox"))
         .arg("--plugin")
-        .arg(support::plugin_path("redfish"))
+        .arg(crate::support::plugin_path("redfish"))
         .args([
             "--health-addr",
             "127.0.0.1:0",
@@ -90,7 +88,7 @@ async fn own_by_machine(world: &World, yaml: &str, machine: &str) {
 async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_side() {
     let world = World::start_with(pve_sim::Config::fast(), false).await;
     world.plane.start_ipam().await.expect("IPAM provider");
-    let (_rt, redfish) = support::load("redfish", Limits::default()).await;
+    let (_rt, redfish) = crate::support::load("redfish", Limits::default()).await;
     let crds = hyperplug::crds::crds_yaml(redfish.info()).expect("Redfish CRDs");
     world
         .plane

@@ -1,5 +1,4 @@
 //! What the host's integration tests share: the built plugins and request builders.
-#![allow(dead_code)]
 pub mod junit;
 pub mod sushy;
 pub mod world;

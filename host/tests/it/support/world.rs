@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::metrics::Metrics;
-use hyperplug::runtime::{Limits, Plugin};
+use hyperplug::runtime::Limits;
 use kube::api::{Api, DynamicObject};
 use kube_world::{Plane, PlaneOpts};
 use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
@@ -19,7 +19,6 @@ pub struct World {
     pub plane: Plane,
     pub sim: RunningSim,
     pub ns: String,
-    pub plugin: Plugin,
     pub metrics: Arc<Metrics>,
     controllers: Option<tokio::task::JoinHandle<()>>,
 }
@@ -116,7 +115,7 @@ impl World {
         let controllers = in_process.then(|| {
             tokio::spawn(controller::run(
                 plane.client(),
-                vec![plugin.clone()],
+                vec![plugin],
                 options,
                 metrics.clone(),
             ))
@@ -125,7 +124,6 @@ impl World {
             plane,
             sim,
             ns,
-            plugin,
             metrics,
             controllers,
         }

@@ -7,6 +7,7 @@ use e2e::capi;
 
 #[test]
 fn quickstart_reaches_provisioned_machines_and_prints_how_to_look_around() {
+    let _one = crate::FLOWS.blocking_lock();
     let hyperplug = capi::build_hyperplug().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_quickstart"))
         .args([

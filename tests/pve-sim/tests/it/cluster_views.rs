@@ -1,8 +1,6 @@
 //! Cluster-wide views and the JSON request body PVE also accepts.
 
-mod common;
-
-use common::{TOKEN, start_fast};
+use crate::common::{TOKEN, start_fast};
 use serde_json::json;
 
 #[tokio::test]

@@ -1,8 +1,6 @@
 //! Every error path of the issue, with PVE's status lines and bodies.
 
-mod common;
-
-use common::{TOKEN, enc, start, start_fast};
+use crate::common::{TOKEN, enc, start, start_fast};
 use pve_sim::Config;
 use reqwest::Method;
 use serde_json::{Value, json};

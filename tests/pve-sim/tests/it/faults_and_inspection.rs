@@ -1,8 +1,6 @@
 //! Fault injection (at start and at runtime) and the /_sim inspection routes.
 
-mod common;
-
-use common::{start, start_fast};
+use crate::common::{start, start_fast};
 use pve_sim::{Config, EndpointError, Faults};
 use reqwest::Method;
 use serde_json::json;
@@ -165,7 +163,10 @@ async fn tasks_beyond_the_node_concurrency_limit_queue() {
     let r = s
         .call(
             Method::DELETE,
-            &format!("/nodes/pve1/tasks/{}", common::enc(a.as_str().unwrap())),
+            &format!(
+                "/nodes/pve1/tasks/{}",
+                crate::common::enc(a.as_str().unwrap())
+            ),
             &[],
         )
         .await;
@@ -291,7 +292,10 @@ async fn slow_tasks_stay_running_and_can_be_stopped() {
         .data();
     let upid = upid.as_str().unwrap();
     let st = s
-        .get(&format!("/nodes/pve1/tasks/{}/status", common::enc(upid)))
+        .get(&format!(
+            "/nodes/pve1/tasks/{}/status",
+            crate::common::enc(upid)
+        ))
         .await
         .data();
     assert_eq!(st["status"], "running");
@@ -302,7 +306,7 @@ async fn slow_tasks_stay_running_and_can_be_stopped() {
     assert_eq!(active[0]["upid"], upid);
     s.call(
         Method::DELETE,
-        &format!("/nodes/pve1/tasks/{}", common::enc(upid)),
+        &format!("/nodes/pve1/tasks/{}", crate::common::enc(upid)),
         &[],
     )
     .await

@@ -1,8 +1,6 @@
 //! Booted VMs take their addresses from ipconfig, from an attached NoCloud ISO, or DHCP.
 
-mod common;
-
-use common::{TOKEN, start_fast};
+use crate::common::{TOKEN, start_fast};
 use pve_sim::nocloud::build_cidata_iso;
 use reqwest::Method;
 use serde_json::Value;

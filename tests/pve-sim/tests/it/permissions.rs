@@ -1,8 +1,6 @@
 //! ACLs: a restricted token gets PVE's 403s and filtered listings; others stay unrestricted.
 
-mod common;
-
-use common::start;
+use crate::common::start;
 use pve_sim::{AclEntry, Config, VmSeed};
 use reqwest::Method;
 

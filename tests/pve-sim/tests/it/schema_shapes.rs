@@ -1,9 +1,7 @@
 //! Every served endpoint of the official schema subset answers with the shape its
 //! `returns` declares, for each PVE version the schema covers.
 
-mod common;
-
-use common::{enc, start, violations};
+use crate::common::{enc, start, violations};
 use pve_sim::Config;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -56,14 +54,14 @@ async fn every_served_schema_endpoint_matches_its_declared_returns() {
             .send(
                 s.http
                     .post(s.url("/nodes/pve1/storage/local/upload"))
-                    .header("Authorization", common::TOKEN)
+                    .header("Authorization", crate::common::TOKEN)
                     .multipart(form),
             )
             .await;
         let up = r.data();
         s.wait_task(up.as_str().unwrap()).await;
 
-        let schema = common::schema();
+        let schema = crate::common::schema();
         let endpoints = schema["endpoints"][version].as_object().unwrap();
         let served: Vec<String> = s
             .sim_get("/_sim/endpoints")

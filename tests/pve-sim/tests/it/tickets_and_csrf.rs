@@ -1,8 +1,6 @@
 //! Ticket login, the PVEAuthCookie cookie and CSRFPreventionToken on writes.
 
-mod common;
-
-use common::{assert_shape, start_fast};
+use crate::common::{assert_shape, start_fast};
 use serde_json::Value;
 
 #[tokio::test]
@@ -30,7 +28,7 @@ async fn a_ticket_logs_in_and_writes_need_the_csrf_token() {
     let ticket = d["ticket"].as_str().unwrap().to_string();
     let csrf = d["CSRFPreventionToken"].as_str().unwrap().to_string();
     assert!(ticket.starts_with("PVE:root@pam:"));
-    let cookie = format!("PVEAuthCookie={}", common::enc(&ticket));
+    let cookie = format!("PVEAuthCookie={}", crate::common::enc(&ticket));
 
     let r = s
         .send(s.http.get(s.url("/nodes")).header("Cookie", &cookie))

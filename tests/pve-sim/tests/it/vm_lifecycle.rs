@@ -1,10 +1,8 @@
 //! Full VM lifecycles over real HTTPS, every body checked against the official schema.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{assert_shape, enc, start, start_fast};
+use crate::common::{assert_shape, enc, start, start_fast};
 use pve_sim::Config;
 use reqwest::Method;
 use serde_json::Value;

@@ -1,6 +1,5 @@
 //! Shared helpers: start a simulator, an HTTPS client trusting its CA, task polling, and
 //! checks of response bodies against the official schema's `returns`.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::time::Duration;
