@@ -3,6 +3,7 @@
 //! emulator downloading each machine's boot media from the kit's blob server.
 use std::path::PathBuf;
 
+use crate::support::conformance;
 use crate::support::sushy::Bmc;
 
 fn fixtures() -> PathBuf {
@@ -16,51 +17,49 @@ async fn the_redfish_plugin_passes_against_sushy_emulator() {
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("junit.xml");
     let plugin = crate::support::plugin_path("redfish");
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache");
     let path = |p: PathBuf| p.to_str().unwrap().to_string();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hyperplug"))
-        .arg("conformance")
-        .args(["--plugin", &path(plugin)])
-        .args(["--target", &bmc.url])
-        .args(["--credentials", &path(fixtures().join("credentials.yaml"))])
-        .args(["--spec", &path(fixtures().join("machine.yaml"))])
-        .args(["--cluster-spec", &path(fixtures().join("cluster.yaml"))])
-        .args(["--junit", &path(junit.clone())])
-        .args(["--plugin-cache", &path(cache)])
-        .args(["--max-requeue-ms", "500", "--log", "warn"])
-        .output()
-        .await
-        .expect("run hyperplug conformance");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    println!("{stdout}");
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let (plugin, junit_path) = (path(plugin), path(junit.clone()));
+    let (credentials, spec, cluster) = (
+        path(fixtures().join("credentials.yaml")),
+        path(fixtures().join("machine.yaml")),
+        path(fixtures().join("cluster.yaml")),
+    );
+    let (out, stdout) = conformance::run(
+        &[
+            "--plugin",
+            &plugin,
+            "--target",
+            &bmc.url,
+            "--credentials",
+            &credentials,
+            "--spec",
+            &spec,
+            "--cluster-spec",
+            &cluster,
+            "--junit",
+            &junit_path,
+        ],
+        500,
+    )
+    .await;
     assert!(out.status.success(), "conformance failed:\n{stdout}");
     let xml = std::fs::read_to_string(&junit).expect("JUnit written");
     let cases = crate::support::junit::cases(&xml);
     assert_eq!(cases.len(), hyperplug::conformance::cases().len(), "{xml}");
-    for (name, verdict, message) in &cases {
-        match *verdict {
-            "pass" => {}
-            "skip" => assert!(!message.is_empty(), "{name} skipped without a reason"),
-            _ => panic!("{name} failed: {message}"),
-        }
-    }
     // The cases the plugin's capabilities and these fixtures enable run and pass.
-    for must_pass in [
-        "create-converges",
-        "adoption-after-ready",
-        "adoption-mid-way",
-        "invalid-spec-wrong-type",
-        "transient-unreachable",
-        "transient-5xx",
-        "call-deadline",
-        "no-leaks",
-    ] {
-        assert!(
-            cases.iter().any(|c| c.0 == must_pass && c.1 == "pass"),
-            "{must_pass} did not pass: {cases:?}"
-        );
-    }
+    conformance::all_pass_or_say_why_not(
+        &cases,
+        &[
+            "create-converges",
+            "adoption-after-ready",
+            "adoption-mid-way",
+            "invalid-spec-wrong-type",
+            "transient-unreachable",
+            "transient-5xx",
+            "call-deadline",
+            "no-leaks",
+        ],
+    );
     // Every host is powered off and free again, its media ejected.
     for system in &bmc.systems {
         assert_eq!(bmc.power(&system.uuid).await, "Off", "{}", system.name);

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::support::world::{TOKEN_SECRET, World, condition, logs};
+use kube::api::{Api, DynamicObject};
 use serde_json::json;
 
 fn cluster_yaml(endpoint: bool) -> String {
@@ -49,18 +50,25 @@ spec:
     )
 }
 
-#[tokio::test]
-async fn a_proxmox_cluster_is_provisioned_with_endpoint_failure_domains_and_pool() {
+/// The world with the cluster `demo` applied and provisioned: the ProxmoxCluster API and
+/// the object as first seen provisioned.
+async fn provisioned_cluster() -> (World, Api<DynamicObject>, DynamicObject) {
     let world = World::start(pve_sim::Config::fast()).await;
     world.apply(&cluster_yaml(true)).await;
     let clusters = world
         .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
         .await;
-    let pc = world
+    let provisioned = world
         .wait_for(&clusters, "demo", "provisioned", |o| {
             o.data["status"]["initialization"]["provisioned"] == true
         })
         .await;
+    (world, clusters, provisioned)
+}
+
+#[tokio::test]
+async fn a_proxmox_cluster_is_provisioned_with_endpoint_failure_domains_and_pool() {
+    let (world, clusters, pc) = provisioned_cluster().await;
     assert_eq!(condition(&pc, "Ready").unwrap()["status"], "True");
     assert_eq!(condition(&pc, "Paused").unwrap()["reason"], "NotPaused");
     let domains: Vec<_> = pc.data["status"]["failureDomains"]
@@ -147,79 +155,15 @@ async fn a_spec_error_is_a_terminal_condition_until_the_spec_is_fixed() {
 
 #[tokio::test]
 async fn pausing_the_cluster_stops_plugin_calls_and_unpausing_resumes() {
-    let world = World::start(pve_sim::Config::fast()).await;
-    world.apply(&cluster_yaml(true)).await;
-    let clusters = world
-        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
-        .await;
+    let (world, clusters, _) = provisioned_cluster().await;
     world
-        .wait_for(&clusters, "demo", "provisioned", |o| {
-            o.data["status"]["initialization"]["provisioned"] == true
-        })
+        .pausing_the_cluster_stops_plugin_calls(&clusters, "demo")
         .await;
-    let capi = world.api("cluster.x-k8s.io/v1beta2", "Cluster").await;
-    let pause = |on: bool| json!({"spec": {"paused": on}});
-    capi.patch(
-        "demo",
-        &Default::default(),
-        &kube::api::Patch::Merge(pause(true)),
-    )
-    .await
-    .unwrap();
-    world
-        .wait_for(&clusters, "demo", "Paused", |o| {
-            condition(o, "Paused").is_some_and(|c| c["status"] == "True")
-        })
-        .await;
-    world.sim.state().reset_counters();
-    // Poke the object: a change would normally reconcile (and call the plugin).
-    let poke = json!({"metadata": {"annotations": {"poke": "1"}}});
-    clusters
-        .patch("demo", &Default::default(), &kube::api::Patch::Merge(poke))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(
-        world.sim.state().counters().is_empty(),
-        "paused: {:?}",
-        world.sim.state().counters()
-    );
-    capi.patch(
-        "demo",
-        &Default::default(),
-        &kube::api::Patch::Merge(pause(false)),
-    )
-    .await
-    .unwrap();
-    world
-        .wait_for(&clusters, "demo", "unpaused", |o| {
-            condition(o, "Paused").is_some_and(|c| c["status"] == "False")
-        })
-        .await;
-    for _ in 0..50 {
-        if !world.sim.state().counters().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        !world.sim.state().counters().is_empty(),
-        "unpausing must resume plugin calls"
-    );
 }
 
 #[tokio::test]
 async fn no_secret_appears_in_logs_events_or_status() {
-    let world = World::start(pve_sim::Config::fast()).await;
-    world.apply(&cluster_yaml(true)).await;
-    let clusters = world
-        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
-        .await;
-    world
-        .wait_for(&clusters, "demo", "provisioned", |o| {
-            o.data["status"]["initialization"]["provisioned"] == true
-        })
-        .await;
+    let (world, clusters, _) = provisioned_cluster().await;
     let statuses =
         serde_json::to_string(&clusters.list(&Default::default()).await.unwrap().items).unwrap();
     let events = world

@@ -1,40 +1,19 @@
 //! The host killed with SIGKILL between the clone and the save of the plugin's state,
 //! then restarted: exactly one VM, adopted.
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use crate::support::world::World;
-use kube::ResourceExt;
 use kube::api::Patch;
 use serde_json::json;
 
+/// The host as its own process, so it can be killed.
 fn start_host(world: &World) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_hyperplug"))
-        .args(["run", "--plugin"])
-        .arg(crate::support::plugin_path("proxmox"))
-        .args([
-            "--health-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--resync-seconds",
-            "5",
-        ])
-        .env("KUBECONFIG", world.plane.kubeconfig_path())
-        .stdout(Stdio::null())
-        .stderr(log_file(world))
+    world
+        .hyperplug_run(&["proxmox"])
+        .args(["--resync-seconds", "5"])
         .spawn()
         .expect("start hyperplug run")
-}
-
-fn log_file(world: &World) -> Stdio {
-    let path = world.plane.dir().join("hyperplug.log");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .expect("log file");
-    Stdio::from(file)
 }
 
 #[tokio::test]
@@ -49,14 +28,7 @@ async fn a_host_killed_between_clone_and_state_save_adopts_the_vm_after_restart(
         "/tests/fixtures/cluster-and-machine.yaml"
     ))
     .unwrap();
-    let (objects, infra_machine) = yaml.rsplit_once("---\n").unwrap();
-    world.apply(objects).await;
-    // Own the ProxmoxMachine by its Machine, as CAPI does.
-    let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
-    let uid = machines.get("m-0").await.unwrap().uid().unwrap();
-    world
-        .apply(&infra_machine.replace("MACHINE_UID", &uid))
-        .await;
+    world.apply_owned_by_machine(&yaml, "m-0").await;
 
     let mut host = start_host(&world);
     // Wait for the clone to start in the simulator, then kill the host at once.

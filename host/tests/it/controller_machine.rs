@@ -324,45 +324,7 @@ async fn pausing_the_cluster_stops_machine_plugin_calls_and_unpausing_resumes() 
     world
         .wait_for(&pms, "p-0", "provisioned", provisioned)
         .await;
-    let capi = world.api("cluster.x-k8s.io/v1beta2", "Cluster").await;
-    let pause = |on: bool| json!({"spec": {"paused": on}});
-    capi.patch("demo", &Default::default(), &Patch::Merge(pause(true)))
-        .await
-        .unwrap();
     world
-        .wait_for(&pms, "p-0", "Paused", |o| {
-            condition(o, "Paused").is_some_and(|c| c["status"] == "True")
-        })
+        .pausing_the_cluster_stops_plugin_calls(&pms, "p-0")
         .await;
-    world.sim.state().reset_counters();
-    // A change to the machine would normally reconcile it (and call the plugin); the
-    // resync period (5 s here) passes too.
-    let poke = json!({"metadata": {"annotations": {"poke": "1"}}});
-    pms.patch("p-0", &Default::default(), &Patch::Merge(poke))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    assert!(
-        world.sim.state().counters().is_empty(),
-        "paused: {:?}",
-        world.sim.state().counters()
-    );
-    capi.patch("demo", &Default::default(), &Patch::Merge(pause(false)))
-        .await
-        .unwrap();
-    world
-        .wait_for(&pms, "p-0", "unpaused", |o| {
-            condition(o, "Paused").is_some_and(|c| c["status"] == "False")
-        })
-        .await;
-    for _ in 0..100 {
-        if !world.sim.state().counters().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        !world.sim.state().counters().is_empty(),
-        "unpausing must resume plugin calls"
-    );
 }

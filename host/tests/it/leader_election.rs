@@ -1,6 +1,6 @@
 //! Two replicas with `--leader-elect`: one holds the Lease, the other waits, and takes
 //! over when the leader dies.
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use crate::support::world::World;
@@ -8,21 +8,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
 fn replica(world: &World, identity: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_hyperplug"))
-        .args(["run", "--plugin"])
-        .arg(crate::support::plugin_path("proxmox"))
-        .args([
-            "--health-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--leader-elect",
-        ])
+    world
+        .hyperplug_run(&["proxmox"])
+        .arg("--leader-elect")
         .args(["--leader-election-namespace", &world.ns])
-        .env("KUBECONFIG", world.plane.kubeconfig_path())
         .env("HOSTNAME", identity)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("start a replica")
 }

@@ -1,7 +1,7 @@
 //! The Proxmox plugin's machine lifecycle through the host runtime, against pve-sim over
 //! HTTPS with token auth and a pinned fingerprint.
 //!
-//! A small driver plays the host: it persists `progress.state`, answers
+//! The conformance kit's driver plays the host: it persists `progress.state`, answers
 //! `address-requests` from a test pool, hands over the bootstrap data when asked, and
 //! calls again after the requeue hint (capped small).
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,45 +9,17 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{credentials, load, object};
+use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
+use crate::support::{credentials, load, object, pinned, seed_cluster, sim_with};
+use hyperplug::conformance::drive::{Answers, Drive};
 use hyperplug::runtime::bindings::machine::{
     AddressType, AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
 };
 use hyperplug::runtime::{Credentials, Limits, Plugin, PluginError};
-use pve_sim::{Config, EndpointError, Faults, ListenOpts, Simulator};
+use pve_sim::{Config, EndpointError, Faults};
 use serde_json::{Value, json};
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - [kubeadm, join, '--config', /run/kubeadm/kubeadm-join-config.yaml]\n";
-
-async fn sim_with(config: Config) -> pve_sim::RunningSim {
-    Simulator::start(
-        config,
-        ListenOpts {
-            addr: "127.0.0.1:0".into(),
-            tls: true,
-        },
-    )
-    .await
-    .expect("start pve-sim")
-}
-
-fn pinned(sim: &pve_sim::RunningSim) -> Credentials {
-    Credentials {
-        fingerprint: Some(sim.fingerprint().to_string()),
-        ..credentials(sim.base_url())
-    }
-}
-
-/// The seed's ProxmoxCluster (node names of the simulator).
-fn seed_cluster() -> Value {
-    json!({
-        "allowedNodes": ["pve1"],
-        "controlPlaneEndpoint": {"host": "192.168.1.230", "port": 6443},
-        "dnsServers": ["192.168.1.1"],
-        "ipv4Config": {"addresses": ["192.168.1.220-192.168.1.229"], "gateway": "192.168.1.1", "prefix": 24},
-        "schedulerHints": {"memoryAdjustment": 0},
-    })
-}
 
 fn dhcp_cluster() -> Value {
     json!({
@@ -84,74 +56,23 @@ fn bootstrap() -> BootstrapData {
     }
 }
 
-/// What the driver saw.
-#[derive(Default, Debug)]
-struct Run {
-    phases: Vec<String>,
-    needed_bootstrap: bool,
-}
-
-/// Plays the host for create: up to `max` calls.
+/// Drive create to ready as the host would, handing over the bootstrap data when asked.
 async fn drive_create(
     plugin: &Plugin,
     req: &mut MachineRequest,
-    addresses: &mut (dyn FnMut(&str, &str) -> AllocatedAddress + Send),
-    max: usize,
-) -> Result<(MachineStatus, Run), PluginError> {
-    let mut run = Run::default();
-    for _ in 0..max {
-        let status = plugin.create_machine(req).await.expect("call completes")?;
-        if run.phases.last() != Some(&status.progress.phase) {
-            run.phases.push(status.progress.phase.clone());
-        }
-        req.state = Some(status.progress.state.clone());
-        if status.ready {
-            return Ok((status, run));
-        }
-        for r in &status.address_requests {
-            let have = req
-                .addresses
-                .iter()
-                .any(|a| a.device == r.device && a.address.contains(':') == (r.pool == "ipv6"));
-            if !have {
-                req.addresses.push(addresses(&r.device, &r.pool));
-            }
-        }
-        if status.needs_bootstrap {
-            run.needed_bootstrap = true;
-            req.bootstrap = Some(bootstrap());
-        }
-        let wait = status.progress.requeue_after_ms.unwrap_or(0).min(50);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-    }
-    panic!("create did not converge in {max} calls: {run:?}");
+) -> Result<(MachineStatus, Drive), String> {
+    create_until_ready(
+        plugin,
+        req,
+        &mut NoAddresses(Some(bootstrap())),
+        &pacing(50),
+    )
+    .await
 }
 
-/// Plays the host for delete until `Ok(None)`.
-async fn drive_delete(
-    plugin: &Plugin,
-    req: &mut MachineRequest,
-    max: usize,
-) -> Result<Vec<String>, PluginError> {
-    let mut phases = vec![];
-    for _ in 0..max {
-        match plugin.delete_machine(req).await.expect("call completes")? {
-            None => return Ok(phases),
-            Some(p) => {
-                if phases.last() != Some(&p.phase) {
-                    phases.push(p.phase.clone());
-                }
-                req.state = Some(p.state.clone());
-                let wait = p.requeue_after_ms.unwrap_or(0).min(50);
-                tokio::time::sleep(Duration::from_millis(wait)).await;
-            }
-        }
-    }
-    panic!("delete did not converge in {max} calls: {phases:?}");
-}
-
-fn no_addresses(device: &str, pool: &str) -> AllocatedAddress {
-    panic!("unexpected address request for {device} from {pool}")
+/// Drive delete until the plugin confirms the VM gone; the phases it went through.
+async fn drive_delete(plugin: &Plugin, req: &mut MachineRequest) -> Result<Vec<String>, String> {
+    delete_until_gone(plugin, req, &pacing(50)).await
 }
 
 fn vmid_of(status: &MachineStatus) -> u32 {
@@ -432,7 +353,7 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
 
     // 8. Delete: stop, wait, destroy with purge, confirm.
     sim.state().reset_counters();
-    let delete_phases = drive_delete(&plugin, &mut req, 30).await.unwrap();
+    let delete_phases = drive_delete(&plugin, &mut req).await.unwrap();
     assert_eq!(
         delete_phases.first().map(String::as_str),
         Some("Stopping"),
@@ -473,9 +394,9 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
     assert!(leftovers.is_empty(), "disks destroyed: {leftovers:?}");
 
     // 9. Idempotent: again with the final state, and with no state at all.
-    assert!(drive_delete(&plugin, &mut req, 3).await.unwrap().is_empty());
+    assert!(drive_delete(&plugin, &mut req).await.unwrap().is_empty());
     req.state = None;
-    assert!(drive_delete(&plugin, &mut req, 3).await.unwrap().is_empty());
+    assert!(drive_delete(&plugin, &mut req).await.unwrap().is_empty());
     let d = plugin.describe_machine(&req).await.unwrap().unwrap();
     assert!(!d.ready);
 }
@@ -570,7 +491,7 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
         req.bootstrap = Some(bootstrap());
         let plugin = plugin.clone();
         handles.push(tokio::spawn(async move {
-            let (status, _) = drive_create_dyn(&plugin, &mut req, 200)
+            let (status, _) = drive_create(&plugin, &mut req)
                 .await
                 .unwrap_or_else(|e| panic!("{e:?}"));
             (req.machine.uid.clone(), vmid_of(&status), status)
@@ -603,14 +524,6 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
     }
 }
 
-async fn drive_create_dyn(
-    plugin: &Plugin,
-    req: &mut MachineRequest,
-    max: usize,
-) -> Result<(MachineStatus, Run), PluginError> {
-    drive_create(plugin, req, &mut no_addresses, max).await
-}
-
 #[tokio::test]
 async fn a_state_lost_between_clone_and_save_adopts_the_vm() {
     let mut config = Config::fast();
@@ -632,12 +545,12 @@ async fn a_state_lost_between_clone_and_save_adopts_the_vm() {
     assert_eq!(vmid_of(&again), vmid, "adopted, not cloned again");
     assert_eq!(again.progress.phase, "Cloning", "waits for the clone lock");
     req.state = Some(again.progress.state.clone());
-    let (status, _) = drive_create_dyn(&plugin, &mut req, 100).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     assert_eq!(vmid_of(&status), vmid);
 
     // Lost again once ready: still the same VM, still one.
     req.state = None;
-    let (status, _) = drive_create_dyn(&plugin, &mut req, 100).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     assert_eq!(vmid_of(&status), vmid);
     assert_eq!(non_templates(&sim).len(), 1);
     let counters = sim.state().counters();
@@ -663,15 +576,15 @@ async fn delete_with_a_stale_vmid_leaves_the_other_machines_vm_alone() {
     };
     let mut a = request(&sim, "a", "c1", spec(800), dhcp_cluster());
     a.bootstrap = Some(bootstrap());
-    let (status, _) = drive_create_dyn(&plugin, &mut a, 100).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut a).await.unwrap();
     assert_eq!(vmid_of(&status), 800);
     let stale = a.clone();
 
     // A's VM goes away (here: A's own delete), and machine B gets VMID 800.
-    drive_delete(&plugin, &mut a, 30).await.unwrap();
+    drive_delete(&plugin, &mut a).await.unwrap();
     let mut b = request(&sim, "b", "c2", spec(800), dhcp_cluster());
     b.bootstrap = Some(bootstrap());
-    let (status, _) = drive_create_dyn(&plugin, &mut b, 100).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut b).await.unwrap();
     assert_eq!(vmid_of(&status), 800);
 
     // A describes drift: VMID 800 is someone else's.
@@ -682,7 +595,7 @@ async fn delete_with_a_stale_vmid_leaves_the_other_machines_vm_alone() {
     // Deleting A with its stale state succeeds and touches nothing.
     sim.state().reset_counters();
     let mut stale_delete = stale.clone();
-    drive_delete(&plugin, &mut stale_delete, 10).await.unwrap();
+    drive_delete(&plugin, &mut stale_delete).await.unwrap();
     let counters = sim.state().counters();
     for k in counters.keys() {
         assert!(
@@ -866,12 +779,12 @@ async fn a_failed_clone_task_is_retried_and_a_missing_vm_is_drift() {
     assert!(non_templates(&sim).is_empty());
     sim.state().set_faults(Faults::default());
     req.state = Some(s.progress.state.clone());
-    let (status, _) = drive_create_dyn(&plugin, &mut req, 100).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     let vmid = vmid_of(&status);
 
     // Someone deletes the VM behind our back: describe reports it missing.
     let mut other = req.clone();
-    drive_delete(&plugin, &mut other, 30).await.unwrap();
+    drive_delete(&plugin, &mut other).await.unwrap();
     let d = plugin.describe_machine(&req).await.unwrap().unwrap();
     assert!(matches!(d.drift, Some(Drift::Missing(_))), "{:?}", d.drift);
     assert!(sim.state().vm(vmid).is_none());
@@ -892,7 +805,7 @@ async fn template_selector_failure_domain_and_templates() {
     let mut req = request(&sim, "m1", "c1", spec.clone(), dhcp_cluster());
     req.bootstrap = Some(bootstrap());
     req.failure_domain = Some("pve1".into());
-    let (status, _) = drive_create_dyn(&plugin, &mut req, 100).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     let vmid = vmid_of(&status);
     let vm = sim.state().vm(vmid).unwrap();
     assert_eq!(vm["node"], "pve1");
@@ -903,7 +816,7 @@ async fn template_selector_failure_domain_and_templates() {
     );
     // Without the guest agent, the ISO stays attached; delete removes it.
     assert_eq!(iso_volumes(&sim).len(), 1);
-    drive_delete(&plugin, &mut req, 30).await.unwrap();
+    drive_delete(&plugin, &mut req).await.unwrap();
     assert!(
         iso_volumes(&sim).is_empty(),
         "leftover ISO deleted with the machine"
@@ -957,7 +870,7 @@ async fn concurrent_creates_on_nextid_share_no_vmid() {
         req.bootstrap = Some(bootstrap());
         let plugin = plugin.clone();
         handles.push(tokio::spawn(async move {
-            let (status, _) = drive_create_dyn(&plugin, &mut req, 200)
+            let (status, _) = drive_create(&plugin, &mut req)
                 .await
                 .unwrap_or_else(|e| panic!("{e:?}"));
             vmid_of(&status)
@@ -1011,6 +924,29 @@ async fn scheduling_checks_memory_with_the_adjustment_and_cpus() {
 
 /// Real-ish durations (clone 300 ms, start 200 ms, boot and agent 500 ms each): every
 /// wait is returned as progress, none is slept through inside a call.
+/// Answers with the next address of 192.168.1.0/24 for net0 from the IPv4 pool, and
+/// the bootstrap data.
+struct FromRange {
+    next: u8,
+}
+
+impl Answers for FromRange {
+    fn address(&mut self, device: &str, pool: &str) -> Result<AllocatedAddress, String> {
+        assert_eq!((device, pool), ("net0", "ipv4"));
+        self.next += 1;
+        Ok(AllocatedAddress {
+            device: device.into(),
+            address: format!("192.168.1.{}", self.next),
+            prefix: 24,
+            gateway: Some("192.168.1.1".into()),
+        })
+    }
+
+    fn bootstrap(&mut self) -> Result<BootstrapData, String> {
+        Ok(bootstrap())
+    }
+}
+
 #[tokio::test]
 async fn with_pve_task_durations_every_wait_is_a_requeue() {
     let sim = sim_with(Config::default()).await;
@@ -1019,18 +955,8 @@ async fn with_pve_task_durations_every_wait_is_a_requeue() {
     spec["network"]["additionalDevices"] = json!([]);
     let mut req = request(&sim, "m1", "c1", spec, seed_cluster());
     req.bootstrap = Some(bootstrap());
-    let mut next = 220;
-    let mut pool = |device: &str, pool: &str| {
-        assert_eq!((device, pool), ("net0", "ipv4"));
-        next += 1;
-        AllocatedAddress {
-            device: device.into(),
-            address: format!("192.168.1.{next}"),
-            prefix: 24,
-            gateway: Some("192.168.1.1".into()),
-        }
-    };
-    let (status, run) = drive_create(&plugin, &mut req, &mut pool, 400)
+    let mut pool = FromRange { next: 220 };
+    let (status, run) = create_until_ready(&plugin, &mut req, &mut pool, &pacing(50))
         .await
         .unwrap();
     assert!(status.ready);
@@ -1057,7 +983,7 @@ async fn with_pve_task_durations_every_wait_is_a_requeue() {
         "{}",
         vm["ipv4"]
     );
-    let phases = drive_delete(&plugin, &mut req, 400).await.unwrap();
+    let phases = drive_delete(&plugin, &mut req).await.unwrap();
     assert_eq!(phases, ["Stopping", "Deleting"], "{phases:?}");
     assert!(non_templates(&sim).is_empty());
 }
@@ -1076,7 +1002,7 @@ async fn delete_during_the_clone_waits_for_the_lock() {
     assert_eq!(first.progress.phase, "Cloning");
     let vmid = vmid_of(&first);
     req.state = Some(first.progress.state.clone());
-    let phases = drive_delete(&plugin, &mut req, 200).await.unwrap();
+    let phases = drive_delete(&plugin, &mut req).await.unwrap();
     assert_eq!(
         phases.first().map(String::as_str),
         Some("Stopping"),
@@ -1101,7 +1027,7 @@ async fn ignition_bootstrap_data_is_the_user_data() {
         format: "ignition".into(),
         value: ignition.as_bytes().to_vec(),
     });
-    let (status, _) = drive_create_dyn(&plugin, &mut req, 50).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     let vm = sim.state().vm(vmid_of(&status)).unwrap();
     let isos = iso_volumes(&sim);
     assert_eq!(isos.len(), 1);
@@ -1160,7 +1086,7 @@ async fn the_failure_domain_is_the_node_the_vm_lands_on() {
     let mut req = request(&sim, "m1", "c1", spec, cluster);
     req.bootstrap = Some(bootstrap());
     req.failure_domain = Some("pve2".into());
-    let (status, _) = drive_create_dyn(&plugin, &mut req, 50).await.unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
     let vm = sim.state().vm(vmid_of(&status)).unwrap();
     assert_eq!(vm["node"], "pve2");
@@ -1172,6 +1098,6 @@ async fn the_failure_domain_is_the_node_the_vm_lands_on() {
     );
     let details: BTreeMap<_, _> = status.details.iter().cloned().collect();
     assert_eq!(details.get("node").map(String::as_str), Some("pve2"));
-    drive_delete(&plugin, &mut req, 30).await.unwrap();
+    drive_delete(&plugin, &mut req).await.unwrap();
     assert!(non_templates(&sim).is_empty());
 }

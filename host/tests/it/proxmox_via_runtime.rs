@@ -1,20 +1,9 @@
 //! The bundled Proxmox plugin makes a real call through the granted HTTP import:
 //! `GET /api2/json/version` on pve-sim over HTTPS, with each TLS policy.
-use crate::support::{cluster_request, credentials, load};
+use crate::support::{cluster_request, credentials, load, pinned, seed_cluster, sim_with};
 use hyperplug::runtime::{Credentials, Limits, PluginError};
-use pve_sim::{Config, ListenOpts, Simulator};
+use pve_sim::Config;
 use serde_json::json;
-
-fn seed_cluster() -> serde_json::Value {
-    // The seed's ProxmoxCluster, unchanged but for the node names.
-    json!({
-        "allowedNodes": ["pve1"],
-        "controlPlaneEndpoint": {"host": "192.168.1.230", "port": 6443},
-        "dnsServers": ["192.168.1.1"],
-        "ipv4Config": {"addresses": ["192.168.1.220-192.168.1.229"], "gateway": "192.168.1.1", "prefix": 24},
-        "schedulerHints": {"memoryAdjustment": 0},
-    })
-}
 
 async fn reconcile(
     creds: Credentials,
@@ -28,20 +17,8 @@ async fn reconcile(
 
 #[tokio::test]
 async fn reconcile_reaches_pve_sim_with_a_pinned_fingerprint() {
-    let sim = Simulator::start(
-        Config::fast(),
-        ListenOpts {
-            addr: "127.0.0.1:0".into(),
-            tls: true,
-        },
-    )
-    .await
-    .unwrap();
-    let creds = Credentials {
-        fingerprint: Some(sim.fingerprint().to_string()),
-        ..credentials(sim.base_url())
-    };
-    let status = reconcile(creds).await.expect("reconcile");
+    let sim = sim_with(Config::fast()).await;
+    let status = reconcile(pinned(&sim)).await.expect("reconcile");
     assert!(status.ready);
     let endpoint = status.control_plane_endpoint.expect("endpoint");
     assert_eq!(
@@ -69,15 +46,7 @@ async fn reconcile_reaches_pve_sim_with_a_pinned_fingerprint() {
 
 #[tokio::test]
 async fn reconcile_trusts_a_ca_bundle() {
-    let sim = Simulator::start(
-        Config::fast(),
-        ListenOpts {
-            addr: "127.0.0.1:0".into(),
-            tls: true,
-        },
-    )
-    .await
-    .unwrap();
+    let sim = sim_with(Config::fast()).await;
     let creds = Credentials {
         ca_bundle: Some(sim.ca_pem().to_string()),
         ..credentials(sim.base_url())
@@ -87,15 +56,7 @@ async fn reconcile_trusts_a_ca_bundle() {
 
 #[tokio::test]
 async fn a_wrong_fingerprint_is_a_terminal_tls_error() {
-    let sim = Simulator::start(
-        Config::fast(),
-        ListenOpts {
-            addr: "127.0.0.1:0".into(),
-            tls: true,
-        },
-    )
-    .await
-    .unwrap();
+    let sim = sim_with(Config::fast()).await;
     let wrong = vec!["AB"; 32].join(":");
     let creds = Credentials {
         fingerprint: Some(wrong),
@@ -120,15 +81,7 @@ async fn a_wrong_fingerprint_is_a_terminal_tls_error() {
 
 #[tokio::test]
 async fn system_roots_do_not_trust_a_self_signed_server() {
-    let sim = Simulator::start(
-        Config::fast(),
-        ListenOpts {
-            addr: "127.0.0.1:0".into(),
-            tls: true,
-        },
-    )
-    .await
-    .unwrap();
+    let sim = sim_with(Config::fast()).await;
     assert!(matches!(
         reconcile(credentials(sim.base_url())).await,
         Err(PluginError::Terminal(_))
@@ -137,15 +90,7 @@ async fn system_roots_do_not_trust_a_self_signed_server() {
 
 #[tokio::test]
 async fn a_bad_token_is_a_terminal_authentication_error() {
-    let sim = Simulator::start(
-        Config::fast(),
-        ListenOpts {
-            addr: "127.0.0.1:0".into(),
-            tls: true,
-        },
-    )
-    .await
-    .unwrap();
+    let sim = sim_with(Config::fast()).await;
     let creds = Credentials {
         insecure: true,
         secret: "wrong".into(),

@@ -4,8 +4,8 @@
 //! boots once from CD, powers on; delete powers off, ejects and releases. No host is
 //! claimed twice, and a machine never touches a host it does not hold.
 use std::sync::Arc;
-use std::time::Duration;
 
+use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
 use crate::support::sushy::{Bmc, serve_blobs};
 use crate::support::{cluster_request, load, object};
 use hyperplug::runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
@@ -84,37 +84,20 @@ impl Fleet {
             .expect("call completes")
     }
 
-    /// Create until ready, feeding the state back as the host does.
+    /// Create until ready through the host's driver, the state fed back as the host
+    /// does.
     async fn create_until_ready(&self, req: &mut MachineRequest) -> MachineStatus {
-        for _ in 0..120 {
-            let status = self.create(req).await.expect("create");
-            req.state = Some(status.progress.state.clone());
-            if status.ready {
-                return status;
-            }
-            let wait = status.progress.requeue_after_ms.unwrap_or(500).min(500);
-            tokio::time::sleep(Duration::from_millis(wait)).await;
-        }
-        panic!("machine {} never became ready", req.machine.name);
+        let mut answers = NoAddresses(bootstrap());
+        let (status, _) = create_until_ready(&self.plugin, req, &mut answers, &pacing(500))
+            .await
+            .unwrap_or_else(|e| panic!("machine {} never became ready: {e}", req.machine.name));
+        status
     }
 
     async fn delete_until_gone(&self, req: &mut MachineRequest) {
-        for _ in 0..120 {
-            let progress = self
-                .plugin
-                .delete_machine(req)
-                .await
-                .expect("call completes")
-                .expect("delete");
-            match progress {
-                None => return,
-                Some(p) => {
-                    req.state = Some(p.state);
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-            }
-        }
-        panic!("machine {} was never deleted", req.machine.name);
+        delete_until_gone(&self.plugin, req, &pacing(500))
+            .await
+            .unwrap_or_else(|e| panic!("machine {} was never deleted: {e}", req.machine.name));
     }
 }
 

@@ -3,7 +3,7 @@
 //! API server: a different kind of infrastructure served by the same binary, with
 //! only another `.wasm` and its CRDs. The Redfish host's claim is a Lease; the BMC
 //! downloads the bootstrap ISO from the host's blob server.
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use crate::support::sushy::Bmc;
 use crate::support::world::World;
@@ -13,31 +13,13 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 
 fn start_host(world: &World, blob_port: u16) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(world.plane.dir().join("hyperplug.log"))
-        .expect("log file");
     let blob_addr = format!("127.0.0.1:{blob_port}");
-    Command::new(env!("CARGO_BIN_EXE_hyperplug"))
-        .arg("run")
-        .arg("--plugin")
-        .arg(crate::support::plugin_path("proxmox"))
-        .arg("--plugin")
-        .arg(crate::support::plugin_path("redfish"))
-        .args([
-            "--health-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
+    world
+        .hyperplug_run(&["proxmox", "redfish"])
         .args(["--resync-seconds", "5", "--claims-namespace", &world.ns])
         .args(["--blob-listen-addr", &blob_addr])
         .args(["--blob-advertise-url", &format!("http://{blob_addr}")])
-        .env("KUBECONFIG", world.plane.kubeconfig_path())
         .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
         .spawn()
         .expect("start hyperplug run")
 }
@@ -74,16 +56,6 @@ async fn first_provisioned(
     );
 }
 
-async fn own_by_machine(world: &World, yaml: &str, machine: &str) {
-    let (objects, infra_machine) = yaml.rsplit_once("---\n").unwrap();
-    world.apply(objects).await;
-    let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
-    let uid = machines.get(machine).await.unwrap().uid().unwrap();
-    world
-        .apply(&infra_machine.replace("MACHINE_UID", &uid))
-        .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_side() {
     let world = World::start_with(pve_sim::Config::fast(), false).await;
@@ -100,16 +72,16 @@ async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_sid
 
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
     let proxmox = std::fs::read_to_string(format!("{fixtures}/cluster-and-machine.yaml")).unwrap();
-    own_by_machine(&world, &proxmox, "m-0").await;
+    world.apply_owned_by_machine(&proxmox, "m-0").await;
     let metal = std::fs::read_to_string(format!("{fixtures}/redfish-cluster-and-machine.yaml"))
         .unwrap()
         .replace("BMC_URL", &bmc.url);
-    own_by_machine(&world, &metal, "rm-0").await;
+    world.apply_owned_by_machine(&metal, "rm-0").await;
     // A second machine for the same single host: it must wait, not share it.
     let (_, second) = metal.split_once("name: rm-0-bootstrap").unwrap();
     let second = format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: rm-0-bootstrap{second}")
         .replace("rm-0", "rm-1");
-    own_by_machine(&world, &second, "rm-1").await;
+    world.apply_owned_by_machine(&second, "rm-1").await;
 
     let blob_port = kube_world::free_port().expect("port");
     let _host = Host(start_host(&world, blob_port));

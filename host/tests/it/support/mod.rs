@@ -1,4 +1,6 @@
 //! What the host's integration tests share: the built plugins and request builders.
+pub mod conformance;
+pub mod drive;
 pub mod junit;
 pub mod sushy;
 pub mod world;
@@ -7,6 +9,8 @@ use std::sync::OnceLock;
 
 use hyperplug::runtime::bindings::{cluster, machine};
 use hyperplug::runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime};
+use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
+use serde_json::json;
 
 /// Build every plugin once per test binary (a no-op when they are up to date).
 fn built() -> &'static PathBuf {
@@ -62,6 +66,38 @@ pub fn credentials(endpoint: &str) -> Credentials {
         fingerprint: None,
         insecure: false,
     }
+}
+
+/// pve-sim over HTTPS on a free loopback port.
+pub async fn sim_with(config: Config) -> RunningSim {
+    Simulator::start(
+        config,
+        ListenOpts {
+            addr: "127.0.0.1:0".into(),
+            tls: true,
+        },
+    )
+    .await
+    .expect("start pve-sim")
+}
+
+/// The simulator's credentials, its certificate pinned by fingerprint.
+pub fn pinned(sim: &RunningSim) -> Credentials {
+    Credentials {
+        fingerprint: Some(sim.fingerprint().to_string()),
+        ..credentials(sim.base_url())
+    }
+}
+
+/// The seed's ProxmoxCluster spec, unchanged but for the simulator's node names.
+pub fn seed_cluster() -> serde_json::Value {
+    json!({
+        "allowedNodes": ["pve1"],
+        "controlPlaneEndpoint": {"host": "192.168.1.230", "port": 6443},
+        "dnsServers": ["192.168.1.1"],
+        "ipv4Config": {"addresses": ["192.168.1.220-192.168.1.229"], "gateway": "192.168.1.1", "prefix": 24},
+        "schedulerHints": {"memoryAdjustment": 0},
+    })
 }
 
 pub fn machine_request(

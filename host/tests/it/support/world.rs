@@ -1,15 +1,18 @@
 //! A whole management world for controller tests: a real kube-apiserver with the
 //! Cluster API and IPAM CRDs and ours, pve-sim, and the hyperplug controllers running
 //! in this process against them.
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::metrics::Metrics;
 use hyperplug::runtime::Limits;
-use kube::api::{Api, DynamicObject};
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch};
 use kube_world::{Plane, PlaneOpts};
-use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
+use pve_sim::{Config, RunningSim};
+use serde_json::json;
 
 /// The API token secret of these tests: unique, so a scan can prove it never leaks.
 pub const TOKEN_ID: &str = "capmox@pve!capi";
@@ -82,15 +85,7 @@ impl World {
             .await
             .expect("install our CRDs");
         sim_config.tokens = vec![format!("{TOKEN_ID}={TOKEN_SECRET}")];
-        let sim = Simulator::start(
-            sim_config,
-            ListenOpts {
-                addr: "127.0.0.1:0".into(),
-                tls: true,
-            },
-        )
-        .await
-        .expect("sim");
+        let sim = super::sim_with(sim_config).await;
         let ns = plane.namespace("hp").await.expect("namespace");
         let secret = format!(
             "apiVersion: v1\nkind: Secret\nmetadata:\n  name: pve-credentials\nstringData:\n  url: {}\n  token: \"{TOKEN_ID}\"\n  secret: {TOKEN_SECRET}\n  fingerprint: \"{}\"\n",
@@ -136,6 +131,17 @@ impl World {
             .expect("apply")
     }
 
+    /// Apply a fixture whose last document is an InfraMachine owned by the Machine
+    /// `machine`, as CAPI owns it: its `MACHINE_UID` is filled in once the Machine exists.
+    pub async fn apply_owned_by_machine(&self, yaml: &str, machine: &str) {
+        let (objects, infra_machine) = yaml.rsplit_once("---\n").expect("several documents");
+        self.apply(objects).await;
+        let machines = self.api("cluster.x-k8s.io/v1beta2", "Machine").await;
+        let uid = machines.get(machine).await.unwrap().uid().unwrap();
+        self.apply(&infra_machine.replace("MACHINE_UID", &uid))
+            .await;
+    }
+
     pub async fn api(&self, api_version: &str, kind: &str) -> Api<DynamicObject> {
         self.plane
             .dynamic_api(api_version, kind, Some(&self.ns))
@@ -164,6 +170,78 @@ impl World {
         panic!(
             "timed out waiting for {name}: {what}; last seen: {:?}",
             last.map(|o| o.data)
+        );
+    }
+
+    /// `hyperplug run` with these plugins (bundled or test plugins, by name) against this
+    /// world's API server, health and metrics on free ports, its log appended to
+    /// `hyperplug.log` in the plane's directory. Add flags, then spawn it.
+    pub fn hyperplug_run(&self, plugins: &[&str]) -> Command {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.plane.dir().join("hyperplug.log"))
+            .expect("log file");
+        let mut run = Command::new(env!("CARGO_BIN_EXE_hyperplug"));
+        run.arg("run");
+        for plugin in plugins {
+            run.arg("--plugin").arg(super::plugin_path(plugin));
+        }
+        run.args(["--health-addr", "127.0.0.1:0"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .env("KUBECONFIG", self.plane.kubeconfig_path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log));
+        run
+    }
+
+    /// With `name` (of `objects`) provisioned under the Cluster `demo`: pausing the
+    /// Cluster stops every plugin call for it, even when it changes and past the resync,
+    /// and unpausing resumes them.
+    pub async fn pausing_the_cluster_stops_plugin_calls(
+        &self,
+        objects: &Api<DynamicObject>,
+        name: &str,
+    ) {
+        let capi = self.api("cluster.x-k8s.io/v1beta2", "Cluster").await;
+        let pause = |on: bool| Patch::Merge(json!({"spec": {"paused": on}}));
+        capi.patch("demo", &Default::default(), &pause(true))
+            .await
+            .unwrap();
+        self.wait_for(objects, name, "Paused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+        self.sim.state().reset_counters();
+        // A change to the object would normally reconcile it (and call the plugin); the
+        // resync period (5 s here) passes too.
+        let poke = json!({"metadata": {"annotations": {"poke": "1"}}});
+        objects
+            .patch(name, &Default::default(), &Patch::Merge(poke))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        assert!(
+            self.sim.state().counters().is_empty(),
+            "paused: {:?}",
+            self.sim.state().counters()
+        );
+        capi.patch("demo", &Default::default(), &pause(false))
+            .await
+            .unwrap();
+        self.wait_for(objects, name, "unpaused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+        for _ in 0..100 {
+            if !self.sim.state().counters().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            !self.sim.state().counters().is_empty(),
+            "unpausing must resume plugin calls"
         );
     }
 
