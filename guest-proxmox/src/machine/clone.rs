@@ -6,14 +6,28 @@
 //! second one. A VMID another client takes first (refused at once, or lost inside the
 //! clone task, as PVE lets two clones race for one ID) is replaced by another.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+use guest_kit::{log, terminal, transient};
+
+use super::context::Ctx;
+use super::ownership::{Located, description};
+use super::properties::{str_of, uuid_of};
+use super::scheduler::{Source as Placement, pick_node};
+use super::state::{Source, State, Step};
+use super::tasks::{poll, task_failed, upid_of};
+use super::template::{resolve_template, template_reach};
+use super::vmid::{next_vmid, vmid_taken};
+use super::{RETRY_MS, SHORT_MS};
+use crate::api::percent_encode;
 
 /// No VM recorded: adopt ours if it exists, else pick the template, a node it can be
 /// cloned to, and a VMID, and record them.
 pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some((node, vmid, config)) = cx.find_owned()? {
-        log(
-            Level::Info,
+        log::info(
             "adopting the existing VM of this machine",
             &[("vmid", vmid.to_string()), ("node", node.clone())],
         );
@@ -62,7 +76,14 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
     }
     st.awaiting = None;
     let reach = template_reach(cx, &src_node, template)?;
-    let node = pick_node(cx, &src_node, template, &reach)?;
+    let node = pick_node(
+        cx,
+        &Placement {
+            node: &src_node,
+            template,
+            reach: &reach,
+        },
+    )?;
     let vmid = propose_vmid(cx, st)?;
     st.source = Some(Source {
         node: src_node,
@@ -102,8 +123,7 @@ fn another_vmid(
     let taken = st.vmid.unwrap_or_default();
     st.collisions += 1;
     let vmid = propose_vmid(cx, st)?;
-    log(
-        Level::Debug,
+    log::debug(
         "VMID taken, trying another",
         &[("vmid", taken.to_string()), ("next", vmid.to_string())],
     );
@@ -223,8 +243,7 @@ fn post_clone(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginE
     let path = format!("/nodes/{}/qemu/{template}/clone", percent_encode(&src_node));
     match cx.pve.post(&path, &form) {
         Ok(v) => {
-            log(
-                Level::Info,
+            log::info(
                 "cloning",
                 &[
                     ("vmid", vmid.to_string()),

@@ -2,15 +2,11 @@
 //! the spec (`{"attack": "...", ...}`); every other call behaves. The host's tests use
 //! it to show each misbehaviour is contained with a specific error while the same host
 //! keeps serving other calls.
-mod bindings {
-    wit_bindgen::generate!({ path: "../../wit", world: "plugin", generate_all });
-}
-
-use bindings::exports::hyperplug::provider::{cluster, identity, machine};
-use bindings::hyperplug::provider::types::{PluginError, Progress, TransientError};
+use guest_kit::types::{PluginError, Progress, TransientError};
+use guest_kit::{cluster, identity, machine};
 
 struct Hostile;
-bindings::export!(Hostile with_types_in bindings);
+guest_kit::export!(Hostile);
 
 fn status(message: String) -> machine::MachineStatus {
     machine::MachineStatus {
