@@ -10,6 +10,7 @@ mod egress;
 pub mod error;
 pub mod limits;
 mod loader;
+mod meter;
 pub mod overhead;
 mod state;
 pub mod tls;
@@ -18,22 +19,24 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
 
 pub use bindings::types::{Credentials, NamedCredentials, ObjectRef, PluginError};
-pub use blobs::BlobStore;
+pub use blobs::{BlobLimits, BlobStore};
 pub use claims::{ClaimStore, MemoryClaims};
 pub use error::{CallError, LoadError};
-pub use limits::Limits;
+pub use limits::{Breach, Limits};
 pub use loader::{WIT_PACKAGE, WIT_VERSION};
 
 use bindings::{Plugin as Bindings, PluginPre};
 pub use egress::HttpObserver;
 use egress::{ClientCache, Egress, Origin};
-use state::{CallLog, CallState, Services};
+use meter::{CallMeter, Metered, Stop};
+use state::{CallLog, CallState, MemoryCapReached, PluginMemory, Services};
 use tls::TlsPolicy;
 
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
@@ -176,6 +179,10 @@ impl Runtime {
             digest,
             name: Arc::from("(loading)"),
             info: None,
+            in_flight: Arc::new(Semaphore::new(
+                inner.limits.http_in_flight_per_plugin.max(1) as usize,
+            )),
+            memory: PluginMemory::new(inner.limits.memory_per_plugin_bytes()),
         };
         let info = plugin
             .identity()
@@ -219,6 +226,15 @@ fn validate_info(info: &bindings::identity::PluginInfo) -> Result<(), String> {
     if info.kinds.is_empty() {
         return Err("plugin declares no kinds".into());
     }
+    for (i, kind) in info.kinds.iter().enumerate() {
+        let plural = crate::crds::plural(&kind.kind);
+        if info.kinds[..i]
+            .iter()
+            .any(|k| crate::crds::plural(&k.kind) == plural)
+        {
+            return Err(format!("plugin declares kind {} twice", kind.kind));
+        }
+    }
     for kind in &info.kinds {
         let schema: serde_json::Value = serde_json::from_str(&kind.spec_schema)
             .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
@@ -241,6 +257,20 @@ pub struct Plugin {
     digest: String,
     name: Arc<str>,
     info: Option<Arc<bindings::identity::PluginInfo>>,
+    /// HTTP requests all calls of this plugin may have in flight.
+    in_flight: Arc<Semaphore>,
+    /// Linear memory all calls of this plugin hold.
+    memory: Arc<PluginMemory>,
+}
+
+/// Whom a call is about: the object it names (for logs), and whether the blobs and
+/// claims it takes belong to that object (released with it) or cannot be taken.
+enum Subject<'a> {
+    None,
+    /// The object owns what the call publishes or claims.
+    Owner(&'a ObjectRef),
+    /// Named in logs, but owns nothing: nothing would release what it took.
+    Named(&'a ObjectRef),
 }
 
 impl Plugin {
@@ -270,9 +300,12 @@ impl Plugin {
     }
 
     async fn identity(&self) -> Result<bindings::identity::PluginInfo, CallError> {
-        self.invoke("identity.info", &[], None, async |store, plugin| {
-            plugin.hyperplug_provider_identity().call_info(store).await
-        })
+        self.invoke(
+            "identity.info",
+            &[],
+            Subject::None,
+            async |store, plugin| plugin.hyperplug_provider_identity().call_info(store).await,
+        )
         .await
     }
 
@@ -283,7 +316,7 @@ impl Plugin {
         self.invoke(
             "cluster.reconcile",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.cluster),
+            Subject::Owner(&req.cluster),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_cluster()
@@ -301,7 +334,7 @@ impl Plugin {
         self.invoke(
             "cluster.delete",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.cluster),
+            Subject::Owner(&req.cluster),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_cluster()
@@ -319,7 +352,7 @@ impl Plugin {
         self.invoke(
             "machine.create",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.machine),
+            Subject::Owner(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -337,7 +370,7 @@ impl Plugin {
         self.invoke(
             "machine.describe",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.machine),
+            Subject::Owner(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -355,7 +388,7 @@ impl Plugin {
         self.invoke(
             "machine.delete",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.machine),
+            Subject::Owner(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -373,7 +406,7 @@ impl Plugin {
         self.invoke(
             "machine.describe-template",
             &req.credentials.iter().collect::<Vec<_>>(),
-            Some(&req.template),
+            Subject::Named(&req.template),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -389,46 +422,69 @@ impl Plugin {
         &self,
         call: &'static str,
         credentials: &[&Credentials],
-        subject: Option<&ObjectRef>,
+        subject: Subject<'_>,
         f: impl AsyncFnOnce(&mut Store<CallState>, &Bindings) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
         let plugin = self.name.to_string();
-        let egress = self.egress_for(credentials)?;
+        let meter = CallMeter::new(limits.cpu());
+        let egress = self.egress_for(credentials, &meter)?;
         let denied = egress.denied.clone();
+        let (named, owner) = match subject {
+            Subject::None => (None, None),
+            Subject::Owner(o) => (Some(o), Some(o)),
+            Subject::Named(o) => (Some(o), None),
+        };
         let log = CallLog {
             plugin: self.name.clone(),
             call,
-            object: subject.map(object_name).unwrap_or_default(),
+            object: named.map(object_name).unwrap_or_default(),
             remaining: limits.log_lines,
+            bytes_left: limits.log_bytes(),
+            bytes_limit: limits.log_bytes(),
             lines: None,
         };
+        let blobs = self.runtime.blobs();
+        // Every transfer out of the sandbox (an import's arguments, the result) is
+        // copied within this budget, so aliased strings cannot make the host allocate
+        // more than the plugin could legitimately send.
+        let transfer = limits.output_bytes().max(blobs.max_blob_bytes());
         let services = Services {
             plugin: self.name.clone(),
-            subject: subject.cloned(),
-            blobs: self.runtime.blobs(),
+            subject: owner.cloned(),
+            blobs,
             claims: self.runtime.claims(),
+            claims_per_object: limits.claims_per_object,
+            claim_calls_left: limits.claim_calls,
+            claim_calls: limits.claim_calls,
         };
-        let mut store = Store::new(&inner.engine, CallState::new(limits, egress, log, services));
-        store.limiter(|state| &mut state.limits);
-        let budget = limits.cpu_ticks();
+        let state = CallState::new(
+            limits,
+            egress,
+            log,
+            services,
+            meter.clone(),
+            self.memory.clone(),
+        );
+        let mut store = Store::new(&inner.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.set_hostcall_fuel(transfer);
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |mut ctx| {
-            let state = ctx.data_mut();
-            state.cpu_ticks += 1;
-            if state.cpu_ticks > budget {
-                return Err(wasmtime::Error::new(CpuBudgetSpent));
+        store.epoch_deadline_callback(move |ctx| {
+            match ctx.data().meter.check(true) {
+                Some(Stop::Cpu) => Err(wasmtime::Error::new(CpuBudgetSpent)),
+                Some(Stop::Breach(b)) => Err(wasmtime::Error::new(b)),
+                // Give the tokio worker back every tick: a busy plugin never starves others.
+                None => Ok(UpdateDeadline::Yield(1)),
             }
-            // Give the tokio worker back every tick: a busy plugin never starves others.
-            Ok(UpdateDeadline::Yield(1))
         });
 
         let run = async {
             let bindings = self.pre.instantiate_async(&mut store).await?;
             f(&mut store, &bindings).await
         };
-        let outcome = tokio::time::timeout(limits.timeout(), run).await;
+        let outcome = tokio::time::timeout(limits.timeout(), Metered::call(run, meter)).await;
         let result = match outcome {
             Err(_) => {
                 return Err(CallError::Timeout {
@@ -437,13 +493,24 @@ impl Plugin {
                     limit_ms: limits.timeout_ms,
                 });
             }
-            Ok(Err(e)) => return Err(self.classify_failure(call, e, &store)),
-            Ok(Ok(r)) => r,
+            Ok(Err(Stop::Cpu)) => {
+                return Err(CallError::CpuBudget {
+                    plugin,
+                    call,
+                    limit_ms: limits.cpu_ms,
+                });
+            }
+            Ok(Err(Stop::Breach(breach))) => {
+                return Err(CallError::Limit {
+                    plugin,
+                    call,
+                    breach,
+                });
+            }
+            Ok(Ok(Err(e))) => return Err(self.classify_failure(call, e, &store)),
+            Ok(Ok(Ok(r))) => r,
         };
-        let size = serde_json::to_vec(&result)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        if size > limits.output_bytes() {
+        if let Err(size) = json_size_within(&result, limits.output_bytes()) {
             return Err(CallError::OutputTooLarge {
                 plugin,
                 call,
@@ -458,8 +525,13 @@ impl Plugin {
         Ok(result)
     }
 
-    fn egress_for(&self, credentials: &[&Credentials]) -> Result<Egress, CallError> {
+    fn egress_for(
+        &self,
+        credentials: &[&Credentials],
+        meter: &Arc<CallMeter>,
+    ) -> Result<Egress, CallError> {
         let inner = &self.runtime.inner;
+        let limits = &inner.limits;
         let mut allowed = Vec::with_capacity(credentials.len());
         for c in credentials {
             let origin = Origin::parse(&c.endpoint).map_err(|message| CallError::Credentials {
@@ -476,10 +548,17 @@ impl Plugin {
         Ok(Egress {
             allowed,
             clients: inner.clients.clone(),
-            max_body: inner.limits.http_body_bytes(),
+            max_body: limits.http_body_bytes(),
+            max_request_body: limits.request_body_bytes(),
+            in_flight: Arc::new(Semaphore::new(limits.http_in_flight as usize)),
+            in_flight_limit: limits.http_in_flight,
+            plugin_in_flight: self.in_flight.clone(),
+            denials_left: limits.egress_denials,
+            denials_limit: limits.egress_denials,
             denied: Arc::new(Mutex::new(Vec::new())),
             observer: inner.observer.get().cloned(),
             plugin: self.name.clone(),
+            meter: meter.clone(),
         })
     }
 
@@ -492,6 +571,17 @@ impl Plugin {
     ) -> CallError {
         let plugin = self.name.to_string();
         let limits = &self.runtime.inner.limits;
+        if let Some(breach) = err
+            .downcast_ref::<Breach>()
+            .cloned()
+            .or_else(|| store.data().meter.breached())
+        {
+            return CallError::Limit {
+                plugin,
+                call,
+                breach,
+            };
+        }
         let chain = format!("{err:#}");
         if err.downcast_ref::<CpuBudgetSpent>().is_some() || chain.contains(CPU_BUDGET_SPENT) {
             return CallError::CpuBudget {
@@ -500,13 +590,40 @@ impl Plugin {
                 limit_ms: limits.cpu_ms,
             };
         }
-        if chain.contains("forcing trap when growing memory")
+        if let Some(MemoryCapReached::Plugin(limit)) = err.downcast_ref::<MemoryCapReached>() {
+            return CallError::Limit {
+                plugin,
+                call,
+                breach: Breach::new(
+                    format!(
+                        "{} of memory for all its calls at once",
+                        limits::size(*limit)
+                    ),
+                    "--plugin-memory-per-plugin-mib",
+                ),
+            };
+        }
+        if err.downcast_ref::<MemoryCapReached>().is_some()
             || chain.contains("forcing a memory growth failure")
         {
             return CallError::MemoryLimit {
                 plugin,
                 call,
                 limit_mib: limits.memory_mib,
+            };
+        }
+        if chain.contains("fuel allocated for hostcalls has been exhausted") {
+            let transfer = store.hostcall_fuel();
+            return CallError::Limit {
+                plugin,
+                call,
+                breach: Breach::new(
+                    format!(
+                        "{} passed out of the sandbox at once",
+                        limits::size(transfer)
+                    ),
+                    "the larger of --plugin-output-kib and --blob-max-mib",
+                ),
             };
         }
         let stderr = String::from_utf8_lossy(&store.data().stderr.contents()).to_string();
@@ -524,12 +641,57 @@ impl Plugin {
                 message: chain,
             };
         }
-        let message = chain.lines().next().unwrap_or("unknown trap").to_string();
         CallError::Trap {
             plugin,
             call,
-            message,
+            message: trap_message(&err),
         }
+    }
+}
+
+/// What a trap was, and where: the root cause (e.g. `wasm trap: wasm `unreachable`
+/// instruction executed`) and the innermost named function of the backtrace, rather
+/// than the backtrace's heading.
+fn trap_message(err: &wasmtime::Error) -> String {
+    let cause = err.root_cause().to_string();
+    let cause = cause.lines().next().unwrap_or("unknown trap").trim();
+    let frame = err
+        .downcast_ref::<wasmtime::WasmBacktrace>()
+        .and_then(|bt| {
+            bt.frames()
+                .iter()
+                .find_map(|f| f.func_name().map(str::to_string))
+        });
+    match frame {
+        Some(name) => format!("{cause} (in {name})"),
+        None => cause.to_string(),
+    }
+}
+
+/// Whether `value` serialises to at most `limit` bytes of JSON, found by counting
+/// while serialising (nothing is kept, and counting stops at the limit); else the
+/// size reached.
+fn json_size_within<T: serde::Serialize>(value: &T, limit: usize) -> Result<(), usize> {
+    struct Count {
+        bytes: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.bytes += buf.len();
+            if self.bytes > self.limit {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count { bytes: 0, limit };
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => Ok(()),
+        Err(_) => Err(count.bytes),
     }
 }
 

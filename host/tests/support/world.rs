@@ -114,12 +114,13 @@ impl World {
                 observed.infrastructure_request(p, method, path)
             }));
         let controllers = in_process.then(|| {
-            tokio::spawn(controller::run(
-                plane.client(),
-                vec![plugin.clone()],
-                options,
-                metrics.clone(),
-            ))
+            let (client, plugins, metrics) =
+                (plane.client(), vec![plugin.clone()], metrics.clone());
+            tokio::spawn(async move {
+                controller::run(client, plugins, options, metrics)
+                    .await
+                    .expect("controllers")
+            })
         });
         World {
             plane,
