@@ -449,7 +449,7 @@ impl Plugin {
         // Every transfer out of the sandbox (an import's arguments, the result) is
         // copied within this budget, so aliased strings cannot make the host allocate
         // more than the plugin could legitimately send.
-        let transfer = limits.output_bytes().max(blobs.max_blob_bytes());
+        let transfer = limits.output_bytes().max(blobs.max_blob_bytes()) + TRANSFER_SLACK;
         let services = Services {
             plugin: self.name.clone(),
             subject: owner.cloned(),
@@ -694,6 +694,10 @@ fn json_size_within<T: serde::Serialize>(value: &T, limit: usize) -> Result<(), 
         Err(_) => Err(count.bytes),
     }
 }
+
+/// Room in a transfer for what comes with the largest blob or result (a blob's name,
+/// a result's other fields).
+const TRANSFER_SLACK: usize = 64 << 10;
 
 const CPU_BUDGET_SPENT: &str = "plugin CPU budget spent";
 

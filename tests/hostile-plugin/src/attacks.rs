@@ -71,7 +71,7 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
         "blob-flood" => blob_flood(count, mib),
         "body-flood" => body_flood(&spec.str("authority")),
         "alias-output" => alias_output(count, mib),
-        "log-flood" => log_flood(count),
+        "log-flood" => log_flood(count, spec.num("kib", 256) as usize),
         "log-inject" => {
             log::log(
                 Level::Info,
@@ -189,9 +189,9 @@ fn alias_output(count: u64, mib: usize) -> Result<MachineStatus, PluginError> {
     Ok(s)
 }
 
-/// `count` lines of 16 fields of 256 KiB each.
-fn log_flood(count: u64) -> Result<MachineStatus, PluginError> {
-    let value = "v".repeat(256 << 10);
+/// `count` lines of 16 fields of `kib` KiB each.
+fn log_flood(count: u64, kib: usize) -> Result<MachineStatus, PluginError> {
+    let value = "v".repeat(kib << 10);
     let fields: Vec<(String, String)> = (0..16).map(|i| (format!("f{i}"), value.clone())).collect();
     for _ in 0..count {
         log::log(Level::Info, "flood", &fields);
