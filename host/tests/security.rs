@@ -583,8 +583,12 @@ mod tenants {
         o.data["status"]["initialization"]["provisioned"] == true
     }
 
-    /// A Cluster and its ProxmoxCluster (DHCP: no IPAM needed).
-    fn proxmox_cluster(name: &str, credentials: &str) -> String {
+    /// A Cluster and its ProxmoxCluster (DHCP: no IPAM needed), with `credentials` as
+    /// its `credentialsRef` (a YAML flow map) or none.
+    fn proxmox_cluster(name: &str, credentials: Option<&str>) -> String {
+        let credentials = credentials
+            .map(|c| format!("  credentialsRef: {c}\n"))
+            .unwrap_or_default();
         format!(
             r#"
 apiVersion: cluster.x-k8s.io/v1beta2
@@ -609,8 +613,7 @@ spec:
     host: 192.168.1.230
     port: 6443
   dnsServers: [192.168.1.1]
-  credentialsRef: {credentials}
-"#
+{credentials}"#
         )
     }
 
@@ -626,7 +629,7 @@ spec:
     ) {
         world
             .apply(&format!(
-                r#"
+                r##"
 apiVersion: cluster.x-k8s.io/v1beta2
 kind: Machine
 metadata:
@@ -635,11 +638,24 @@ metadata:
     cluster.x-k8s.io/cluster-name: {cluster}
 spec:
   clusterName: {cluster}
+  bootstrap:
+    dataSecretName: {name}-bootstrap
   infrastructureRef:
     apiGroup: infrastructure.cluster.x-k8s.io
     kind: {kind}
     name: {name}
-"#
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {name}-bootstrap
+  labels:
+    cluster.x-k8s.io/cluster-name: {cluster}
+type: cluster.x-k8s.io/secret
+stringData:
+  value: "#cloud-config\n"
+  format: cloud-config
+"##
             ))
             .await;
         let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
@@ -697,7 +713,7 @@ spec: {spec}
     async fn a_copied_or_edited_ownership_id_adopts_nothing_and_deletes_nothing() {
         let world = World::start(pve_sim::Config::fast()).await;
         world
-            .apply(&proxmox_cluster("demo", "{name: pve-credentials}"))
+            .apply(&proxmox_cluster("demo", Some("{name: pve-credentials}")))
             .await;
         let pms = world.api(V1ALPHA1, "ProxmoxMachine").await;
         machine(
@@ -758,14 +774,17 @@ spec: {spec}
         );
 
         // An edited id on the victim itself: its deletion destroys nothing and waits.
-        let edited = format!("{uid}.{}", mac.chars().rev().collect::<String>());
+        let edited = format!("00000000-0000-0000-0000-000000000000.{mac}");
         set_annotation(&pms, "victim", &edited).await;
         pms.delete("victim", &DeleteParams::default())
             .await
             .unwrap();
         let waiting = world
             .wait_for(&pms, "victim", "deletion held", |o| {
-                ready_reason(o).as_deref() == Some("OwnershipUnverified")
+                condition(o, "Ready").is_some_and(|c| {
+                    c["reason"] == "OwnershipUnverified"
+                        && c["message"].to_string().contains("being deleted")
+                })
             })
             .await;
         let message = condition(&waiting, "Ready").unwrap()["message"].to_string();
@@ -824,12 +843,12 @@ spec: {spec}
         world
             .apply(&proxmox_cluster(
                 "borrower",
-                &format!("{{name: team-b-token, namespace: {other}}}"),
+                Some(&format!("{{name: team-b-token, namespace: {other}}}")),
             ))
             .await;
-        world.apply(&proxmox_cluster("nothing", "null")).await;
+        world.apply(&proxmox_cluster("nothing", None)).await;
         world
-            .apply(&proxmox_cluster("own", "{name: pve-credentials}"))
+            .apply(&proxmox_cluster("own", Some("{name: pve-credentials}")))
             .await;
         let pcs = world.api(V1ALPHA1, "ProxmoxCluster").await;
         let borrower = world
@@ -885,7 +904,7 @@ spec: {spec}
         world
             .apply(&proxmox_cluster(
                 "granted",
-                &format!("{{name: infra-token, namespace: {shared}}}"),
+                Some(&format!("{{name: infra-token, namespace: {shared}}}")),
             ))
             .await;
         let pcs = world.api(V1ALPHA1, "ProxmoxCluster").await;
@@ -1205,7 +1224,7 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
                     .apply_yaml_in(
                         &ns,
                         &format!(
-                            "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata: {{name: {name}, labels: {{cluster.x-k8s.io/cluster-name: flood}}}}\nspec: {{clusterName: flood, infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: HostileMachine, name: {name}}}}}\n"
+                            "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata: {{name: {name}, labels: {{cluster.x-k8s.io/cluster-name: flood}}}}\nspec: {{clusterName: flood, bootstrap: {{dataSecretName: none}}, infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: HostileMachine, name: {name}}}}}\n"
                         ),
                     )
                     .await

@@ -236,7 +236,7 @@ impl OwnershipKeys {
     fn unproven_message(&self, kind: &ApiResource, obj: &DynamicObject, why: &str) -> String {
         format!(
             "the annotation {OWNERSHIP_ID_ANNOTATION} of {} {}/{} {why}. Nothing is created, adopted or deleted for it. \
-             After clusterctl move from a manager with another key: copy that manager's Secret {} into this manager's as an `{ACCEPTED_KEY_PREFIX}<name>` entry (or as this manager's Secret, if it signed nothing yet). \
+             After clusterctl move from a manager with another key: copy the `{SIGNING_KEY}` of that manager's key Secret into this manager's, {}, as an `{ACCEPTED_KEY_PREFIX}<name>` entry. \
              A copy that should own only what it creates itself: remove the annotation.",
             kind.kind,
             obj.namespace().unwrap_or_default(),
