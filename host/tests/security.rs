@@ -144,7 +144,7 @@ mod sandbox {
     async fn a_blob_flood_is_bounded_per_object_and_per_plugin() {
         let (runtime, plugin) = hostile().await;
         let store = serve_blobs(&runtime);
-        let flood = json!({"attack": "blob-flood", "count": 8, "mib": 16});
+        let flood = json!({"attack": "blob-flood", "count": 8, "mib": 8});
         // One object: one blob of the largest size, then refusals naming the limit.
         let first = attack_as(&plugin, "a", flood.clone(), "http://127.0.0.1:1")
             .await
@@ -162,7 +162,7 @@ mod sandbox {
             .unwrap_err();
         assert!(last.starts_with("plugin: published 0 blobs"), "{last}");
         assert!(last.contains("--blob-plugin-mib"), "{last}");
-        assert_eq!(store.len(), 4, "64 MiB held, no more");
+        assert_eq!(store.len(), 4, "32 MiB held, no more");
         // Another plugin publishes as before.
         store
             .publish("other", &object("x"), "seed.iso", vec![1; 1 << 20], 60)
@@ -317,10 +317,10 @@ mod sandbox {
     async fn host_work_on_a_calls_behalf_counts_against_its_cpu_budget() {
         let (runtime, plugin) = hostile().await;
         serve_blobs(&runtime);
-        // The plugin does nothing but make the host copy 16 MiB, again and again.
+        // The plugin does nothing but make the host copy 8 MiB, again and again.
         let err = call_error(
             &plugin,
-            json!({"attack": "host-cpu", "mib": 16}),
+            json!({"attack": "host-cpu", "mib": 8}),
             "http://127.0.0.1:1",
         )
         .await;
@@ -1131,7 +1131,7 @@ mod floods {
             },
             Flood {
                 name: "blobs",
-                spec: json!({"attack": "blob-flood", "count": 64, "mib": 16}),
+                spec: json!({"attack": "blob-flood", "count": 8, "mib": 8}),
                 objects: 6,
             },
             Flood {
@@ -1166,7 +1166,7 @@ mod floods {
             },
             Flood {
                 name: "host CPU",
-                spec: json!({"attack": "host-cpu", "mib": 16}),
+                spec: json!({"attack": "host-cpu", "mib": 8}),
                 objects: 1,
             },
             Flood {

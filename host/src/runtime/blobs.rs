@@ -24,17 +24,17 @@ pub struct BlobLimits {
     #[arg(long, default_value_t = 3600, env = "HYPERPLUG_BLOB_TTL_SECONDS")]
     pub blob_ttl_seconds: u64,
     /// Largest blob a plugin may publish, in MiB.
-    #[arg(long, default_value_t = 16, env = "HYPERPLUG_BLOB_MAX_MIB")]
+    #[arg(long, default_value_t = 8, env = "HYPERPLUG_BLOB_MAX_MIB")]
     pub blob_max_mib: usize,
     /// Most blobs one object may have published at once.
     #[arg(long, default_value_t = 4, env = "HYPERPLUG_BLOB_MAX_PER_OBJECT")]
     pub blob_max_per_object: usize,
     /// Most bytes of blobs one object may have published at once, in MiB.
-    #[arg(long, default_value_t = 16, env = "HYPERPLUG_BLOB_OBJECT_MIB")]
+    #[arg(long, default_value_t = 8, env = "HYPERPLUG_BLOB_OBJECT_MIB")]
     pub blob_object_mib: usize,
     /// Most bytes of blobs all objects of one plugin may have published at once, in
     /// MiB (the host keeps them in memory).
-    #[arg(long, default_value_t = 64, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
+    #[arg(long, default_value_t = 32, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
     pub blob_plugin_mib: usize,
 }
 
@@ -42,10 +42,10 @@ impl Default for BlobLimits {
     fn default() -> Self {
         BlobLimits {
             blob_ttl_seconds: 3600,
-            blob_max_mib: 16,
+            blob_max_mib: 8,
             blob_max_per_object: 4,
-            blob_object_mib: 16,
-            blob_plugin_mib: 64,
+            blob_object_mib: 8,
+            blob_plugin_mib: 32,
         }
     }
 }
