@@ -108,7 +108,9 @@ impl Management {
             .arg("--plugin")
             .arg(plugin)
             .arg("--default-credentials-secret=hyperplug-system/hyperplug-proxmox-credentials")
-            .arg(format!("--ownership-key-secret={KEY_NAMESPACE}/{KEY_SECRET}"))
+            .arg(format!(
+                "--ownership-key-secret={KEY_NAMESPACE}/{KEY_SECRET}"
+            ))
             .arg(format!("--metrics-addr={}", self.metrics))
             .arg(format!("--health-addr={health}"))
             .env("KUBECONFIG", self.plane.kubeconfig_path());
@@ -135,15 +137,18 @@ impl Management {
     /// `accept.<name>` entry (docs/security.md). Waits for this manager to have made its
     /// own key first.
     pub async fn accept_ownership_key_of(&self, source: &Management) -> Result<()> {
-        let secrets = |m: &Management| -> Api<Secret> {
-            Api::namespaced(m.plane.client(), KEY_NAMESPACE)
-        };
+        let secrets =
+            |m: &Management| -> Api<Secret> { Api::namespaced(m.plane.client(), KEY_NAMESPACE) };
         let mine = secrets(self);
         self.plane
-            .wait_for("this manager's ownership key", Duration::from_secs(60), || {
-                let mine = mine.clone();
-                async move { Ok(mine.get_opt(KEY_SECRET).await?.is_some()) }
-            })
+            .wait_for(
+                "this manager's ownership key",
+                Duration::from_secs(60),
+                || {
+                    let mine = mine.clone();
+                    async move { Ok(mine.get_opt(KEY_SECRET).await?.is_some()) }
+                },
+            )
             .await?;
         let theirs = secrets(source).get(KEY_SECRET).await?;
         let key = theirs
