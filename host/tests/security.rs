@@ -1175,6 +1175,16 @@ mod floods {
                 objects: 4,
             },
             Flood {
+                name: "aliased result, 8 objects at once",
+                spec: json!({"attack": "alias-output", "count": 120, "mib": 1}),
+                objects: 8,
+            },
+            Flood {
+                name: "request body, 8 objects at once",
+                spec: json!({"attack": "body-flood", "authority": silent.to_string()}),
+                objects: 8,
+            },
+            Flood {
                 name: "big result",
                 spec: json!({"attack": "big-string"}),
                 objects: 1,
