@@ -114,7 +114,8 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
     for want in [
         "run",
         "--plugin=/plugins/proxmox.wasm",
-        "--default-credentials-secret=$(POD_NAMESPACE)/hyperplug-proxmox-credentials",
+        "--default-credentials-secret=proxmox=$(POD_NAMESPACE)/hyperplug-proxmox-credentials",
+        "--ownership-key-secret=$(POD_NAMESPACE)/hyperplug-ownership-key",
         "--metrics-addr=0.0.0.0:8080",
         "--health-addr=0.0.0.0:8081",
         "--leader-elect",
