@@ -8,8 +8,10 @@ pub mod blobs;
 pub mod claims;
 mod egress;
 pub mod error;
+mod failure;
 pub mod limits;
 mod loader;
+mod memory;
 mod meter;
 pub mod overhead;
 mod state;
@@ -35,8 +37,9 @@ pub use loader::{WIT_PACKAGE, WIT_VERSION};
 use bindings::{Plugin as Bindings, PluginPre};
 pub use egress::HttpObserver;
 use egress::{ClientCache, Egress, Origin};
+use memory::PluginMemory;
 use meter::{CallMeter, Metered, Stop};
-use state::{CallLog, CallState, MemoryCapReached, PluginMemory, Services};
+use state::{CallLog, CallState, Services};
 use tls::TlsPolicy;
 
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
@@ -473,7 +476,7 @@ impl Plugin {
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |ctx| {
             match ctx.data().meter.check(true) {
-                Some(Stop::Cpu) => Err(wasmtime::Error::new(CpuBudgetSpent)),
+                Some(Stop::Cpu) => Err(wasmtime::Error::new(failure::CpuBudgetSpent)),
                 Some(Stop::Breach(b)) => Err(wasmtime::Error::new(b)),
                 // Give the tokio worker back every tick: a busy plugin never starves others.
                 None => Ok(UpdateDeadline::Yield(1)),
@@ -507,10 +510,12 @@ impl Plugin {
                     breach,
                 });
             }
-            Ok(Ok(Err(e))) => return Err(self.classify_failure(call, e, &store)),
+            Ok(Ok(Err(e))) => {
+                return Err(failure::classify(&self.name, limits, call, e, &store));
+            }
             Ok(Ok(Ok(r))) => r,
         };
-        if let Err(size) = json_size_within(&result, limits.output_bytes()) {
+        if let Err(size) = failure::json_size_within(&result, limits.output_bytes()) {
             return Err(CallError::OutputTooLarge {
                 plugin,
                 call,
@@ -561,156 +566,11 @@ impl Plugin {
             meter: meter.clone(),
         })
     }
-
-    /// Turn a trap or host failure into the specific error a person can act on.
-    fn classify_failure(
-        &self,
-        call: &'static str,
-        err: wasmtime::Error,
-        store: &Store<CallState>,
-    ) -> CallError {
-        let plugin = self.name.to_string();
-        let limits = &self.runtime.inner.limits;
-        if let Some(breach) = err
-            .downcast_ref::<Breach>()
-            .cloned()
-            .or_else(|| store.data().meter.breached())
-        {
-            return CallError::Limit {
-                plugin,
-                call,
-                breach,
-            };
-        }
-        let chain = format!("{err:#}");
-        if err.downcast_ref::<CpuBudgetSpent>().is_some() || chain.contains(CPU_BUDGET_SPENT) {
-            return CallError::CpuBudget {
-                plugin,
-                call,
-                limit_ms: limits.cpu_ms,
-            };
-        }
-        if let Some(MemoryCapReached::Plugin(limit)) = err.downcast_ref::<MemoryCapReached>() {
-            return CallError::Limit {
-                plugin,
-                call,
-                breach: Breach::new(
-                    format!(
-                        "{} of memory for all its calls at once",
-                        limits::size(*limit)
-                    ),
-                    "--plugin-memory-per-plugin-mib",
-                ),
-            };
-        }
-        if err.downcast_ref::<MemoryCapReached>().is_some()
-            || chain.contains("forcing a memory growth failure")
-        {
-            return CallError::MemoryLimit {
-                plugin,
-                call,
-                limit_mib: limits.memory_mib,
-            };
-        }
-        if chain.contains("fuel allocated for hostcalls has been exhausted") {
-            let transfer = store.hostcall_fuel();
-            return CallError::Limit {
-                plugin,
-                call,
-                breach: Breach::new(
-                    format!(
-                        "{} passed out of the sandbox at once",
-                        limits::size(transfer)
-                    ),
-                    "the larger of --plugin-output-kib and --blob-max-mib",
-                ),
-            };
-        }
-        let stderr = String::from_utf8_lossy(&store.data().stderr.contents()).to_string();
-        if let Some(at) = stderr.find("panicked at") {
-            let message = stderr[at..].lines().take(2).collect::<Vec<_>>().join(": ");
-            return CallError::Panic {
-                plugin,
-                call,
-                message,
-            };
-        }
-        if chain.contains("instantiat") {
-            return CallError::Instantiate {
-                plugin,
-                message: chain,
-            };
-        }
-        CallError::Trap {
-            plugin,
-            call,
-            message: trap_message(&err),
-        }
-    }
-}
-
-/// What a trap was, and where: the root cause (e.g. `wasm trap: wasm `unreachable`
-/// instruction executed`) and the innermost named function of the backtrace, rather
-/// than the backtrace's heading.
-fn trap_message(err: &wasmtime::Error) -> String {
-    let cause = err.root_cause().to_string();
-    let cause = cause.lines().next().unwrap_or("unknown trap").trim();
-    let frame = err
-        .downcast_ref::<wasmtime::WasmBacktrace>()
-        .and_then(|bt| {
-            bt.frames()
-                .iter()
-                .find_map(|f| f.func_name().map(str::to_string))
-        });
-    match frame {
-        Some(name) => format!("{cause} (in {name})"),
-        None => cause.to_string(),
-    }
-}
-
-/// Whether `value` serialises to at most `limit` bytes of JSON, found by counting
-/// while serialising (nothing is kept, and counting stops at the limit); else the
-/// size reached.
-fn json_size_within<T: serde::Serialize>(value: &T, limit: usize) -> Result<(), usize> {
-    struct Count {
-        bytes: usize,
-        limit: usize,
-    }
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.bytes += buf.len();
-            if self.bytes > self.limit {
-                return Err(std::io::Error::other("over the limit"));
-            }
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count { bytes: 0, limit };
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => Ok(()),
-        Err(_) => Err(count.bytes),
-    }
 }
 
 /// Room in a transfer for what comes with the largest blob or result (a blob's name,
 /// a result's other fields).
 const TRANSFER_SLACK: usize = 64 << 10;
-
-const CPU_BUDGET_SPENT: &str = "plugin CPU budget spent";
-
-#[derive(Debug)]
-struct CpuBudgetSpent;
-
-impl std::fmt::Display for CpuBudgetSpent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(CPU_BUDGET_SPENT)
-    }
-}
-
-impl std::error::Error for CpuBudgetSpent {}
 
 /// Every credentials of a call: the primary ones first.
 fn credential_list<'a>(
