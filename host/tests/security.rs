@@ -810,28 +810,30 @@ spec: {spec}
             .await;
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn credentials_of_another_namespace_are_refused_unless_granted() {
-        let world = World::start_with(pve_sim::Config::fast(), false).await;
-        let other = world.plane.namespace("team-b").await.unwrap();
+    /// The world's credentials Secret, copied into `namespace` as `name`.
+    async fn copy_credentials(world: &World, namespace: &str, name: &str) {
         let secret =
             Api::<k8s_openapi::api::core::v1::Secret>::namespaced(world.plane.client(), &world.ns)
                 .get("pve-credentials")
                 .await
                 .unwrap();
+        let copy = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name},
+            "data": secret.data,
+        });
         world
             .plane
-            .apply_yaml_in(
-                &other,
-                &serde_yaml::to_string(&json!({
-                    "apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": "team-b-token"},
-                    "data": secret.data,
-                }))
-                .unwrap(),
-            )
+            .apply_yaml_in(namespace, &serde_yaml::to_string(&copy).unwrap())
             .await
             .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn credentials_of_another_namespace_are_refused_unless_granted() {
+        let world = World::start_with(pve_sim::Config::fast(), false).await;
+        let other = world.plane.namespace("team-b").await.unwrap();
+        copy_credentials(&world, &other, "team-b-token").await;
         // The manager's default belongs to another plugin: the Proxmox clusters never
         // get it.
         let mut opts = options(&world);
@@ -880,24 +882,7 @@ spec: {spec}
     async fn a_granted_namespace_may_hold_the_credentials() {
         let world = World::start_with(pve_sim::Config::fast(), false).await;
         let shared = world.plane.namespace("shared").await.unwrap();
-        let secret =
-            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(world.plane.client(), &world.ns)
-                .get("pve-credentials")
-                .await
-                .unwrap();
-        world
-            .plane
-            .apply_yaml_in(
-                &shared,
-                &serde_yaml::to_string(&json!({
-                    "apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": "infra-token"},
-                    "data": secret.data,
-                }))
-                .unwrap(),
-            )
-            .await
-            .unwrap();
+        copy_credentials(&world, &shared, "infra-token").await;
         let mut opts = options(&world);
         opts.credentials_grants = vec![format!("*={shared}").parse().unwrap()];
         let _controllers = start(&world, world.plugin.clone(), opts);
