@@ -183,11 +183,31 @@ mod sandbox {
         .await;
         assert_eq!(limit_flag(&err), "--plugin-request-body-mib", "{err}");
         assert!(
-            err.to_string().contains("16 MiB of HTTP request body"),
+            err.to_string()
+                .contains("16 MiB of HTTP request bodies per call"),
             "{err}"
         );
         still_serves(&plugin).await;
         drop(plugin_runtime);
+    }
+
+    #[tokio::test]
+    async fn request_bodies_count_together_for_the_call() {
+        // Four bodies of 400 KiB at once: each is under 1 MiB, together they are not.
+        let limits = Limits {
+            request_body_mib: 1,
+            ..Limits::default()
+        };
+        let (_rt, plugin) = support::load("hostile", limits).await;
+        let (addr, _) = silent_endpoint().await;
+        let err = call_error(
+            &plugin,
+            json!({"attack": "bodies", "authority": addr.to_string(), "count": 4, "kib": 400}),
+            &format!("http://{addr}"),
+        )
+        .await;
+        assert_eq!(limit_flag(&err), "--plugin-request-body-mib", "{err}");
+        still_serves(&plugin).await;
     }
 
     #[tokio::test]

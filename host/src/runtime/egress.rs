@@ -108,6 +108,31 @@ impl ClientCache {
     }
 }
 
+/// The request body bytes one call may have the host buffer, all its requests together
+/// (in flight at once, they would otherwise add up).
+#[derive(Clone)]
+pub struct RequestBodies {
+    pub limit: usize,
+    pub taken: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RequestBodies {
+    pub fn new(limit: usize) -> RequestBodies {
+        RequestBodies {
+            limit,
+            taken: Default::default(),
+        }
+    }
+
+    /// Take `bytes` more; false once the call is past its limit.
+    fn take(&self, bytes: usize) -> bool {
+        let before = self
+            .taken
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        before.saturating_add(bytes) <= self.limit
+    }
+}
+
 /// One call's egress policy and what it observed.
 pub struct Egress {
     /// The origins this call may reach, each with its TLS policy; the first match wins.
@@ -115,8 +140,9 @@ pub struct Egress {
     pub clients: Arc<ClientCache>,
     /// Largest response body handed to the plugin.
     pub max_body: usize,
-    /// Largest request body the host buffers for the plugin.
-    pub max_request_body: usize,
+    /// Request body bytes the host buffers for all of this call's requests together,
+    /// and what they have taken so far.
+    pub request_bodies: RequestBodies,
     /// Requests this call may have in flight (more fail the call), and its limit.
     pub in_flight: Arc<Semaphore>,
     pub in_flight_limit: u32,
@@ -206,7 +232,7 @@ impl WasiHttpHooks for Egress {
             );
         }
         let client = self.clients.client(&tls);
-        let (max_body, max_request_body) = (self.max_body, self.max_request_body);
+        let (max_body, bodies) = (self.max_body, self.request_bodies.clone());
         let plugin_slots = self.plugin_in_flight.clone();
         let meter = self.meter.clone();
         let work = async move {
@@ -216,7 +242,7 @@ impl WasiHttpHooks for Egress {
                 .await
                 .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
             let client = client.map_err(|e| HttpError::InternalError(Some(e)))?;
-            let response = forward(client, request, options, max_request_body, &meter).await?;
+            let response = forward(client, request, options, &bodies, &meter).await?;
             let response = response.map(|body| {
                 // The slots are held until the plugin drops the response body.
                 let slots = (call_slot, plugin_slot);
@@ -245,30 +271,27 @@ async fn forward(
     client: reqwest::Client,
     request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
-    max_request_body: usize,
+    bodies: &RequestBodies,
     meter: &CallMeter,
 ) -> Result<http::Response<reqwest::Body>, HttpError> {
-    let (parts, body) = request.into_parts();
+    let (parts, mut body) = request.into_parts();
     // Plugin request bodies are small (API forms, an ISO of a few hundred KiB): buffer,
-    // up to the limit.
-    let body: Bytes = match Limited::new(body, max_request_body).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+    // up to what the call may still have buffered.
+    let mut buffered = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        if !bodies.take(data.len()) {
             meter.breach(Breach::new(
-                format!("{} of HTTP request body", size(max_request_body)),
+                format!("{} of HTTP request bodies per call", size(bodies.limit)),
                 "--plugin-request-body-mib",
             ));
-            return Err(HttpError::InternalError(Some(
-                "request body larger than the host allows".into(),
-            )));
+            return Err(HttpError::HttpRequestBodySize(Some(bodies.limit as u64)));
         }
-        Err(e) => {
-            return Err(match e.downcast::<HttpError>() {
-                Ok(e) => *e,
-                Err(e) => HttpError::InternalError(Some(e.to_string())),
-            });
-        }
-    };
+        buffered.extend_from_slice(&data);
+    }
+    let body: Bytes = buffered.freeze();
     let mut builder = client
         .request(parts.method, parts.uri.to_string())
         .body(body);

@@ -55,7 +55,8 @@ pub struct Limits {
         env = "HYPERPLUG_PLUGIN_HTTP_BODY_MIB"
     )]
     pub http_body_mib: u64,
-    /// Largest HTTP request body a plugin may send, in MiB (the host buffers it).
+    /// HTTP request body bytes one call may send, all its requests together, in MiB
+    /// (the host buffers them).
     #[arg(
         long = "plugin-request-body-mib",
         default_value_t = 16,

@@ -554,7 +554,7 @@ impl Plugin {
             allowed,
             clients: inner.clients.clone(),
             max_body: limits.http_body_bytes(),
-            max_request_body: limits.request_body_bytes(),
+            request_bodies: egress::RequestBodies::new(limits.request_body_bytes()),
             in_flight: Arc::new(Semaphore::new(limits.http_in_flight as usize)),
             in_flight_limit: limits.http_in_flight,
             plugin_in_flight: self.in_flight.clone(),

@@ -70,6 +70,7 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
         }
         "blob-flood" => blob_flood(count, mib),
         "body-flood" => body_flood(&spec.str("authority")),
+        "bodies" => bodies(&spec.str("authority"), count, spec.num("kib", 1) as usize),
         "alias-output" => alias_output(count, mib),
         "log-flood" => log_flood(count, spec.num("kib", 256) as usize),
         "log-inject" => {
@@ -168,6 +169,31 @@ fn body_flood(authority: &str) -> Result<MachineStatus, PluginError> {
     let _ = OutgoingBody::finish(body, None);
     let answer = wait(&pending);
     Err(failed(format!("sent {sent} body bytes; then {answer:?}")))
+}
+
+/// `count` requests at once, each with a body of `kib` KiB.
+fn bodies(authority: &str, count: u64, kib: usize) -> Result<MachineStatus, PluginError> {
+    let chunk = vec![b'y'; 4096];
+    let mut pending = Vec::new();
+    for i in 0..count {
+        let req = request(Method::Post, authority, &format!("/upload/{i}"));
+        let body = req.body().map_err(|_| failed("no body".into()))?;
+        let out = body.write().map_err(|_| failed("no body stream".into()))?;
+        let p = outgoing_handler::handle(req, None).map_err(|e| failed(format!("{e:?}")))?;
+        let mut left = kib << 10;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if out.blocking_write_and_flush(&chunk[..n]).is_err() {
+                break;
+            }
+            left -= n;
+        }
+        drop(out);
+        let _ = OutgoingBody::finish(body, None);
+        pending.push(p);
+    }
+    let answers: Vec<_> = pending.iter().map(wait).collect();
+    Err(failed(format!("sent {count} bodies: {answers:?}")))
 }
 
 /// A result whose `count` details all point at one `mib` MiB string: small in the
