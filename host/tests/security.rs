@@ -211,6 +211,35 @@ mod sandbox {
     }
 
     #[tokio::test]
+    async fn request_bodies_buffered_for_a_plugins_calls_count_together() {
+        // Two calls at once, each with two bodies of 400 KiB waiting on an endpoint that
+        // never answers: each call is under its 1 MiB, the two together are not.
+        let limits = Limits {
+            request_body_mib: 1,
+            request_body_per_plugin_mib: 1,
+            timeout_ms: 5_000,
+            ..Limits::default()
+        };
+        let (_rt, plugin) = support::load("hostile", limits).await;
+        let (addr, _) = silent_endpoint().await;
+        let spec =
+            json!({"attack": "bodies", "authority": addr.to_string(), "count": 2, "kib": 400});
+        let endpoint = format!("http://{addr}");
+        let (a, b) = tokio::join!(
+            attack_as(&plugin, "a", spec.clone(), &endpoint),
+            attack_as(&plugin, "b", spec, &endpoint)
+        );
+        let errors = [a.unwrap_err(), b.unwrap_err()];
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("--plugin-request-body-per-plugin-mib")),
+            "{errors:?}"
+        );
+        still_serves(&plugin).await;
+    }
+
+    #[tokio::test]
     async fn an_aliased_result_is_refused_while_it_is_copied_out() {
         let (_rt, plugin) = hostile().await;
         // 120 details pointing at one 1 MiB string: 120 MiB once copied out.
@@ -1180,14 +1209,14 @@ mod floods {
                 objects: 4,
             },
             Flood {
-                name: "aliased result, 8 objects at once",
+                name: "aliased result, 16 objects at once",
                 spec: json!({"attack": "alias-output", "count": 120, "mib": 1}),
-                objects: 8,
+                objects: 16,
             },
             Flood {
-                name: "request body, 8 objects at once",
+                name: "request body, 16 objects at once",
                 spec: json!({"attack": "body-flood", "authority": silent.to_string()}),
-                objects: 8,
+                objects: 16,
             },
             Flood {
                 name: "big result",

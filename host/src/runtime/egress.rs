@@ -19,6 +19,7 @@ use tokio::sync::Semaphore;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::limits::{Breach, size};
+use super::memory::PluginBudget;
 use super::meter::{CallMeter, Metered};
 use super::state::one_line;
 use super::tls::{TlsPolicy, client_config};
@@ -109,27 +110,58 @@ impl ClientCache {
 }
 
 /// The request body bytes one call may have the host buffer, all its requests together
-/// (in flight at once, they would otherwise add up).
+/// (in flight at once, they would otherwise add up), and its plugin's budget for all
+/// its calls' bodies buffered at once.
 #[derive(Clone)]
 pub struct RequestBodies {
     pub limit: usize,
     pub taken: Arc<std::sync::atomic::AtomicUsize>,
+    pub plugin: Arc<PluginBudget>,
 }
 
 impl RequestBodies {
-    pub fn new(limit: usize) -> RequestBodies {
+    pub fn new(limit: usize, plugin: Arc<PluginBudget>) -> RequestBodies {
         RequestBodies {
             limit,
             taken: Default::default(),
+            plugin,
         }
     }
 
-    /// Take `bytes` more; false once the call is past its limit.
-    fn take(&self, bytes: usize) -> bool {
+    /// Take `bytes` more for `held`; the limit broken, if one is.
+    fn take(&self, bytes: usize, held: &mut Held) -> Result<(), Breach> {
         let before = self
             .taken
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-        before.saturating_add(bytes) <= self.limit
+        if before.saturating_add(bytes) > self.limit {
+            return Err(Breach::new(
+                format!("{} of HTTP request bodies per call", size(self.limit)),
+                "--plugin-request-body-mib",
+            ));
+        }
+        if !self.plugin.take(bytes) {
+            return Err(Breach::new(
+                format!(
+                    "{} of HTTP request bodies buffered for all its calls at once",
+                    size(self.plugin.limit)
+                ),
+                "--plugin-request-body-per-plugin-mib",
+            ));
+        }
+        held.bytes += bytes;
+        Ok(())
+    }
+}
+
+/// What one request's buffered body holds of its plugin's budget, until it is sent.
+struct Held {
+    plugin: Arc<PluginBudget>,
+    bytes: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.plugin.give_back(self.bytes);
     }
 }
 
@@ -276,17 +308,18 @@ async fn forward(
 ) -> Result<http::Response<reqwest::Body>, HttpError> {
     let (parts, mut body) = request.into_parts();
     // Plugin request bodies are small (API forms, an ISO of a few hundred KiB): buffer,
-    // up to what the call may still have buffered.
+    // up to what the call and its plugin may still have buffered, until it is sent.
     let mut buffered = bytes::BytesMut::new();
+    let mut held = Held {
+        plugin: bodies.plugin.clone(),
+        bytes: 0,
+    };
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
         };
-        if !bodies.take(data.len()) {
-            meter.breach(Breach::new(
-                format!("{} of HTTP request bodies per call", size(bodies.limit)),
-                "--plugin-request-body-mib",
-            ));
+        if let Err(breach) = bodies.take(data.len(), &mut held) {
+            meter.breach(breach);
             return Err(HttpError::HttpRequestBodySize(Some(bodies.limit as u64)));
         }
         buffered.extend_from_slice(&data);
@@ -303,8 +336,10 @@ async fn forward(
     let timeout = options
         .and_then(|o| o.first_byte_timeout.or(o.connect_timeout))
         .unwrap_or(Duration::from_secs(60));
-    let response = builder.timeout(timeout).send().await.map_err(classify)?;
-    let mut response = http::Response::from(response);
+    let response = builder.timeout(timeout).send().await.map_err(classify);
+    // The body is sent (or never will be): its bytes go back to the plugin's budget.
+    drop(held);
+    let mut response = http::Response::from(response?);
     // wasi:http has no field for the reason phrase, and some APIs put their error
     // message there: pass it on as a header.
     let reason = response

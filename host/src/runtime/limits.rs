@@ -63,6 +63,14 @@ pub struct Limits {
         env = "HYPERPLUG_PLUGIN_REQUEST_BODY_MIB"
     )]
     pub request_body_mib: u64,
+    /// HTTP request body bytes all calls of one plugin may have the host buffer at once,
+    /// in MiB (a call past it fails).
+    #[arg(
+        long = "plugin-request-body-per-plugin-mib",
+        default_value_t = 48,
+        env = "HYPERPLUG_PLUGIN_REQUEST_BODY_PER_PLUGIN_MIB"
+    )]
+    pub request_body_per_plugin_mib: u64,
     /// Most HTTP requests one call may have in flight at once (sent, response body not
     /// yet dropped).
     #[arg(
@@ -136,6 +144,7 @@ impl Default for Limits {
             output_kib: 1_024,
             http_body_mib: 16,
             request_body_mib: 16,
+            request_body_per_plugin_mib: 48,
             http_in_flight: 16,
             http_in_flight_per_plugin: 128,
             egress_denials: 16,
@@ -170,6 +179,9 @@ impl Limits {
     }
     pub fn request_body_bytes(&self) -> usize {
         (self.request_body_mib as usize) << 20
+    }
+    pub fn request_body_per_plugin_bytes(&self) -> usize {
+        (self.request_body_per_plugin_mib as usize) << 20
     }
     pub fn log_bytes(&self) -> usize {
         (self.log_kib as usize) << 10

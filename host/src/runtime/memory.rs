@@ -12,27 +12,28 @@ use wasmtime::ResourceLimiter;
 pub struct CallLimiter {
     memory_limit: usize,
     memory_used: usize,
-    plugin_memory: Arc<PluginMemory>,
+    plugin_memory: Arc<PluginBudget>,
     table_elements_limit: usize,
     table_elements_used: usize,
 }
 
-/// Linear memory held by all calls of one plugin in flight.
-pub struct PluginMemory {
+/// Bytes all calls of one plugin in flight hold together (linear memory, buffered
+/// request bodies): taken as they are used, given back when they are freed.
+pub struct PluginBudget {
     pub limit: usize,
     pub used: std::sync::atomic::AtomicUsize,
 }
 
-impl PluginMemory {
-    pub fn new(limit: usize) -> Arc<PluginMemory> {
-        Arc::new(PluginMemory {
+impl PluginBudget {
+    pub fn new(limit: usize) -> Arc<PluginBudget> {
+        Arc::new(PluginBudget {
             limit,
             used: Default::default(),
         })
     }
 
     /// Take `bytes` more from the budget, if it has them.
-    fn take(&self, bytes: usize) -> bool {
+    pub fn take(&self, bytes: usize) -> bool {
         use std::sync::atomic::Ordering;
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
@@ -41,7 +42,7 @@ impl PluginMemory {
             .is_ok()
     }
 
-    fn give_back(&self, bytes: usize) {
+    pub fn give_back(&self, bytes: usize) {
         self.used
             .fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
     }
@@ -60,7 +61,7 @@ pub enum MemoryCapReached {
 const TABLE_ELEMENTS: usize = 1 << 20;
 
 impl CallLimiter {
-    pub fn new(memory_limit: usize, plugin_memory: Arc<PluginMemory>) -> CallLimiter {
+    pub fn new(memory_limit: usize, plugin_memory: Arc<PluginBudget>) -> CallLimiter {
         CallLimiter {
             memory_limit,
             memory_used: 0,
@@ -146,7 +147,7 @@ mod tests {
             (drop (memory.grow $c (i32.const 16)))
             (memory.grow $d (i32.const 16))))"#;
 
-    fn store(call_mib: usize, plugin: &Arc<PluginMemory>) -> (Store<CallLimiter>, Instance) {
+    fn store(call_mib: usize, plugin: &Arc<PluginBudget>) -> (Store<CallLimiter>, Instance) {
         let engine = Engine::default();
         let module = Module::new(&engine, wat::parse_str(FOUR_MEMORIES).unwrap()).unwrap();
         let mut store = Store::new(&engine, CallLimiter::new(call_mib << 20, plugin.clone()));
@@ -162,7 +163,7 @@ mod tests {
 
     #[test]
     fn all_memories_of_a_call_share_its_limit() {
-        let plugin = PluginMemory::new(1 << 30);
+        let plugin = PluginBudget::new(1 << 30);
         let (mut store, instance) = store(6, &plugin);
         // Four memories of 1 MiB: 4 MiB of the call's 6.
         assert!(grow(&mut store, &instance).is_ok());
@@ -179,7 +180,7 @@ mod tests {
 
     #[test]
     fn calls_of_one_plugin_share_its_budget() {
-        let plugin = PluginMemory::new(6 << 20);
+        let plugin = PluginBudget::new(6 << 20);
         let (mut first, a) = store(64, &plugin);
         let (mut second, b) = store(64, &plugin);
         assert!(grow(&mut first, &a).is_ok());

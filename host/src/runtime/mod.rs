@@ -37,7 +37,7 @@ pub use loader::{WIT_PACKAGE, WIT_VERSION};
 use bindings::{Plugin as Bindings, PluginPre};
 pub use egress::HttpObserver;
 use egress::{ClientCache, Egress, Origin};
-use memory::PluginMemory;
+use memory::PluginBudget;
 use meter::{CallMeter, Metered, Stop};
 use state::{CallLog, CallState, Services};
 use tls::TlsPolicy;
@@ -185,7 +185,8 @@ impl Runtime {
             in_flight: Arc::new(Semaphore::new(
                 inner.limits.http_in_flight_per_plugin.max(1) as usize,
             )),
-            memory: PluginMemory::new(inner.limits.memory_per_plugin_bytes()),
+            memory: PluginBudget::new(inner.limits.memory_per_plugin_bytes()),
+            request_bodies: PluginBudget::new(inner.limits.request_body_per_plugin_bytes()),
         };
         let info = plugin
             .identity()
@@ -263,7 +264,9 @@ pub struct Plugin {
     /// HTTP requests all calls of this plugin may have in flight.
     in_flight: Arc<Semaphore>,
     /// Linear memory all calls of this plugin hold.
-    memory: Arc<PluginMemory>,
+    memory: Arc<PluginBudget>,
+    /// Request body bytes buffered for all calls of this plugin.
+    request_bodies: Arc<PluginBudget>,
 }
 
 /// Whom a call is about: the object it names (for logs), and whether the blobs and
@@ -554,7 +557,10 @@ impl Plugin {
             allowed,
             clients: inner.clients.clone(),
             max_body: limits.http_body_bytes(),
-            request_bodies: egress::RequestBodies::new(limits.request_body_bytes()),
+            request_bodies: egress::RequestBodies::new(
+                limits.request_body_bytes(),
+                self.request_bodies.clone(),
+            ),
             in_flight: Arc::new(Semaphore::new(limits.http_in_flight as usize)),
             in_flight_limit: limits.http_in_flight,
             plugin_in_flight: self.in_flight.clone(),

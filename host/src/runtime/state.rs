@@ -13,7 +13,7 @@ use super::blobs::BlobStore;
 use super::claims::ClaimStore;
 use super::egress::Egress;
 use super::limits::{Breach, Limits, size};
-use super::memory::{CallLimiter, PluginMemory};
+use super::memory::{CallLimiter, PluginBudget};
 use super::meter::CallMeter;
 
 /// Kept from the guest's stderr: enough for a panic message, no more.
@@ -89,7 +89,7 @@ impl CallState {
         log: CallLog,
         services: Services,
         meter: Arc<CallMeter>,
-        plugin_memory: Arc<PluginMemory>,
+        plugin_memory: Arc<PluginBudget>,
     ) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         // Nothing is granted: no preopened directories, no environment variables, no
