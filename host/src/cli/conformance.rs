@@ -8,7 +8,8 @@ use anyhow::Context as _;
 
 use super::{CacheArgs, load_plugins};
 use crate::blob_server;
-use crate::conformance::{self, Options, inputs, kit::Pacing};
+use crate::conformance::drive::{Pacing, TRANSIENT_RETRIES};
+use crate::conformance::{self, Options, inputs};
 use crate::runtime::{BlobLimits, BlobStore, Limits};
 
 /// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
@@ -164,6 +165,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         pacing: Pacing {
             max_requeue: args.max_requeue_ms.map(Duration::from_millis),
             drive_timeout: Duration::from_secs(args.drive_timeout_seconds),
+            transient_retries: TRANSIENT_RETRIES,
         },
         namespace: args.namespace.clone(),
         run_id,

@@ -5,13 +5,14 @@
 //! comes from the files it is given and from what the plugin declares.
 pub mod addresses;
 mod cases;
+pub mod drive;
 pub mod fixtures;
 pub mod inputs;
 pub mod kit;
 pub mod mutate;
 pub mod report;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ use serde_json::Value;
 use crate::runtime::bindings::machine::BootstrapData;
 use crate::runtime::{Credentials, Plugin};
 use addresses::{PoolFile, Pools};
-use kit::{Kit, Pacing};
+use drive::Pacing;
+use kit::Kit;
 pub use report::{Report, Verdict};
 
 /// Everything a run needs, read and checked by the CLI.
@@ -90,6 +92,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         cluster: kit::object_ref(&opts.namespace, &opts.run_id, "cluster"),
         cluster_state: None,
         machines: BTreeMap::new(),
+        probes: BTreeSet::new(),
         main: None,
         describes_during: vec![],
     };

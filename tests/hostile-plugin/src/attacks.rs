@@ -1,10 +1,10 @@
 //! The attacks of `machine.create`, by `spec.attack`. Sizes and counts come from the
 //! spec (`mib`, `count`), so a test can ask for a flood past any limit.
-use crate::bindings::exports::hyperplug::provider::machine::MachineStatus;
-use crate::bindings::hyperplug::provider::log::{self, Level};
-use crate::bindings::hyperplug::provider::types::PluginError;
-use crate::bindings::hyperplug::provider::{blobs, claims};
 use crate::{Spec, failed, status};
+use guest_kit::bindings::hyperplug::provider::log::{self, Level};
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+use guest_kit::{blobs, claims};
 use wasip2::http::outgoing_handler;
 use wasip2::http::types::{
     Fields, FutureIncomingResponse, Method, OutgoingBody, OutgoingRequest, Scheme,
@@ -57,7 +57,7 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
         }
         "big-string" => Ok(status("x".repeat(8 << 20))),
         "panic" => panic!("hostile plugin panics on purpose"),
-        "trap" => core::arch::wasm32::unreachable(),
+        "trap" => trap(),
         "publish" => match blobs::publish(&spec.str("name"), b"content", 60) {
             Ok(_) => Ok(status("published".into())),
             Err(e) => Err(failed(format!("publish refused: {e}"))),
@@ -88,6 +88,15 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
         "metrics-flood" => metrics_flood(&spec.str("authority"), count),
         other => Err(failed(format!("unknown attack `{other}`"))),
     }
+}
+
+/// A trap that is no panic: Wasm's `unreachable` (natively, where nothing runs it, a
+/// panic).
+fn trap() -> ! {
+    #[cfg(target_arch = "wasm32")]
+    core::arch::wasm32::unreachable();
+    #[cfg(not(target_arch = "wasm32"))]
+    unreachable!("a trap")
 }
 
 /// Take the claim `spec.key` (default `k`) and publish [`SEED`]: what each reported.

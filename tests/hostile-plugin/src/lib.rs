@@ -7,16 +7,12 @@
 //! Built with the `impostor` feature it claims another plugin's kinds (the Proxmox
 //! ones) under its own name, to show the host refuses to load both.
 mod attacks;
-mod bindings {
-    wit_bindgen::generate!({ path: "../../wit", world: "plugin", generate_all });
-}
 
-use bindings::exports::hyperplug::provider::{cluster, identity, machine};
-use bindings::hyperplug::provider::types::{PluginError, Progress, TransientError};
-use bindings::hyperplug::provider::{blobs, claims};
+use guest_kit::types::{PluginError, Progress, TransientError};
+use guest_kit::{blobs, claims, cluster, identity, machine};
 
 struct Hostile;
-bindings::export!(Hostile with_types_in bindings);
+guest_kit::export!(Hostile);
 
 pub(crate) fn status(message: String) -> machine::MachineStatus {
     machine::MachineStatus {

@@ -3,7 +3,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::cli::role_name;
-use crate::conformance::kit::{Kit, flatten};
+use crate::conformance::drive::flatten;
+use crate::conformance::kit::Kit;
 use crate::conformance::report::{self, Verdict, calls};
 use crate::runtime::bindings::identity::KindRole;
 use crate::runtime::bindings::machine::TemplateRequest;

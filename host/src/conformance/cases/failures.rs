@@ -4,7 +4,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::conformance::Options;
-use crate::conformance::kit::{Failure, Kit, flatten};
+use crate::conformance::drive::{Failure, flatten};
+use crate::conformance::kit::Kit;
 use crate::conformance::mutate::{self, Mutation};
 use crate::conformance::report::Verdict;
 use crate::runtime::bindings::identity::KindRole;

@@ -360,7 +360,7 @@ pub async fn no_leaks(kit: &mut Kit) -> Verdict {
     let keys: Vec<String> = kit
         .machines
         .iter()
-        .filter(|(_, m)| !m.probe)
+        .filter(|(k, _)| !kit.is_probe(k))
         .map(|(k, _)| k.clone())
         .collect();
     let mut leaks = Vec::new();

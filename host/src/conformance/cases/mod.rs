@@ -261,7 +261,7 @@ pub async fn cleanup(kit: &mut Kit) -> Vec<String> {
     let keys: Vec<String> = kit
         .machines
         .iter()
-        .filter(|(_, m)| !m.probe && !m.deleted)
+        .filter(|(k, m)| !kit.is_probe(k) && !m.deleted)
         .map(|(k, _)| k.clone())
         .collect();
     let mut left = Vec::new();

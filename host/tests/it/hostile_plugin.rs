@@ -1,0 +1,265 @@
+//! A plugin that misbehaves is contained with a specific error, and the same host keeps
+//! serving other calls correctly afterwards.
+use std::net::TcpListener;
+
+use crate::support::{credentials, load, machine_request};
+use hyperplug::runtime::{Limits, Plugin, PluginError};
+use serde_json::json;
+
+fn limits() -> Limits {
+    Limits {
+        memory_mib: 32,
+        cpu_ms: 300,
+        timeout_ms: 2_000,
+        output_kib: 512,
+        ..Limits::default()
+    }
+}
+
+async fn attack(
+    plugin: &Plugin,
+    spec: serde_json::Value,
+    endpoint: &str,
+) -> Result<String, String> {
+    match plugin
+        .create_machine(&machine_request(spec, credentials(endpoint)))
+        .await
+    {
+        Ok(Ok(status)) => Ok(status.progress.message),
+        Ok(Err(PluginError::Transient(e))) => Err(format!("plugin error: {}", e.message)),
+        Ok(Err(other)) => Err(format!("plugin error: {other:?}")),
+        Err(call_error) => Err(format!("host: {call_error}")),
+    }
+}
+
+/// After each attack, an honest call on the same plugin and runtime still works.
+async fn still_serves(plugin: &Plugin) {
+    let ok = attack(plugin, json!({"attack": "noop"}), "https://127.0.0.1:1").await;
+    assert_eq!(ok, Ok("ok".to_string()));
+}
+
+#[tokio::test]
+async fn reading_a_file_finds_no_filesystem() {
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let err = attack(
+        &plugin,
+        json!({"attack": "read-file", "path": "/etc/passwd"}),
+        "https://127.0.0.1:1",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.starts_with("plugin error: read-file failed"), "{err}");
+    assert!(!err.contains("root:"), "file content leaked: {err}");
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn reading_the_environment_sees_nothing() {
+    // SAFETY: set before any plugin call; no other thread reads this variable.
+    unsafe { std::env::set_var("HYPERPLUG_TEST_SECRET", "do-not-leak") };
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let seen = attack(
+        &plugin,
+        json!({"attack": "read-env"}),
+        "https://127.0.0.1:1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(seen, "saw 0 environment variables: ");
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn connecting_to_a_host_that_is_not_the_endpoint_is_denied() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let (_rt, plugin) = load("hostile", limits()).await;
+    // The call's endpoint is another port: the gate must refuse the listener.
+    let err = attack(
+        &plugin,
+        json!({"attack": "connect", "authority": target}),
+        "http://127.0.0.1:1",
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("HttpRequestDenied"), "{err}");
+    assert!(
+        listener.accept().is_err(),
+        "the denied request reached the listener"
+    );
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn growing_memory_past_the_cap_is_stopped() {
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let err = attack(
+        &plugin,
+        json!({"attack": "grow-memory"}),
+        "https://127.0.0.1:1",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err,
+        "host: plugin hostile exceeded its memory limit of 32 MiB in `machine.create` (--plugin-memory-mib)"
+    );
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn looping_forever_is_stopped_by_the_cpu_budget() {
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let err = attack(&plugin, json!({"attack": "loop"}), "https://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "host: plugin hostile exceeded its CPU budget of 300 ms in `machine.create` (--plugin-cpu-ms)"
+    );
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_multi_megabyte_result_is_refused() {
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let err = attack(
+        &plugin,
+        json!({"attack": "big-string"}),
+        "https://127.0.0.1:1",
+    )
+    .await
+    .unwrap_err();
+    // Refused while it is copied out of the sandbox: no more than the limit (and room
+    // for the rest of the result) is ever copied.
+    assert!(
+        err.starts_with(
+            "host: plugin hostile exceeded its limit of 576 KiB passed out of the sandbox at once"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("--plugin-output-kib"), "{err}");
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_panic_is_reported_with_its_message() {
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let err = attack(&plugin, json!({"attack": "panic"}), "https://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with("host: plugin hostile panicked in `machine.create`"),
+        "{err}"
+    );
+    assert!(err.contains("hostile plugin panics on purpose"), "{err}");
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_call_stuck_in_a_host_http_request_hits_the_wall_clock_timeout() {
+    // The endpoint accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let (_rt, plugin) = load(
+        "hostile",
+        Limits {
+            timeout_ms: 500,
+            ..limits()
+        },
+    )
+    .await;
+    let err = attack(
+        &plugin,
+        json!({"attack": "connect", "authority": addr}),
+        &format!("http://{addr}"),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err,
+        "host: plugin hostile did not finish `machine.create` within 500 ms (--plugin-timeout-ms)"
+    );
+    still_serves(&plugin).await;
+    hold.abort();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_busy_plugin_does_not_starve_other_calls_on_the_same_thread() {
+    let (_rt, plugin) = load(
+        "hostile",
+        // A budget far longer than the honest calls take, even on a loaded machine.
+        Limits {
+            cpu_ms: 60_000,
+            timeout_ms: 120_000,
+            ..limits()
+        },
+    )
+    .await;
+    let busy = {
+        let plugin = plugin.clone();
+        tokio::spawn(async move {
+            attack(&plugin, json!({"attack": "loop"}), "https://127.0.0.1:1").await
+        })
+    };
+    // One thread only: the honest calls can finish only if the loop yields.
+    for _ in 0..5 {
+        still_serves(&plugin).await;
+    }
+    assert!(
+        !busy.is_finished(),
+        "the loop should still be running after the honest calls"
+    );
+    // Cancelling the caller stops the plugin at its next epoch yield.
+    busy.abort();
+    assert!(busy.await.unwrap_err().is_cancelled());
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn every_attack_at_once_leaves_the_host_serving() {
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let attacks = [
+        "read-file",
+        "read-env",
+        "grow-memory",
+        "loop",
+        "big-string",
+        "panic",
+        "noop",
+    ];
+    let calls = attacks.iter().map(|a| {
+        let plugin = plugin.clone();
+        let a = a.to_string();
+        tokio::spawn(async move {
+            attack(
+                &plugin,
+                json!({"attack": a, "path": "/etc/hosts"}),
+                "https://127.0.0.1:1",
+            )
+            .await
+        })
+    });
+    let results: Vec<_> = futures_join(calls).await;
+    assert_eq!(results.last().unwrap(), &Ok("ok".to_string()));
+    assert!(
+        results.iter().filter(|r| r.is_err()).count() >= 5,
+        "{results:?}"
+    );
+    still_serves(&plugin).await;
+}
+
+async fn futures_join<T>(handles: impl Iterator<Item = tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}

@@ -1,0 +1,19 @@
+//! The host's integration tests, one binary: each module was a test file of its own, and
+//! its tests keep their names (`cargo test -p hyperplug --test it proxmox_machine::`).
+//! One binary links wasmtime and kube once instead of once per file.
+mod support;
+
+mod conformance_kit;
+mod conformance_redfish;
+mod controller_cluster;
+mod controller_crash;
+mod controller_machine;
+mod hostile_plugin;
+mod leader_election;
+mod lease_claims;
+mod plugin_loading;
+mod proxmox_machine;
+mod proxmox_via_runtime;
+mod redfish_machine;
+mod security;
+mod two_plugins;

@@ -1,0 +1,1103 @@
+//! The Proxmox plugin's machine lifecycle through the host runtime, against pve-sim over
+//! HTTPS with token auth and a pinned fingerprint.
+//!
+//! The conformance kit's driver plays the host: it persists `progress.state`, answers
+//! `address-requests` from a test pool, hands over the bootstrap data when asked, and
+//! calls again after the requeue hint (capped small).
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
+use crate::support::{credentials, load, object, pinned, seed_cluster, sim_with};
+use hyperplug::conformance::drive::{Answers, Drive};
+use hyperplug::runtime::bindings::machine::{
+    AddressType, AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
+};
+use hyperplug::runtime::{Credentials, Limits, Plugin, PluginError};
+use pve_sim::{Config, EndpointError, Faults};
+use serde_json::{Value, json};
+
+const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - [kubeadm, join, '--config', /run/kubeadm/kubeadm-join-config.yaml]\n";
+
+fn dhcp_cluster() -> Value {
+    json!({
+        "allowedNodes": ["pve1"],
+        "controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443},
+    })
+}
+
+fn request(
+    sim: &pve_sim::RunningSim,
+    machine: &str,
+    cluster: &str,
+    spec: Value,
+    cluster_spec: Value,
+) -> MachineRequest {
+    MachineRequest {
+        machine: object(machine),
+        cluster: object(cluster),
+        spec: spec.to_string(),
+        cluster_spec: cluster_spec.to_string(),
+        state: None,
+        bootstrap: None,
+        failure_domain: None,
+        addresses: vec![],
+        credentials: pinned(sim),
+        more_credentials: vec![],
+    }
+}
+
+fn bootstrap() -> BootstrapData {
+    BootstrapData {
+        format: "cloud-config".into(),
+        value: CLOUD_CONFIG.as_bytes().to_vec(),
+    }
+}
+
+/// Drive create to ready as the host would, handing over the bootstrap data when asked.
+async fn drive_create(
+    plugin: &Plugin,
+    req: &mut MachineRequest,
+) -> Result<(MachineStatus, Drive), String> {
+    create_until_ready(
+        plugin,
+        req,
+        &mut NoAddresses(Some(bootstrap())),
+        &pacing(50),
+    )
+    .await
+}
+
+/// Drive delete until the plugin confirms the VM gone; the phases it went through.
+async fn drive_delete(plugin: &Plugin, req: &mut MachineRequest) -> Result<Vec<String>, String> {
+    delete_until_gone(plugin, req, &pacing(50)).await
+}
+
+fn vmid_of(status: &MachineStatus) -> u32 {
+    status
+        .details
+        .iter()
+        .find(|(k, _)| k == "vmid")
+        .map(|(_, v)| v.parse().unwrap())
+        .expect("details carry the vmid")
+}
+
+fn non_templates(sim: &pve_sim::RunningSim) -> Vec<Value> {
+    sim.state()
+        .vms()
+        .into_iter()
+        .filter(|v| v["template"] != json!(true))
+        .collect()
+}
+
+fn cfg<'a>(vm: &'a Value, key: &str) -> &'a str {
+    vm["config"][key].as_str().unwrap_or_default()
+}
+
+/// The PVE property string `v` as key → value (the first bare item under its own key).
+fn props(v: &str) -> BTreeMap<String, String> {
+    v.split(',')
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (p.to_string(), String::new()),
+        })
+        .collect()
+}
+
+fn iso_volumes(sim: &pve_sim::RunningSim) -> Vec<Value> {
+    let dump = sim.state().dump();
+    dump["storages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["volumes"].as_array().cloned().unwrap_or_default())
+        .filter(|v| v["content"] == "iso")
+        .collect()
+}
+
+/// Reads an ISO 9660 image with the `iso9660` crate: root files by ISO name → bytes.
+fn read_with_iso9660_crate(image: Vec<u8>) -> BTreeMap<String, Vec<u8>> {
+    let iso = iso9660::ISO9660::new(std::io::Cursor::new(image)).expect("a valid ISO 9660 image");
+    let mut files = BTreeMap::new();
+    for entry in iso.root.contents() {
+        if let iso9660::DirectoryEntry::File(f) = entry.expect("directory entry") {
+            let mut data = vec![];
+            f.read().read_to_end(&mut data).unwrap();
+            files.insert(f.identifier.clone(), data);
+        }
+    }
+    files
+}
+
+fn full_spec() -> Value {
+    json!({
+        "sourceNode": "pve1",
+        "templateID": 9000,
+        "full": true,
+        "storage": "local-lvm",
+        "format": "raw",
+        "pool": "capi",
+        "description": "worker of the lifecycle test",
+        "tags": ["k8s", "worker"],
+        "numSockets": 2,
+        "numCores": 4,
+        "memoryMiB": 8192,
+        "disks": {
+            "bootVolume": {"disk": "scsi0", "sizeGb": 30},
+            "additionalVolumes": [{"disk": "scsi1", "sizeGb": 20}],
+        },
+        "network": {
+            "default": {"bridge": "vmbr0", "model": "virtio", "vlan": 10, "mtu": 1500},
+            "additionalDevices": [{"name": "net1", "bridge": "vmbr1", "model": "e1000", "dhcp4": true}],
+        },
+        "vmIDRange": {"start": 500, "end": 520},
+    })
+}
+
+#[tokio::test]
+async fn full_lifecycle_shapes_the_vm_field_by_field() {
+    let mut config = Config::fast();
+    // A guest that takes a moment to boot, so the attached ISO can be inspected.
+    config.boot_delay_ms = 150;
+    config.agent_delay_ms = 150;
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut req = request(&sim, "m1", "c1", full_spec(), seed_cluster());
+
+    // 1. Nothing happens before the static address exists.
+    let first = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert_eq!(first.progress.phase, "WaitingForAddresses");
+    assert!(!first.ready);
+    let wanted: Vec<(String, String)> = first
+        .address_requests
+        .iter()
+        .map(|r| (r.device.clone(), r.pool.clone()))
+        .collect();
+    assert_eq!(wanted, [("net0".to_string(), "ipv4".to_string())]);
+    assert!(non_templates(&sim).is_empty(), "no VM before the address");
+    req.state = Some(first.progress.state.clone());
+    req.addresses.push(AllocatedAddress {
+        device: "net0".into(),
+        address: "192.168.1.221".into(),
+        prefix: 24,
+        gateway: Some("192.168.1.1".into()),
+    });
+
+    // 2. Clone and configure without bootstrap data, then wait for it.
+    let mut phases = vec![];
+    let waiting = loop {
+        let s = plugin.create_machine(&req).await.unwrap().unwrap();
+        req.state = Some(s.progress.state.clone());
+        if phases.last() != Some(&s.progress.phase) {
+            phases.push(s.progress.phase.clone());
+        }
+        if s.needs_bootstrap {
+            break s;
+        }
+        assert!(phases.len() < 10 && !s.ready, "{phases:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(waiting.progress.phase, "WaitingForBootstrapData");
+    assert_eq!(waiting.failure_domain.as_deref(), Some("pve1"));
+    let vmid = vmid_of(&waiting);
+    assert!((500..=520).contains(&vmid), "VMID {vmid} from vmIDRange");
+    assert!(
+        iso_volumes(&sim).is_empty(),
+        "no ISO before the bootstrap data"
+    );
+    assert_eq!(sim.state().vm(vmid).unwrap()["status"], "stopped");
+
+    // 3. With bootstrap data: ISO, start, guest agent, ready.
+    req.bootstrap = Some(bootstrap());
+    let mut saw_iso = false;
+    let status = loop {
+        let s = plugin.create_machine(&req).await.unwrap().unwrap();
+        req.state = Some(s.progress.state.clone());
+        if phases.last() != Some(&s.progress.phase) {
+            phases.push(s.progress.phase.clone());
+        }
+        let isos = iso_volumes(&sim);
+        if !isos.is_empty() && !saw_iso {
+            saw_iso = true;
+            check_iso(&sim, vmid, &isos[0]);
+        }
+        if s.ready {
+            break s;
+        }
+        assert!(phases.len() < 20, "{phases:?}");
+        tokio::time::sleep(Duration::from_millis(
+            s.progress.requeue_after_ms.unwrap_or(0).min(50),
+        ))
+        .await;
+    };
+    assert!(
+        saw_iso,
+        "the NoCloud ISO was seen on the storage: {phases:?}"
+    );
+    assert!(
+        phases.contains(&"WaitingForGuestAgent".to_string()),
+        "{phases:?}"
+    );
+    assert_eq!(phases.last().map(String::as_str), Some("Ready"));
+
+    // 4. The VM in the simulator, field by field.
+    let vm = sim.state().vm(vmid).unwrap();
+    assert_eq!(vm["node"], "pve1");
+    assert_eq!(vm["status"], "running");
+    assert_eq!(vm["pool"], "capi");
+    assert_eq!(vm["name"], "m1");
+    assert_eq!(cfg(&vm, "sockets"), "2");
+    assert_eq!(cfg(&vm, "cores"), "4");
+    assert_eq!(cfg(&vm, "memory"), "8192");
+    assert_eq!(cfg(&vm, "agent"), "1");
+    let tags: BTreeSet<&str> = cfg(&vm, "tags").split(';').collect();
+    assert_eq!(
+        tags,
+        BTreeSet::from(["hp-uid-m1", "hyperplug", "k8s", "worker"])
+    );
+    let description = cfg(&vm, "description");
+    assert!(
+        description.starts_with("worker of the lifecycle test"),
+        "{description}"
+    );
+    assert!(
+        description
+            .lines()
+            .any(|l| l == "hyperplug.machine-uid=uid-m1"),
+        "{description}"
+    );
+    let net0 = props(cfg(&vm, "net0"));
+    assert_eq!(net0.get("bridge").map(String::as_str), Some("vmbr0"));
+    assert_eq!(net0.get("tag").map(String::as_str), Some("10"));
+    assert_eq!(net0.get("mtu").map(String::as_str), Some("1500"));
+    assert!(
+        net0.get("virtio")
+            .is_some_and(|m| m.starts_with("BC:24:11")),
+        "{net0:?}"
+    );
+    let net1 = props(cfg(&vm, "net1"));
+    assert_eq!(net1.get("bridge").map(String::as_str), Some("vmbr1"));
+    assert!(net1.contains_key("e1000"), "{net1:?}");
+    let scsi0 = props(cfg(&vm, "scsi0"));
+    assert_eq!(scsi0.get("size").map(String::as_str), Some("30G"));
+    assert!(
+        cfg(&vm, "scsi0").starts_with(&format!("local-lvm:vm-{vmid}-disk-")),
+        "full clone on local-lvm: {}",
+        cfg(&vm, "scsi0")
+    );
+    let scsi1 = props(cfg(&vm, "scsi1"));
+    assert_eq!(scsi1.get("size").map(String::as_str), Some("20G"));
+    assert!(
+        cfg(&vm, "scsi1").starts_with("local-lvm:"),
+        "{}",
+        cfg(&vm, "scsi1")
+    );
+    assert_eq!(
+        cfg(&vm, "ide2"),
+        "none,media=cdrom",
+        "ISO ejected after boot"
+    );
+    assert!(
+        !vm["config"]
+            .as_object()
+            .unwrap()
+            .values()
+            .any(|v| v.as_str().is_some_and(|s| s.contains("cloudinit"))),
+        "PVE's own cloud-init drive is gone: {}",
+        vm["config"]
+    );
+    assert!(iso_volumes(&sim).is_empty(), "ISO deleted once booted");
+
+    // 5. What the guest got (the simulator boots from the ISO's network-config).
+    assert_eq!(vm["guest"]["hostname"], "m1");
+    let ipv4: Vec<&str> = vm["ipv4"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(ipv4.contains(&"192.168.1.221"), "{ipv4:?}");
+    let dhcp_ip = ipv4
+        .iter()
+        .find(|a| a.starts_with("10.10.0."))
+        .expect("net1 by DHCP")
+        .to_string();
+
+    // 6. The status: provider ID from SMBIOS, static and DHCP addresses.
+    let uuid = props(cfg(&vm, "smbios1")).get("uuid").cloned().unwrap();
+    assert_eq!(status.provider_id, Some(format!("proxmox://{uuid}")));
+    let addrs: Vec<(AddressType, &str)> = status
+        .addresses
+        .iter()
+        .map(|a| (a.address_type, a.address.as_str()))
+        .collect();
+    assert!(
+        addrs.contains(&(AddressType::InternalIp, "192.168.1.221")),
+        "{addrs:?}"
+    );
+    assert!(
+        addrs.contains(&(AddressType::InternalIp, dhcp_ip.as_str())),
+        "{addrs:?}"
+    );
+    assert!(addrs.contains(&(AddressType::Hostname, "m1")), "{addrs:?}");
+    assert_eq!(status.failure_domain.as_deref(), Some("pve1"));
+    let details: BTreeMap<_, _> = status.details.iter().cloned().collect();
+    assert_eq!(details.get("node").map(String::as_str), Some("pve1"));
+    assert_eq!(details.get("vmid"), Some(&vmid.to_string()));
+
+    // 7. Describe: running, no drift.
+    let d = plugin.describe_machine(&req).await.unwrap().unwrap();
+    assert!(d.ready && d.drift.is_none(), "{:?}", d.drift);
+
+    // 8. Delete: stop, wait, destroy with purge, confirm.
+    sim.state().reset_counters();
+    let delete_phases = drive_delete(&plugin, &mut req).await.unwrap();
+    assert_eq!(
+        delete_phases.first().map(String::as_str),
+        Some("Stopping"),
+        "{delete_phases:?}"
+    );
+    assert!(
+        delete_phases.contains(&"Deleting".to_string()),
+        "{delete_phases:?}"
+    );
+    assert!(sim.state().vm(vmid).is_none());
+    let counters = sim.state().counters();
+    assert_eq!(
+        counters.get("POST /nodes/{node}/qemu/{vmid}/status/stop"),
+        Some(&1),
+        "{counters:?}"
+    );
+    assert_eq!(
+        counters.get("DELETE /nodes/{node}/qemu/{vmid}"),
+        Some(&1),
+        "{counters:?}"
+    );
+    let dump = sim.state().dump();
+    assert!(
+        !dump["pools"]["capi"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(vmid)),
+        "purged from the pool: {}",
+        dump["pools"]
+    );
+    let leftovers: Vec<Value> = dump["storages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["volumes"].as_array().cloned().unwrap_or_default())
+        .filter(|v| v["vmid"] == json!(vmid))
+        .collect();
+    assert!(leftovers.is_empty(), "disks destroyed: {leftovers:?}");
+
+    // 9. Idempotent: again with the final state, and with no state at all.
+    assert!(drive_delete(&plugin, &mut req).await.unwrap().is_empty());
+    req.state = None;
+    assert!(drive_delete(&plugin, &mut req).await.unwrap().is_empty());
+    let d = plugin.describe_machine(&req).await.unwrap().unwrap();
+    assert!(!d.ready);
+}
+
+/// The uploaded ISO while attached: a `cidata` volume with the expected files, as the
+/// simulator's own ISO reader parsed it, and rebuilt byte-for-byte natively and read back
+/// with the `iso9660` crate.
+fn check_iso(sim: &pve_sim::RunningSim, vmid: u32, volume: &Value) {
+    let volid = volume["volid"].as_str().unwrap();
+    assert_eq!(volid, format!("local:iso/hyperplug-{vmid}-uid-m1.iso"));
+    let vm = sim.state().vm(vmid).unwrap();
+    assert_eq!(
+        cfg(&vm, "ide2"),
+        format!("{volid},media=cdrom"),
+        "attached on the default CD slot"
+    );
+    let nc = &volume["nocloud"];
+    assert_eq!(nc["volume_id"], "cidata", "{volume}");
+    let user = nc["user_data"].as_str().unwrap();
+    assert_eq!(user, CLOUD_CONFIG);
+    let meta = nc["meta_data"].as_str().unwrap();
+    assert_eq!(nc["instance_id"], "uid-m1", "{meta}");
+    assert_eq!(nc["hostname"], "m1", "{meta}");
+    let uuid = props(cfg(&vm, "smbios1")).get("uuid").cloned().unwrap();
+    assert!(
+        meta.contains(&format!("provider-id: \"proxmox://{uuid}\"")),
+        "{meta}"
+    );
+    let net = nc["network_config"].as_str().unwrap();
+    let mac0 = props(cfg(&vm, "net0")).get("virtio").cloned().unwrap();
+    let ifaces = nc["interfaces"].as_array().unwrap();
+    assert_eq!(ifaces.len(), 2, "{net}");
+    assert_eq!(ifaces[0]["mac"], mac0.to_uppercase());
+    assert_eq!(
+        ifaces[0]["addresses"],
+        json!([["192.168.1.221", 24]]),
+        "{net}"
+    );
+    assert_eq!(ifaces[0]["gateway4"], "192.168.1.1", "{net}");
+    assert_eq!(ifaces[1]["dhcp4"], true, "{net}");
+    assert!(
+        net.contains("nameservers:\n      addresses:\n        - \"192.168.1.1\""),
+        "{net}"
+    );
+
+    // Byte-level: the same files make the same image (the writer is deterministic).
+    let files: Vec<(&str, &[u8])> = vec![
+        ("meta-data", meta.as_bytes()),
+        ("user-data", user.as_bytes()),
+        ("network-config", net.as_bytes()),
+    ];
+    let image = guest_nocloud::build_iso("cidata", &files).unwrap();
+    assert_eq!(
+        image.len() as u64,
+        volume["size"].as_u64().unwrap(),
+        "same size as the upload"
+    );
+    assert_eq!(&image[16 * 2048 + 40..16 * 2048 + 46], b"cidata");
+    let read = read_with_iso9660_crate(image);
+    let names: BTreeSet<&str> = read.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["META_DATA", "NETWORK_CONFIG", "USER_DATA"]),
+        "ISO 9660 names (the Rock Ridge / Joliet names are the cloud-init ones)"
+    );
+    assert_eq!(read["USER_DATA"], CLOUD_CONFIG.as_bytes());
+    assert_eq!(read["META_DATA"], meta.as_bytes());
+}
+
+#[tokio::test]
+async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let plugin = Arc::new(plugin);
+    let spec = json!({
+        "sourceNode": "pve1",
+        "templateID": 9000,
+        "memoryMiB": 1024,
+        "vmIDRange": {"start": 700, "end": 719},
+        "checks": {"skipCloudInitStatus": true},
+    });
+    let mut handles = vec![];
+    for i in 0..20 {
+        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
+        let mut req = request(
+            &sim,
+            &format!("{cluster}-m{i}"),
+            cluster,
+            spec.clone(),
+            dhcp_cluster(),
+        );
+        req.bootstrap = Some(bootstrap());
+        let plugin = plugin.clone();
+        handles.push(tokio::spawn(async move {
+            let (status, _) = drive_create(&plugin, &mut req)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            (req.machine.uid.clone(), vmid_of(&status), status)
+        }));
+    }
+    let mut vmids = BTreeSet::new();
+    let mut owners = BTreeMap::new();
+    for h in handles {
+        let (uid, vmid, status) = h.await.unwrap();
+        assert!(status.ready);
+        assert!((700..=719).contains(&vmid));
+        assert!(vmids.insert(vmid), "VMID {vmid} handed out twice");
+        owners.insert(vmid, uid);
+    }
+    assert_eq!(vmids.len(), 20, "every ID of the 20-ID range used once");
+    let clones = sim.state().counters()["POST /nodes/{node}/qemu/{vmid}/clone"];
+    assert!(clones >= 20, "{clones} clone calls");
+    let vms = non_templates(&sim);
+    assert_eq!(vms.len(), 20, "exactly one VM per machine");
+    for vm in vms {
+        let vmid = vm["vmid"].as_u64().unwrap() as u32;
+        let owner = &owners[&vmid];
+        assert!(
+            cfg(&vm, "description")
+                .lines()
+                .any(|l| l == format!("hyperplug.machine-uid={owner}")),
+            "VM {vmid} carries its machine's marker"
+        );
+        assert_eq!(vm["status"], "running");
+    }
+}
+
+#[tokio::test]
+async fn a_state_lost_between_clone_and_save_adopts_the_vm() {
+    let mut config = Config::fast();
+    config.task_ms.insert("qmclone".into(), 300);
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+
+    let first = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert_eq!(first.progress.phase, "Cloning");
+    let vmid = vmid_of(&first);
+    assert!(sim.state().vm(vmid).is_some());
+    // The host crashed before saving: the next call has no state, mid-clone.
+    req.state = None;
+    let again = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert_eq!(vmid_of(&again), vmid, "adopted, not cloned again");
+    assert_eq!(again.progress.phase, "Cloning", "waits for the clone lock");
+    req.state = Some(again.progress.state.clone());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    assert_eq!(vmid_of(&status), vmid);
+
+    // Lost again once ready: still the same VM, still one.
+    req.state = None;
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    assert_eq!(vmid_of(&status), vmid);
+    assert_eq!(non_templates(&sim).len(), 1);
+    let counters = sim.state().counters();
+    assert_eq!(
+        counters.get("POST /nodes/{node}/qemu/{vmid}/clone"),
+        Some(&1),
+        "{counters:?}"
+    );
+    assert_eq!(
+        counters.get("POST /nodes/{node}/storage/{storage}/upload"),
+        Some(&1),
+        "a running adopted VM gets no second seed: {counters:?}"
+    );
+}
+
+#[tokio::test]
+async fn delete_with_a_stale_vmid_leaves_the_other_machines_vm_alone() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = |range: u32| {
+        json!({"sourceNode": "pve1", "templateID": 9000, "vmIDRange": {"start": range, "end": range},
+               "checks": {"skipCloudInitStatus": true}})
+    };
+    let mut a = request(&sim, "a", "c1", spec(800), dhcp_cluster());
+    a.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut a).await.unwrap();
+    assert_eq!(vmid_of(&status), 800);
+    let stale = a.clone();
+
+    // A's VM goes away (here: A's own delete), and machine B gets VMID 800.
+    drive_delete(&plugin, &mut a).await.unwrap();
+    let mut b = request(&sim, "b", "c2", spec(800), dhcp_cluster());
+    b.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut b).await.unwrap();
+    assert_eq!(vmid_of(&status), 800);
+
+    // A describes drift: VMID 800 is someone else's.
+    let d = plugin.describe_machine(&stale).await.unwrap().unwrap();
+    assert!(matches!(d.drift, Some(Drift::Foreign(_))), "{:?}", d.drift);
+    assert!(!d.ready);
+
+    // Deleting A with its stale state succeeds and touches nothing.
+    sim.state().reset_counters();
+    let mut stale_delete = stale.clone();
+    drive_delete(&plugin, &mut stale_delete).await.unwrap();
+    let counters = sim.state().counters();
+    for k in counters.keys() {
+        assert!(
+            k.starts_with("GET "),
+            "only reads while deleting a machine whose VM is gone: {counters:?}"
+        );
+    }
+    let vm = sim.state().vm(800).expect("B's VM still exists");
+    assert_eq!(vm["status"], "running");
+    assert_eq!(vm["name"], "b");
+}
+
+#[tokio::test]
+async fn errors_are_classified_and_keep_the_pve_message() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let call = async |spec: Value| {
+        let req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+        plugin.create_machine(&req).await.expect("call completes")
+    };
+    let base = json!({"sourceNode": "pve1", "templateID": 9000});
+    let with = |patch: Value| {
+        let mut s = base.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        s
+    };
+
+    // Invalid specs name the field.
+    for (spec, field) in [
+        (json!({"templateID": 9000}), "spec.sourceNode"),
+        (json!({"sourceNode": "pve1"}), "spec.templateID"),
+        (
+            with(json!({"vmIDRange": {"start": 200, "end": 100}})),
+            "spec.vmIDRange.end",
+        ),
+        (with(json!({"numCores": "four"})), "spec.numCores"),
+        (with(json!({"tags": ["Bad Tag"]})), "spec.tags[0]"),
+        (
+            with(json!({"full": false, "storage": "local-lvm"})),
+            "spec.storage",
+        ),
+        (
+            with(json!({"network": {"default": {"bridge": ""}}})),
+            "spec.network.default.bridge",
+        ),
+        (
+            with(json!({"cloudInit": {"cdSlot": "floppy0"}})),
+            "spec.cloudInit.cdSlot",
+        ),
+    ] {
+        match call(spec.clone()).await {
+            Err(PluginError::InvalidSpec(e)) => assert_eq!(e.field, field, "{spec}: {}", e.message),
+            other => panic!("{spec}: expected invalid spec {field}, got {other:?}"),
+        }
+    }
+
+    // Terminal: the template does not exist (PVE's "does not exist" kept).
+    match call(json!({"sourceNode": "pve1", "templateID": 9999})).await {
+        Err(PluginError::Terminal(e)) => {
+            assert_eq!(e.reason, "TemplateNotFound");
+            assert!(
+                e.message.contains("9999.conf' does not exist"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("expected TemplateNotFound, got {other:?}"),
+    }
+    match call(json!({"templateSelector": {"matchTags": ["no-such-tag"]}})).await {
+        Err(PluginError::Terminal(e)) => assert_eq!(e.reason, "TemplateNotFound"),
+        other => panic!("expected TemplateNotFound, got {other:?}"),
+    }
+    // Terminal: invalid configuration (a storage PVE does not know).
+    match call(with(json!({"storage": "nosuch"}))).await {
+        Err(PluginError::Terminal(e)) => {
+            assert_eq!(e.reason, "InvalidConfiguration");
+            assert!(
+                e.message.contains("storage 'nosuch' does not exist"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("expected InvalidConfiguration, got {other:?}"),
+    }
+
+    let inject = |status: u16, message: &str| Faults {
+        errors: vec![EndpointError {
+            endpoint: "POST /nodes/{node}/qemu/{vmid}/clone".into(),
+            rate: 1.0,
+            status,
+            message: Some(message.into()),
+        }],
+        ..Faults::default()
+    };
+    // Terminal: permission denied.
+    sim.state()
+        .set_faults(inject(403, "Permission check failed (/vms/9000, VM.Clone)"));
+    match call(base.clone()).await {
+        Err(PluginError::Terminal(e)) => {
+            assert_eq!(e.reason, "PermissionDenied");
+            assert!(
+                e.message
+                    .contains("Permission check failed (/vms/9000, VM.Clone)"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("expected PermissionDenied, got {other:?}"),
+    }
+    // Transient: a 500.
+    sim.state().set_faults(inject(
+        500,
+        "cfs-lock 'file-replication_cfg' error: got lock request timeout",
+    ));
+    match call(base.clone()).await {
+        Err(PluginError::Transient(e)) => {
+            assert!(
+                e.message.contains("got lock request timeout"),
+                "{}",
+                e.message
+            )
+        }
+        other => panic!("expected transient, got {other:?}"),
+    }
+    // Transient: 595, the node does not answer.
+    sim.state().set_faults(inject(595, ""));
+    match call(base.clone()).await {
+        Err(PluginError::Transient(e)) => assert!(e.message.contains("595"), "{}", e.message),
+        other => panic!("expected transient, got {other:?}"),
+    }
+    // Transient: a lock timeout on the template's config lock.
+    sim.state().set_faults(Faults {
+        lock_timeout_rate: 1.0,
+        ..Faults::default()
+    });
+    match call(base.clone()).await {
+        Err(PluginError::Transient(e)) => {
+            assert!(e.message.contains("got timeout"), "{}", e.message)
+        }
+        other => panic!("expected transient lock timeout, got {other:?}"),
+    }
+    sim.state().set_faults(Faults::default());
+    // Transient: network (nothing listens).
+    let mut req = request(&sim, "m1", "c1", base.clone(), dhcp_cluster());
+    req.credentials = Credentials {
+        insecure: true,
+        ..credentials("https://127.0.0.1:1")
+    };
+    assert!(matches!(
+        plugin.create_machine(&req).await.unwrap(),
+        Err(PluginError::Transient(_))
+    ));
+    assert!(
+        non_templates(&sim).is_empty(),
+        "no VM was left by the failures"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_clone_task_is_retried_and_a_missing_vm_is_drift() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    sim.state().set_faults(Faults {
+        task_failure_rate: 1.0,
+        task_failure_message: Some("clone failed: storage full (simulated)".into()),
+        ..Faults::default()
+    });
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    let s = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert_eq!(s.progress.phase, "Cloning");
+    assert!(
+        s.progress.message.contains("storage full (simulated)"),
+        "{}",
+        s.progress.message
+    );
+    assert!(non_templates(&sim).is_empty());
+    sim.state().set_faults(Faults::default());
+    req.state = Some(s.progress.state.clone());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vmid = vmid_of(&status);
+
+    // Someone deletes the VM behind our back: describe reports it missing.
+    let mut other = req.clone();
+    drive_delete(&plugin, &mut other).await.unwrap();
+    let d = plugin.describe_machine(&req).await.unwrap().unwrap();
+    assert!(matches!(d.drift, Some(Drift::Missing(_))), "{:?}", d.drift);
+    assert!(sim.state().vm(vmid).is_none());
+}
+
+#[tokio::test]
+async fn template_selector_failure_domain_and_templates() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = json!({
+        "templateSelector": {"matchTags": ["ubuntu", "cloudinit"]},
+        "full": false,
+        "numCores": 2,
+        "memoryMiB": 4096,
+        "network": {"default": {"bridge": "vmbr0", "dhcp4": true}},
+        "checks": {"skipQemuGuestAgent": true},
+    });
+    let mut req = request(&sim, "m1", "c1", spec.clone(), dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    req.failure_domain = Some("pve1".into());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vmid = vmid_of(&status);
+    let vm = sim.state().vm(vmid).unwrap();
+    assert_eq!(vm["node"], "pve1");
+    assert!(
+        cfg(&vm, "scsi0").starts_with(&format!("local-lvm:base-9000-disk-0/vm-{vmid}-disk-")),
+        "linked clone: {}",
+        cfg(&vm, "scsi0")
+    );
+    // Without the guest agent, the ISO stays attached; delete removes it.
+    assert_eq!(iso_volumes(&sim).len(), 1);
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(
+        iso_volumes(&sim).is_empty(),
+        "leftover ISO deleted with the machine"
+    );
+
+    // The template describes capacity for autoscaling from zero.
+    let t = plugin
+        .describe_template(&hyperplug::runtime::bindings::machine::TemplateRequest {
+            template: object("tpl"),
+            spec: spec.to_string(),
+            credentials: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let cap: BTreeMap<_, _> = t.capacity.into_iter().collect();
+    assert_eq!(cap.get("cpu").map(String::as_str), Some("2"));
+    assert_eq!(cap.get("memory").map(String::as_str), Some("4096Mi"));
+    // Unset values come from the template (9000: 2 cores, 2048 MiB) when it can be read.
+    let t = plugin
+        .describe_template(&hyperplug::runtime::bindings::machine::TemplateRequest {
+            template: object("tpl"),
+            spec: json!({"sourceNode": "pve1", "templateID": 9000, "numSockets": 2}).to_string(),
+            credentials: Some(pinned(&sim)),
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let cap: BTreeMap<_, _> = t.capacity.into_iter().collect();
+    assert_eq!(cap.get("cpu").map(String::as_str), Some("4"));
+    assert_eq!(cap.get("memory").map(String::as_str), Some("2048Mi"));
+}
+
+#[tokio::test]
+async fn concurrent_creates_on_nextid_share_no_vmid() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let plugin = Arc::new(plugin);
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000, "memoryMiB": 1024,
+                      "checks": {"skipCloudInitStatus": true}});
+    let mut handles = vec![];
+    for i in 0..10 {
+        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
+        let mut req = request(
+            &sim,
+            &format!("{cluster}-n{i}"),
+            cluster,
+            spec.clone(),
+            dhcp_cluster(),
+        );
+        req.bootstrap = Some(bootstrap());
+        let plugin = plugin.clone();
+        handles.push(tokio::spawn(async move {
+            let (status, _) = drive_create(&plugin, &mut req)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            vmid_of(&status)
+        }));
+    }
+    let mut vmids = BTreeSet::new();
+    for h in handles {
+        assert!(vmids.insert(h.await.unwrap()), "a VMID handed out twice");
+    }
+    assert_eq!(non_templates(&sim).len(), 10);
+}
+
+#[tokio::test]
+async fn scheduling_checks_memory_with_the_adjustment_and_cpus() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let cluster = |adjustment: u64| {
+        json!({"allowedNodes": ["pve1"], "controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443},
+               "schedulerHints": {"memoryAdjustment": adjustment}})
+    };
+    // 70000 MiB does not fit in pve1's 64 GiB at 100 %.
+    let big = json!({"sourceNode": "pve1", "templateID": 9000, "memoryMiB": 70000});
+    let req = request(&sim, "m1", "c1", big.clone(), cluster(100));
+    match plugin.create_machine(&req).await.unwrap() {
+        Err(PluginError::Transient(e)) => {
+            assert!(
+                e.message.contains("no node can take the VM"),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains("pve1"), "{}", e.message);
+        }
+        other => panic!("expected a transient scheduling error, got {other:?}"),
+    }
+    // ... fits at 200 % (overcommit).
+    let req = request(&sim, "m2", "c1", big.clone(), cluster(200));
+    let s = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert!(vmid_of(&s) >= 100);
+    // ... and 0 disables the memory check.
+    let req = request(&sim, "m3", "c1", big, cluster(0));
+    assert!(plugin.create_machine(&req).await.unwrap().is_ok());
+    // More vCPUs than the node has.
+    let wide = json!({"sourceNode": "pve1", "templateID": 9000, "numSockets": 2, "numCores": 16});
+    let req = request(&sim, "m4", "c1", wide, cluster(0));
+    match plugin.create_machine(&req).await.unwrap() {
+        Err(PluginError::Transient(e)) => assert!(e.message.contains("CPUs"), "{}", e.message),
+        other => panic!("expected a transient scheduling error, got {other:?}"),
+    }
+    assert_eq!(non_templates(&sim).len(), 2);
+}
+
+/// Real-ish durations (clone 300 ms, start 200 ms, boot and agent 500 ms each): every
+/// wait is returned as progress, none is slept through inside a call.
+/// Answers with the next address of 192.168.1.0/24 for net0 from the IPv4 pool, and
+/// the bootstrap data.
+struct FromRange {
+    next: u8,
+}
+
+impl Answers for FromRange {
+    fn address(&mut self, device: &str, pool: &str) -> Result<AllocatedAddress, String> {
+        assert_eq!((device, pool), ("net0", "ipv4"));
+        self.next += 1;
+        Ok(AllocatedAddress {
+            device: device.into(),
+            address: format!("192.168.1.{}", self.next),
+            prefix: 24,
+            gateway: Some("192.168.1.1".into()),
+        })
+    }
+
+    fn bootstrap(&mut self) -> Result<BootstrapData, String> {
+        Ok(bootstrap())
+    }
+}
+
+#[tokio::test]
+async fn with_pve_task_durations_every_wait_is_a_requeue() {
+    let sim = sim_with(Config::default()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut spec = full_spec();
+    spec["network"]["additionalDevices"] = json!([]);
+    let mut req = request(&sim, "m1", "c1", spec, seed_cluster());
+    req.bootstrap = Some(bootstrap());
+    let mut pool = FromRange { next: 220 };
+    let (status, run) = create_until_ready(&plugin, &mut req, &mut pool, &pacing(50))
+        .await
+        .unwrap();
+    assert!(status.ready);
+    for phase in [
+        "WaitingForAddresses",
+        "Cloning",
+        "Resizing",
+        "PoweringOn",
+        "WaitingForGuestAgent",
+        "Ready",
+    ] {
+        assert!(
+            run.phases.iter().any(|p| p == phase),
+            "{phase} in {:?}",
+            run.phases
+        );
+    }
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    assert!(
+        vm["ipv4"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("192.168.1.221")),
+        "{}",
+        vm["ipv4"]
+    );
+    let phases = drive_delete(&plugin, &mut req).await.unwrap();
+    assert_eq!(phases, ["Stopping", "Deleting"], "{phases:?}");
+    assert!(non_templates(&sim).is_empty());
+}
+
+/// A delete that arrives while the clone still holds its lock waits for it, then
+/// stops and destroys; nothing is left.
+#[tokio::test]
+async fn delete_during_the_clone_waits_for_the_lock() {
+    let mut config = Config::fast();
+    config.task_ms.insert("qmclone".into(), 300);
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    let first = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert_eq!(first.progress.phase, "Cloning");
+    let vmid = vmid_of(&first);
+    req.state = Some(first.progress.state.clone());
+    let phases = drive_delete(&plugin, &mut req).await.unwrap();
+    assert_eq!(
+        phases.first().map(String::as_str),
+        Some("Stopping"),
+        "{phases:?}"
+    );
+    assert!(sim.state().vm(vmid).is_none());
+    assert!(non_templates(&sim).is_empty());
+}
+
+/// Ignition goes into `user-data` as it is (Ignition's Proxmox VE platform reads the
+/// NoCloud `user-data`); without the guest agent the ISO stays attached.
+#[tokio::test]
+async fn ignition_bootstrap_data_is_the_user_data() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000,
+                      "cloudInit": {"isoStorage": "local", "cdSlot": "sata1"},
+                      "checks": {"skipQemuGuestAgent": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    let ignition = r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[]}}"#;
+    req.bootstrap = Some(BootstrapData {
+        format: "ignition".into(),
+        value: ignition.as_bytes().to_vec(),
+    });
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    let isos = iso_volumes(&sim);
+    assert_eq!(isos.len(), 1);
+    let volid = isos[0]["volid"].as_str().unwrap();
+    assert_eq!(
+        cfg(&vm, "sata1"),
+        format!("{volid},media=cdrom"),
+        "the configured CD slot"
+    );
+    assert!(
+        cfg(&vm, "ide2").is_empty(),
+        "PVE's cloud-init drive removed: {}",
+        vm["config"]
+    );
+    assert_eq!(isos[0]["nocloud"]["user_data"], ignition);
+    // DHCP: the address comes from the DHCP lease the guest reports... without the
+    // agent, only the hostname is known.
+    assert!(status.provider_id.is_some());
+}
+
+/// CAPI's failure domain is the node: a template on shared storage is cloned there, and
+/// the seed goes to that node's ISO storage.
+#[tokio::test]
+async fn the_failure_domain_is_the_node_the_vm_lands_on() {
+    let mut config = Config::fast();
+    config.storages.push(pve_sim::StorageConfig {
+        id: "shared".into(),
+        kind: pve_sim::StorageType::Dir,
+        content: vec!["images".into()],
+        shared: true,
+        ..pve_sim::StorageConfig::default()
+    });
+    config.vms.push(pve_sim::VmSeed {
+        vmid: 9100,
+        node: "pve1".into(),
+        config: [
+            ("name", "shared-template"),
+            ("template", "1"),
+            ("scsi0", "shared:9100/base-9100-disk-0.raw,size=10G"),
+            ("net0", "virtio,bridge=vmbr0"),
+            ("agent", "1"),
+            ("cores", "2"),
+            ("memory", "2048"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+        ..pve_sim::VmSeed::default()
+    });
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let cluster = json!({"allowedNodes": ["pve1", "pve2", "pve3"],
+                         "controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443}});
+    let spec = json!({"sourceNode": "pve1", "templateID": 9100,
+                      "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, cluster);
+    req.bootstrap = Some(bootstrap());
+    req.failure_domain = Some("pve2".into());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    assert_eq!(vm["node"], "pve2");
+    assert_eq!(vm["status"], "running");
+    assert!(
+        cfg(&vm, "scsi0").starts_with("shared:"),
+        "{}",
+        cfg(&vm, "scsi0")
+    );
+    let details: BTreeMap<_, _> = status.details.iter().cloned().collect();
+    assert_eq!(details.get("node").map(String::as_str), Some("pve2"));
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(non_templates(&sim).is_empty());
+}

@@ -1,0 +1,270 @@
+//! A whole management world for controller tests: a real kube-apiserver with the
+//! Cluster API and IPAM CRDs and ours, pve-sim, and the hyperplug controllers running
+//! in this process against them.
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use hyperplug::controller::{self, ManagerOptions};
+use hyperplug::metrics::Metrics;
+use hyperplug::runtime::Limits;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, Patch};
+use kube_world::{Plane, PlaneOpts};
+use pve_sim::{Config, RunningSim};
+use serde_json::json;
+
+/// The API token secret of these tests: unique, so a scan can prove it never leaks.
+pub const TOKEN_ID: &str = "capmox@pve!capi";
+pub const TOKEN_SECRET: &str = "7f1c2d9e-hyperplug-test-secret-5b3a";
+
+pub struct World {
+    pub plane: Plane,
+    pub sim: RunningSim,
+    pub ns: String,
+    pub metrics: Arc<Metrics>,
+    controllers: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(c) = &self.controllers {
+            c.abort();
+        }
+    }
+}
+
+/// Everything the host logged in this test binary, for leak scans.
+pub fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("debug,kube=info,tower=info,hyper=info,h2=info,rustls=info")
+            .with_writer(move || LogWriter(sink.clone()))
+            .try_init();
+        buffer
+    })
+    .clone()
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl World {
+    /// The world with the controllers running in this process.
+    pub async fn start(sim_config: Config) -> World {
+        World::start_with(sim_config, true).await
+    }
+
+    /// The world without controllers (a test runs `hyperplug run` as a process).
+    pub async fn start_with(mut sim_config: Config, in_process: bool) -> World {
+        logs();
+        let plane = Plane::start(PlaneOpts {
+            controller_manager: true,
+            ..PlaneOpts::default()
+        })
+        .await
+        .expect("plane");
+        plane.install_capi_crds().await.expect("CAPI CRDs");
+        plane.install_ipam_crds().await.expect("IPAM CRDs");
+        let (_rt, plugin) = super::load("proxmox", Limits::default()).await;
+        let crds = hyperplug::crds::crds_yaml(plugin.info()).expect("our CRDs");
+        plane
+            .install_crds_yaml(&crds)
+            .await
+            .expect("install our CRDs");
+        sim_config.tokens = vec![format!("{TOKEN_ID}={TOKEN_SECRET}")];
+        let sim = super::sim_with(sim_config).await;
+        let ns = plane.namespace("hp").await.expect("namespace");
+        let secret = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: pve-credentials\nstringData:\n  url: {}\n  token: \"{TOKEN_ID}\"\n  secret: {TOKEN_SECRET}\n  fingerprint: \"{}\"\n",
+            sim.base_url(),
+            sim.fingerprint()
+        );
+        plane
+            .apply_yaml_in(&ns, &secret)
+            .await
+            .expect("credentials secret");
+        let options = ManagerOptions {
+            resync: Duration::from_secs(5),
+            ..ManagerOptions::default()
+        };
+        let metrics = Arc::new(Metrics::default());
+        let observed = metrics.clone();
+        plugin
+            .runtime()
+            .observe_http(Arc::new(move |p, method, path| {
+                observed.infrastructure_request(p, method, path)
+            }));
+        let controllers = in_process.then(|| {
+            let (client, metrics) = (plane.client(), metrics.clone());
+            tokio::spawn(async move {
+                controller::run(client, vec![plugin], options, metrics)
+                    .await
+                    .expect("controllers")
+            })
+        });
+        World {
+            plane,
+            sim,
+            ns,
+            metrics,
+            controllers,
+        }
+    }
+
+    pub async fn apply(&self, yaml: &str) -> Vec<DynamicObject> {
+        self.plane
+            .apply_yaml_in(&self.ns, yaml)
+            .await
+            .expect("apply")
+    }
+
+    /// Apply a fixture whose last document is an InfraMachine owned by the Machine
+    /// `machine`, as CAPI owns it: its `MACHINE_UID` is filled in once the Machine exists.
+    pub async fn apply_owned_by_machine(&self, yaml: &str, machine: &str) {
+        let (objects, infra_machine) = yaml.rsplit_once("---\n").expect("several documents");
+        self.apply(objects).await;
+        let machines = self.api("cluster.x-k8s.io/v1beta2", "Machine").await;
+        let uid = machines.get(machine).await.unwrap().uid().unwrap();
+        self.apply(&infra_machine.replace("MACHINE_UID", &uid))
+            .await;
+    }
+
+    pub async fn api(&self, api_version: &str, kind: &str) -> Api<DynamicObject> {
+        self.plane
+            .dynamic_api(api_version, kind, Some(&self.ns))
+            .await
+            .expect("api")
+    }
+
+    /// Poll until `pred` holds (at most a minute), returning the object.
+    pub async fn wait_for(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        what: &str,
+        pred: impl Fn(&DynamicObject) -> bool,
+    ) -> DynamicObject {
+        let mut last = None;
+        for _ in 0..300 {
+            if let Ok(Some(obj)) = api.get_opt(name).await {
+                if pred(&obj) {
+                    return obj;
+                }
+                last = Some(obj);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "timed out waiting for {name}: {what}; last seen: {:?}",
+            last.map(|o| o.data)
+        );
+    }
+
+    /// `hyperplug run` with these plugins (bundled or test plugins, by name) against this
+    /// world's API server, health and metrics on free ports, its log appended to
+    /// `hyperplug.log` in the plane's directory. Add flags, then spawn it.
+    pub fn hyperplug_run(&self, plugins: &[&str]) -> Command {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.plane.dir().join("hyperplug.log"))
+            .expect("log file");
+        let mut run = Command::new(env!("CARGO_BIN_EXE_hyperplug"));
+        run.arg("run");
+        for plugin in plugins {
+            run.arg("--plugin").arg(super::plugin_path(plugin));
+        }
+        run.args(["--health-addr", "127.0.0.1:0"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .env("KUBECONFIG", self.plane.kubeconfig_path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log));
+        run
+    }
+
+    /// With `name` (of `objects`) provisioned under the Cluster `demo`: pausing the
+    /// Cluster stops every plugin call for it, even when it changes and past the resync,
+    /// and unpausing resumes them.
+    pub async fn pausing_the_cluster_stops_plugin_calls(
+        &self,
+        objects: &Api<DynamicObject>,
+        name: &str,
+    ) {
+        let capi = self.api("cluster.x-k8s.io/v1beta2", "Cluster").await;
+        let pause = |on: bool| Patch::Merge(json!({"spec": {"paused": on}}));
+        capi.patch("demo", &Default::default(), &pause(true))
+            .await
+            .unwrap();
+        self.wait_for(objects, name, "Paused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+        self.sim.state().reset_counters();
+        // A change to the object would normally reconcile it (and call the plugin); the
+        // resync period (5 s here) passes too.
+        let poke = json!({"metadata": {"annotations": {"poke": "1"}}});
+        objects
+            .patch(name, &Default::default(), &Patch::Merge(poke))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        assert!(
+            self.sim.state().counters().is_empty(),
+            "paused: {:?}",
+            self.sim.state().counters()
+        );
+        capi.patch("demo", &Default::default(), &pause(false))
+            .await
+            .unwrap();
+        self.wait_for(objects, name, "unpaused", |o| {
+            condition(o, "Paused").is_some_and(|c| c["status"] == "False")
+        })
+        .await;
+        for _ in 0..100 {
+            if !self.sim.state().counters().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(
+            !self.sim.state().counters().is_empty(),
+            "unpausing must resume plugin calls"
+        );
+    }
+
+    /// Poll until the object is gone.
+    pub async fn wait_gone(&self, api: &Api<DynamicObject>, name: &str) {
+        for _ in 0..300 {
+            if api.get_opt(name).await.expect("get").is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "{name} was never deleted: {:?}",
+            api.get_opt(name).await.ok().flatten().map(|o| o.data)
+        );
+    }
+}
+
+/// The condition `type_` of an object's status.
+pub fn condition(obj: &DynamicObject, type_: &str) -> Option<serde_json::Value> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}

@@ -1,0 +1,10 @@
+//! The end-to-end tests, one binary: each module was a test file of its own, and its
+//! tests keep their names (`cargo test -p e2e --test it quickstart_`).
+mod clusterctl_move_to_a_second_management_cluster;
+mod quickstart_with_real_cluster_api;
+mod the_demo_driver_brings_up_the_quickstart;
+
+/// One flow at a time: each brings up whole management clusters (and a workload API
+/// server), as much as this kind of machine runs well at once; as separate binaries
+/// they ran one after another.
+static FLOWS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
