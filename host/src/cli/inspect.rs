@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use super::{CacheArgs, load_plugins};
-use crate::runtime::bindings::identity::KindRole;
 use crate::runtime::{Limits, WIT_PACKAGE, WIT_VERSION};
 
 #[derive(Debug, clap::Args)]
@@ -34,7 +33,7 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         let kinds: Vec<_> = info
             .kinds
             .iter()
-            .map(|k| json!({"kind": k.kind, "role": role_name(k.role), "columns": k.columns.iter().map(|c| &c.name).collect::<Vec<_>>()}))
+            .map(|k| json!({"kind": k.kind, "role": k.role.name(), "columns": k.columns.iter().map(|c| &c.name).collect::<Vec<_>>()}))
             .collect();
         let doc = json!({
             "name": info.name, "version": info.version, "wit": wit,
@@ -63,20 +62,11 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     );
     println!("kinds:");
     for k in &info.kinds {
-        println!("  {:<28} {}", k.kind, role_name(k.role));
+        println!("  {:<28} {}", k.kind, k.role.name());
     }
     println!("imports:");
     for i in imports {
         println!("  {i}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn role_name(role: KindRole) -> &'static str {
-    match role {
-        KindRole::InfraCluster => "InfraCluster",
-        KindRole::InfraClusterTemplate => "InfraClusterTemplate",
-        KindRole::InfraMachine => "InfraMachine",
-        KindRole::InfraMachineTemplate => "InfraMachineTemplate",
-    }
 }

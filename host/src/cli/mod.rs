@@ -11,7 +11,6 @@ use clap::{Parser, Subcommand};
 
 use crate::runtime::{Limits, Plugin, Runtime};
 use crate::telemetry::LogArgs;
-pub(crate) use inspect::role_name;
 
 /// hyperplug — a Cluster API infrastructure provider whose infrastructure logic runs
 /// in sandboxed WebAssembly plugins.

@@ -9,9 +9,8 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
 use super::addresses::PoolFile;
-use crate::controller::credentials;
-use crate::runtime::Credentials;
 use crate::runtime::bindings::machine::BootstrapData;
+use crate::runtime::{Credentials, credentials};
 
 /// Bootstrap data handed to a plugin that asks for it when no `--bootstrap` file is given.
 pub const DUMMY_CLOUD_CONFIG: &str = "#cloud-config\n# hyperplug conformance: dummy bootstrap data; nothing joins a cluster\nruncmd:\n  - [echo, hyperplug-conformance]\n";
@@ -73,11 +72,10 @@ pub fn read_credentials(path: &Path, target: &str) -> anyhow::Result<Credentials
         credentials::URL.into(),
         ByteString(target.as_bytes().to_vec()),
     );
-    let secret = Secret {
-        data: Some(data),
-        ..Secret::default()
-    };
-    credentials::from_secret(&secret, &path.display().to_string()).map_err(|e| anyhow!("{e}"))
+    credentials::from_keys(&path.display().to_string(), |key| {
+        data.get(key).map(|v| v.0.as_slice())
+    })
+    .map_err(|e| anyhow!("InvalidCredentials: {e}"))
 }
 
 /// `--addresses FILE`: a list of pools (`name`, `addresses`, `prefix`, `gateway`), or a

@@ -9,15 +9,7 @@ use kube::api::DynamicObject;
 use super::context::Context;
 use super::error::{Error, Result};
 use super::objects::{field, str_field};
-use crate::runtime::{Credentials, NamedCredentials};
-
-/// Keys read from the Secret.
-pub const URL: &str = "url";
-pub const TOKEN: &str = "token";
-pub const SECRET: &str = "secret";
-pub const CA: &str = "ca.crt";
-pub const FINGERPRINT: &str = "fingerprint";
-pub const INSECURE: &str = "insecure";
+use crate::runtime::{Credentials, NamedCredentials, credentials};
 
 /// The credentials of a call: the primary ones and those of `spec.credentialsRefs`.
 pub struct CallCredentials {
@@ -98,27 +90,14 @@ async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials>
     from_secret(&secret, &format!("{namespace}/{name}"))
 }
 
-/// Credentials from a Secret's `data`; `hyperplug conformance` reads its credentials
-/// file through this too, so both accept the same keys.
+/// Credentials from a Secret's `data` (the keys `hyperplug conformance` reads from its
+/// credentials file too).
 pub fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
-    let data = secret.data.clone().unwrap_or_default();
-    let get = |key: &str| -> Option<String> {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-            .filter(|s| !s.is_empty())
-    };
-    let required = |key: &str| {
-        get(key).ok_or_else(|| Error::Terminal {
+    let data = secret.data.as_ref();
+    credentials::from_keys(name, |key| Some(data?.get(key)?.0.as_slice())).map_err(|message| {
+        Error::Terminal {
             reason: "InvalidCredentials".into(),
-            message: format!("credentials Secret {name} has no `{key}`"),
-        })
-    };
-    Ok(Credentials {
-        endpoint: required(URL)?,
-        token: required(TOKEN)?,
-        secret: required(SECRET)?,
-        ca_bundle: get(CA),
-        fingerprint: get(FINGERPRINT),
-        insecure: get(INSECURE).is_some_and(|v| v == "true" || v == "1"),
+            message,
+        }
     })
 }

@@ -32,7 +32,6 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 pub use context::ManagerOptions;
-pub use credentials::{CA, FINGERPRINT, INSECURE, SECRET, TOKEN, URL};
 pub use error::Error;
 
 use crate::metrics::Metrics;

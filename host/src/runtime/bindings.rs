@@ -18,3 +18,15 @@ wasmtime::component::bindgen!({
 
 pub use self::exports::hyperplug::provider::{cluster, identity, machine};
 pub use self::hyperplug::provider::types;
+
+impl identity::KindRole {
+    /// The role's name in the Cluster API contract, as `hyperplug inspect` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            identity::KindRole::InfraCluster => "InfraCluster",
+            identity::KindRole::InfraClusterTemplate => "InfraClusterTemplate",
+            identity::KindRole::InfraMachine => "InfraMachine",
+            identity::KindRole::InfraMachineTemplate => "InfraMachineTemplate",
+        }
+    }
+}

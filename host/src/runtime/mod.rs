@@ -6,6 +6,7 @@
 pub mod bindings;
 pub mod blobs;
 pub mod claims;
+pub mod credentials;
 mod egress;
 pub mod error;
 pub mod limits;

@@ -2,7 +2,6 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::cli::role_name;
 use crate::conformance::drive::flatten;
 use crate::conformance::kit::Kit;
 use crate::conformance::report::{self, Verdict, calls};
@@ -57,7 +56,7 @@ pub async fn identity(kit: &mut Kit) -> Verdict {
             problems.push(format!("kind `{}` must be CamelCase", k.kind));
         }
         by_role
-            .entry(role_name(k.role))
+            .entry(k.role.name())
             .or_default()
             .push(k.kind.as_str());
     }
@@ -66,7 +65,7 @@ pub async fn identity(kit: &mut Kit) -> Verdict {
             problems.push(format!("{role} is served by {} kinds", kinds.join(", ")));
         }
     }
-    let has = |r: KindRole| by_role.contains_key(role_name(r));
+    let has = |r: KindRole| by_role.contains_key(r.name());
     if !has(KindRole::InfraMachine) {
         problems.push("no InfraMachine kind: nothing to provision machines with".into());
     }
@@ -90,7 +89,7 @@ pub async fn identity(kit: &mut Kit) -> Verdict {
     let kinds: Vec<String> = info
         .kinds
         .iter()
-        .map(|k| format!("{} ({})", k.kind, role_name(k.role)))
+        .map(|k| format!("{} ({})", k.kind, k.role.name()))
         .collect();
     let mut detail = format!(
         "{} {}, {}/{}; kinds {}; capabilities {}",
