@@ -10,7 +10,7 @@ use super::{CacheArgs, load_plugins};
 use crate::blob_server;
 use crate::conformance::drive::{Pacing, TRANSIENT_RETRIES};
 use crate::conformance::{self, Options, inputs};
-use crate::runtime::{BlobStore, Limits};
+use crate::runtime::{BlobStore, Limits, Runtime};
 
 /// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
 /// provider invariants: idempotent create and delete, adoption of lost state, describe
@@ -118,20 +118,6 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         None => vec![],
     };
     let bootstrap = inputs::read_bootstrap(args.bootstrap.as_deref())?;
-    let plugin = load_plugins(
-        std::slice::from_ref(plugin_path),
-        args.limits.clone(),
-        &args.cache,
-    )
-    .await?
-    .remove(0);
-    let short = Limits {
-        timeout_ms: args.deadline_ms,
-        ..args.limits.clone()
-    };
-    let deadline_plugin = load_plugins(std::slice::from_ref(plugin_path), short, &args.cache)
-        .await?
-        .remove(0);
     // Blobs as `hyperplug run` serves them, for both runtimes.
     let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
         .await
@@ -145,8 +131,25 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         Duration::from_secs(3600),
         64 << 20,
     ));
-    plugin.runtime().serve_blobs(blobs.clone());
-    deadline_plugin.runtime().serve_blobs(blobs.clone());
+    let runtime = |limits: Limits| Runtime::builder(limits).blobs(blobs.clone());
+    let plugin = load_plugins(
+        std::slice::from_ref(plugin_path),
+        runtime(args.limits.clone()),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
+    let short = Limits {
+        timeout_ms: args.deadline_ms,
+        ..args.limits.clone()
+    };
+    let deadline_plugin = load_plugins(
+        std::slice::from_ref(plugin_path),
+        runtime(short),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
     tokio::spawn(blob_server::serve(listener, blobs));
     let run_id = args.run_id.clone().unwrap_or_else(conformance::new_run_id);
     println!(

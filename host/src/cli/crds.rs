@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::{CacheArgs, load_plugins};
-use crate::runtime::Limits;
+use crate::runtime::{Limits, Runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct CrdsArgs {
@@ -15,7 +15,13 @@ pub struct CrdsArgs {
 }
 
 pub async fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
-    for plugin in load_plugins(&args.plugins, Limits::default(), &args.cache).await? {
+    for plugin in load_plugins(
+        &args.plugins,
+        Runtime::builder(Limits::default()),
+        &args.cache,
+    )
+    .await?
+    {
         let yaml = crate::crds::crds_yaml(plugin.info())
             .map_err(|e| anyhow::anyhow!("plugin {}: {e}", plugin.path().display()))?;
         print!("{yaml}");

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use super::{CacheArgs, load_plugins};
-use crate::runtime::{Limits, WIT_PACKAGE, WIT_VERSION};
+use crate::runtime::{Limits, Runtime, WIT_PACKAGE, WIT_VERSION};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
@@ -21,7 +21,7 @@ pub struct InspectArgs {
 pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let plugin = load_plugins(
         std::slice::from_ref(&args.plugin),
-        Limits::default(),
+        Runtime::builder(Limits::default()),
         &args.cache,
     )
     .await?

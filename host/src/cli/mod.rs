@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::runtime::{Limits, Plugin, Runtime};
+use crate::runtime::{Plugin, RuntimeBuilder};
 use crate::telemetry::LogArgs;
 
 /// hyperplug — a Cluster API infrastructure provider whose infrastructure logic runs
@@ -78,13 +78,14 @@ fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("hyperplug").join("plugins"))
 }
 
-/// Load plugins with a fresh runtime; errors name the file and what is wrong with it.
+/// Load plugins into one runtime, built from `runtime` with the plugin cache `cache`
+/// says; errors name the file and what is wrong with it.
 pub async fn load_plugins(
     paths: &[PathBuf],
-    limits: Limits,
+    runtime: RuntimeBuilder,
     cache: &CacheArgs,
 ) -> anyhow::Result<Vec<Plugin>> {
-    let runtime = Runtime::new(limits, cache.dir())?;
+    let runtime = runtime.cache_dir(cache.dir()).build()?;
     let mut plugins = Vec::new();
     for path in paths {
         plugins.push(runtime.load(path).await?);

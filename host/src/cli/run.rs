@@ -10,10 +10,11 @@ use anyhow::Context as _;
 
 use super::{CacheArgs, load_plugins};
 use crate::blob_server;
+use crate::controller::claims::LeaseClaims;
 use crate::controller::{self, ManagerOptions};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
-use crate::runtime::{BlobStore, Limits};
+use crate::runtime::{BlobStore, Limits, Runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -103,7 +104,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Some((ns.to_string(), name.to_string()))
         }
     };
-    let plugins = load_plugins(&args.plugins, args.limits.clone(), &args.cache).await?;
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
+    let metrics = Arc::new(Metrics::default());
+    let observed = metrics.clone();
+    let claims_namespace = args
+        .claims_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "default".into());
+    let mut runtime = Runtime::builder(args.limits.clone())
+        .observe_http(Arc::new(move |p, method, path| {
+            observed.infrastructure_request(p, method, path)
+        }))
+        // Claims must hold across replicas and restarts: keep them in Kubernetes.
+        .claims(Arc::new(LeaseClaims::new(
+            client.clone(),
+            &claims_namespace,
+        )));
+    let blobs = args.blob_advertise_url.as_ref().map(|advertise| {
+        Arc::new(BlobStore::new(
+            advertise.clone(),
+            Duration::from_secs(args.blob_ttl_seconds),
+            args.blob_max_mib << 20,
+        ))
+    });
+    if let Some(store) = &blobs {
+        runtime = runtime.blobs(store.clone());
+    }
+    let plugins = load_plugins(&args.plugins, runtime, &args.cache).await?;
     for plugin in &plugins {
         let kinds: Vec<_> = plugin
             .info()
@@ -113,27 +143,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .collect();
         tracing::info!(plugin = plugin.name(), version = %plugin.info().version, ?kinds, "plugin loaded");
     }
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
-    let metrics = Arc::new(Metrics::default());
-    for plugin in &plugins {
-        let m = metrics.clone();
-        plugin
-            .runtime()
-            .observe_http(Arc::new(move |p, method, path| {
-                m.infrastructure_request(p, method, path)
-            }));
-    }
-    if let Some(advertise) = &args.blob_advertise_url {
-        let store = Arc::new(BlobStore::new(
-            advertise.clone(),
-            Duration::from_secs(args.blob_ttl_seconds),
-            args.blob_max_mib << 20,
-        ));
-        for plugin in &plugins {
-            plugin.runtime().serve_blobs(store.clone());
-        }
+    if let (Some(advertise), Some(store)) = (&args.blob_advertise_url, blobs) {
         let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
             .await
             .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
@@ -161,11 +171,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace.clone().filter(|n| !n.is_empty()),
         concurrency: args.reconcile_concurrency,
         resync: Duration::from_secs(args.resync_seconds),
-        claims_namespace: args
-            .claims_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into()),
     };
     ready.store(true, Ordering::Relaxed);
     let elector = args.leader_elect.then(|| {

@@ -23,8 +23,6 @@ pub struct ManagerOptions {
     pub concurrency: u16,
     /// How often a provisioned object is re-checked for drift.
     pub resync: Duration,
-    /// Namespace of the Leases that keep plugins' exclusive claims.
-    pub claims_namespace: String,
 }
 
 impl Default for ManagerOptions {
@@ -34,7 +32,6 @@ impl Default for ManagerOptions {
             namespace: None,
             concurrency: 16,
             resync: Duration::from_secs(300),
-            claims_namespace: "default".into(),
         }
     }
 }

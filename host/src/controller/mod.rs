@@ -39,7 +39,9 @@ use crate::runtime::Plugin;
 use crate::runtime::bindings::identity::{KindInfo, KindRole};
 use context::Context;
 
-/// Run every controller until they stop (they do not, unless the API is gone).
+/// Run every controller until they stop (they do not, unless the API is gone). The
+/// plugins' runtime keeps their claims where every replica sees them
+/// ([`claims::LeaseClaims`]).
 pub async fn run(
     client: Client,
     plugins: Vec<Plugin>,
@@ -52,13 +54,6 @@ pub async fn run(
         instance: std::env::var("HOSTNAME").ok(),
     };
     for plugin in plugins {
-        // Claims must hold across replicas and restarts: keep them in Kubernetes.
-        plugin
-            .runtime()
-            .keep_claims(Arc::new(claims::LeaseClaims::new(
-                client.clone(),
-                &options.claims_namespace,
-            )));
         let info = plugin.info().clone();
         let resource = |k: &KindInfo| {
             let gvk = GroupVersionKind::gvk(&info.group, &info.api_version, &k.kind);

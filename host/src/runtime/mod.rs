@@ -55,14 +55,51 @@ struct RuntimeInner {
     limits: Limits,
     cache_dir: Option<PathBuf>,
     clients: Arc<ClientCache>,
-    observer: std::sync::OnceLock<HttpObserver>,
-    blobs: std::sync::RwLock<Arc<BlobStore>>,
-    claims: std::sync::RwLock<Arc<dyn ClaimStore>>,
+    observer: Option<HttpObserver>,
+    blobs: Arc<BlobStore>,
+    claims: Arc<dyn ClaimStore>,
 }
 
-impl Runtime {
-    /// Build the engine. `cache_dir` keeps compiled plugins between runs.
-    pub fn new(limits: Limits, cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
+/// How a [`Runtime`] is made: its limits, where compiled plugins are cached, who hears
+/// of plugins' HTTP requests, and the stores behind the `blobs` and `claims` imports.
+pub struct RuntimeBuilder {
+    limits: Limits,
+    cache_dir: Option<PathBuf>,
+    observer: Option<HttpObserver>,
+    blobs: Arc<BlobStore>,
+    claims: Arc<dyn ClaimStore>,
+}
+
+impl RuntimeBuilder {
+    /// Keep compiled plugins between runs in `dir` (none: compile in memory only).
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+
+    /// Be told of every HTTP request any plugin sends (for metrics).
+    pub fn observe_http(mut self, observer: HttpObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// Serve the `blobs` import from `store` (without it every publish fails saying the
+    /// host serves no blobs).
+    pub fn blobs(mut self, store: Arc<BlobStore>) -> Self {
+        self.blobs = store;
+        self
+    }
+
+    /// Keep the `claims` import's claims in `store` (without it claims live in this
+    /// process's memory).
+    pub fn claims(mut self, store: Arc<dyn ClaimStore>) -> Self {
+        self.claims = store;
+        self
+    }
+
+    /// Build the engine.
+    pub fn build(self) -> anyhow::Result<Runtime> {
+        let limits = self.limits;
         let mut config = Config::new();
         config.epoch_interruption(true);
         // A pool of pre-reserved instance slots makes a fresh instance per call cheap.
@@ -99,40 +136,42 @@ impl Runtime {
                 engine,
                 linker,
                 limits,
-                cache_dir,
+                cache_dir: self.cache_dir,
                 clients: Arc::new(ClientCache::default()),
-                observer: std::sync::OnceLock::new(),
-                blobs: std::sync::RwLock::new(Arc::new(BlobStore::disabled())),
-                claims: std::sync::RwLock::new(Arc::new(MemoryClaims::default())),
+                observer: self.observer,
+                blobs: self.blobs,
+                claims: self.claims,
             }),
         })
     }
+}
 
-    /// Be told of every HTTP request any plugin sends (set once; for metrics).
-    pub fn observe_http(&self, observer: HttpObserver) {
-        let _ = self.inner.observer.set(observer);
+impl Runtime {
+    /// A runtime with these limits: set the rest on the builder, then `build()`.
+    pub fn builder(limits: Limits) -> RuntimeBuilder {
+        RuntimeBuilder {
+            limits,
+            cache_dir: None,
+            observer: None,
+            blobs: Arc::new(BlobStore::disabled()),
+            claims: Arc::new(MemoryClaims::default()),
+        }
     }
 
-    /// Serve the `blobs` import from `store` (before the first call that publishes;
-    /// without it every publish fails saying the host serves no blobs).
-    pub fn serve_blobs(&self, store: Arc<BlobStore>) {
-        *self.inner.blobs.write().expect("blob store") = store;
+    /// A runtime that serves no blobs and keeps claims in memory. `cache_dir` keeps
+    /// compiled plugins between runs.
+    pub fn new(limits: Limits, cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
+        Runtime::builder(limits).cache_dir(cache_dir).build()
     }
 
     /// The store behind the `blobs` import.
     pub fn blobs(&self) -> Arc<BlobStore> {
-        self.inner.blobs.read().expect("blob store").clone()
-    }
-
-    /// Keep the `claims` import's claims in `store` (before the first call that
-    /// claims; without it claims live in this process's memory).
-    pub fn keep_claims(&self, store: Arc<dyn ClaimStore>) {
-        *self.inner.claims.write().expect("claim store") = store;
+        self.inner.blobs.clone()
     }
 
     /// The store behind the `claims` import.
     pub fn claims(&self) -> Arc<dyn ClaimStore> {
-        self.inner.claims.read().expect("claim store").clone()
+        self.inner.claims.clone()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -479,7 +518,7 @@ impl Plugin {
             clients: inner.clients.clone(),
             max_body: inner.limits.http_body_bytes(),
             denied: Arc::new(Mutex::new(Vec::new())),
-            observer: inner.observer.get().cloned(),
+            observer: inner.observer.clone(),
             plugin: self.name.clone(),
         })
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
 use crate::support::sushy::{Bmc, serve_blobs};
-use crate::support::{cluster_request, load, object};
+use crate::support::{cluster_request, load_with, object};
 use hyperplug::runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
 use hyperplug::runtime::{BlobStore, Limits, NamedCredentials, Plugin, PluginError, Runtime};
 use serde_json::json;
@@ -28,8 +28,9 @@ impl Fleet {
         for (i, n) in systems.iter().enumerate() {
             bmcs.push(Bmc::start(&format!("bmc{i}"), *n).await);
         }
-        let (runtime, plugin) = load("redfish", Limits::default()).await;
-        let blobs = serve_blobs(&runtime).await;
+        let blobs = serve_blobs().await;
+        let runtime = Runtime::builder(Limits::default()).blobs(blobs.clone());
+        let (runtime, plugin) = load_with("redfish", runtime).await;
         Fleet {
             bmcs,
             runtime,

@@ -97,9 +97,8 @@ pub async fn bundled_plugin_crds() -> Result<String> {
         plugin_cache: None,
         no_plugin_cache: false,
     };
-    let plugins =
-        hyperplug::cli::load_plugins(&[plugin], hyperplug::runtime::Limits::default(), &cache)
-            .await?;
+    let runtime = hyperplug::runtime::Runtime::builder(hyperplug::runtime::Limits::default());
+    let plugins = hyperplug::cli::load_plugins(&[plugin], runtime, &cache).await?;
     hyperplug::crds::crds_yaml(plugins[0].info()).map_err(|e| anyhow!(e))
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use hyperplug::runtime::bindings::{cluster, machine};
-use hyperplug::runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime};
+use hyperplug::runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime, RuntimeBuilder};
 use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
 use serde_json::json;
 
@@ -39,9 +39,16 @@ pub fn plugin_path(name: &str) -> PathBuf {
     }
 }
 
+/// The plugin `name` in a runtime of its own with these limits.
 pub async fn load(name: &str, limits: Limits) -> (Runtime, Plugin) {
+    load_with(name, Runtime::builder(limits)).await
+}
+
+/// The plugin `name` in a runtime built from `runtime` (compiled code cached for the
+/// whole test binary).
+pub async fn load_with(name: &str, runtime: RuntimeBuilder) -> (Runtime, Plugin) {
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache");
-    let runtime = Runtime::new(limits, Some(cache)).expect("runtime");
+    let runtime = runtime.cache_dir(Some(cache)).build().expect("runtime");
     let plugin = runtime.load(&plugin_path(name)).await.expect("load plugin");
     (runtime, plugin)
 }

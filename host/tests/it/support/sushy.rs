@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperplug::runtime::{BlobStore, Credentials, Runtime};
+use hyperplug::runtime::{BlobStore, Credentials};
 use serde_json::Value;
 
 pub struct System {
@@ -189,9 +189,9 @@ fn client() -> reqwest::Client {
         .expect("client")
 }
 
-/// Serve `runtime`'s blobs on a free loopback port, as `hyperplug run
-/// --blob-advertise-url` does.
-pub async fn serve_blobs(runtime: &Runtime) -> Arc<BlobStore> {
+/// A blob store served on a free loopback port, as `hyperplug run --blob-advertise-url`
+/// serves it.
+pub async fn serve_blobs() -> Arc<BlobStore> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -202,7 +202,6 @@ pub async fn serve_blobs(runtime: &Runtime) -> Arc<BlobStore> {
         Duration::from_secs(600),
         16 << 20,
     ));
-    runtime.serve_blobs(store.clone());
     tokio::spawn(hyperplug::blob_server::serve(listener, store.clone()));
     store
 }

@@ -5,9 +5,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use hyperplug::controller::claims::LeaseClaims;
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::metrics::Metrics;
-use hyperplug::runtime::Limits;
+use hyperplug::runtime::{Limits, Runtime};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch};
 use kube_world::{Plane, PlaneOpts};
@@ -78,7 +79,16 @@ impl World {
         .expect("plane");
         plane.install_capi_crds().await.expect("CAPI CRDs");
         plane.install_ipam_crds().await.expect("IPAM CRDs");
-        let (_rt, plugin) = super::load("proxmox", Limits::default()).await;
+        let metrics = Arc::new(Metrics::default());
+        let observed = metrics.clone();
+        // The runtime as `hyperplug run` builds it: metrics hear the plugin's requests,
+        // claims are Leases.
+        let runtime = Runtime::builder(Limits::default())
+            .observe_http(Arc::new(move |p, method, path| {
+                observed.infrastructure_request(p, method, path)
+            }))
+            .claims(Arc::new(LeaseClaims::new(plane.client(), "default")));
+        let (_rt, plugin) = super::load_with("proxmox", runtime).await;
         let crds = hyperplug::crds::crds_yaml(plugin.info()).expect("our CRDs");
         plane
             .install_crds_yaml(&crds)
@@ -100,13 +110,6 @@ impl World {
             resync: Duration::from_secs(5),
             ..ManagerOptions::default()
         };
-        let metrics = Arc::new(Metrics::default());
-        let observed = metrics.clone();
-        plugin
-            .runtime()
-            .observe_http(Arc::new(move |p, method, path| {
-                observed.infrastructure_request(p, method, path)
-            }));
         let controllers = in_process.then(|| {
             tokio::spawn(controller::run(
                 plane.client(),
