@@ -4,10 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use hyperplug_runtime::bindings::cluster::IpPool;
+use hyperplug_runtime::bindings::machine::AllocatedAddress;
 use serde::Deserialize;
-
-use crate::runtime::bindings::cluster::IpPool;
-use crate::runtime::bindings::machine::AllocatedAddress;
 
 /// One pool as the `--addresses` file gives it (the shape of the WIT's `ip-pool`).
 #[derive(Debug, Clone, Deserialize)]

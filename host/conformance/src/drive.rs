@@ -8,11 +8,11 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
-use crate::runtime::bindings::machine::{
+use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
+use hyperplug_runtime::bindings::machine::{
     AllocatedAddress, BootstrapData, MachineRequest, MachineStatus,
 };
-use crate::runtime::{CallError, Plugin, PluginError};
+use hyperplug_runtime::{CallError, Plugin, PluginError};
 
 /// How a call failed.
 #[derive(Debug)]

@@ -6,13 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hyperplug_runtime::Credentials;
+use hyperplug_runtime::tls::format_fingerprint;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-
-use crate::runtime::Credentials;
-use crate::runtime::tls::format_fingerprint;
 
 /// The running fixtures; their tasks end when this is dropped.
 pub struct Fixtures {

@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context as _, anyhow, bail};
+use hyperplug_runtime::bindings::machine::BootstrapData;
+use hyperplug_runtime::{Credentials, credentials};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
 
 use super::addresses::PoolFile;
-use crate::runtime::bindings::machine::BootstrapData;
-use crate::runtime::{Credentials, credentials};
 
 /// Bootstrap data handed to a plugin that asks for it when no `--bootstrap` file is given.
 pub const DUMMY_CLOUD_CONFIG: &str = "#cloud-config\n# hyperplug conformance: dummy bootstrap data; nothing joins a cluster\nruncmd:\n  - [echo, hyperplug-conformance]\n";

@@ -3,17 +3,17 @@
 //! the controllers do, but without Kubernetes.
 use std::collections::{BTreeMap, BTreeSet};
 
+use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
+use hyperplug_runtime::bindings::identity::{KindRole, PluginInfo};
+use hyperplug_runtime::bindings::machine::{
+    AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
+};
+use hyperplug_runtime::bindings::types::Progress;
+use hyperplug_runtime::{Credentials, ObjectRef, Plugin};
 use serde_json::Value;
 
 use super::addresses::Pools;
 use super::drive::{self, Answers, Drive, Failure, Machine, Pacing, Until, flatten};
-use crate::runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
-use crate::runtime::bindings::identity::{KindRole, PluginInfo};
-use crate::runtime::bindings::machine::{
-    AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
-};
-use crate::runtime::bindings::types::Progress;
-use crate::runtime::{Credentials, ObjectRef, Plugin};
 
 /// Whether a machine's resource is gone, by what describe reports.
 pub fn gone(s: &MachineStatus) -> bool {

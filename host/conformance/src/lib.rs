@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::runtime::bindings::machine::BootstrapData;
-use crate::runtime::{Credentials, Plugin};
 use addresses::{PoolFile, Pools};
 use drive::Pacing;
+use hyperplug_runtime::bindings::machine::BootstrapData;
+use hyperplug_runtime::{Credentials, Plugin};
 use kit::Kit;
 pub use report::{Report, Verdict};
 

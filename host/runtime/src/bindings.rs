@@ -3,7 +3,7 @@
 //! Every export is async so a plugin call never blocks a tokio worker; `log` and
 //! `blobs` are plain synchronous imports, `claims` is async (it reaches Kubernetes).
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../../wit",
     world: "plugin",
     imports: {
         "hyperplug:provider/claims.acquire": async | trappable,

@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::runtime::BlobStore;
+use crate::BlobStore;
 
 /// Serve `store` on `listener` until the process ends.
 pub async fn serve(listener: tokio::net::TcpListener, store: Arc<BlobStore>) -> anyhow::Result<()> {

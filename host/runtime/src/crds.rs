@@ -5,7 +5,7 @@
 //! `status`), the contract labels and the printer columns.
 use serde_json::{Value, json};
 
-use crate::runtime::bindings::identity::{KindInfo, KindRole, PluginInfo};
+use crate::bindings::identity::{KindInfo, KindRole, PluginInfo};
 
 /// The label that tells Cluster API which contract our CRD versions follow.
 pub const CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";

@@ -1,11 +1,15 @@
 //! The plugin runtime: loads WebAssembly components and calls them, each call in a
-//! fresh sandbox with memory, CPU and wall-clock limits and one gated egress.
+//! fresh sandbox with memory, CPU and wall-clock limits and one gated egress; serves
+//! what plugins publish (`blob_server`) and gives the CRDs of the kinds a plugin
+//! declares (`crds`). It knows no controller and no command line.
 //!
 //! Compile once (cached on disk), one `InstancePre` per plugin, a fresh `Store` per
 //! call: no state survives a call, so nothing leaks between calls or clusters.
 pub mod bindings;
+pub mod blob_server;
 pub mod blobs;
 pub mod claims;
+pub mod crds;
 pub mod credentials;
 mod egress;
 pub mod error;

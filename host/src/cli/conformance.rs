@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hyperplug_conformance::drive::{Pacing, TRANSIENT_RETRIES};
+use hyperplug_conformance::{Options, inputs};
+use hyperplug_runtime::blob_server;
+use hyperplug_runtime::{BlobStore, Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
-use crate::blob_server;
-use crate::conformance::drive::{Pacing, TRANSIENT_RETRIES};
-use crate::conformance::{self, Options, inputs};
-use crate::runtime::{BlobStore, Limits, Runtime};
 
 /// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
 /// provider invariants: idempotent create and delete, adoption of lost state, describe
@@ -92,12 +92,15 @@ pub struct ConformanceArgs {
 
 pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     if args.list {
-        for (name, about) in conformance::cases() {
+        for (name, about) in hyperplug_conformance::cases() {
             println!("{name:<34} {about}");
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let known: Vec<&str> = conformance::cases().iter().map(|(n, _)| *n).collect();
+    let known: Vec<&str> = hyperplug_conformance::cases()
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
     if let Some(bad) = args.skip.iter().find(|s| !known.contains(&s.as_str())) {
         anyhow::bail!("--skip {bad}: no such case (see --list)");
     }
@@ -151,7 +154,10 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     .await?
     .remove(0);
     tokio::spawn(blob_server::serve(listener, blobs));
-    let run_id = args.run_id.clone().unwrap_or_else(conformance::new_run_id);
+    let run_id = args
+        .run_id
+        .clone()
+        .unwrap_or_else(hyperplug_conformance::new_run_id);
     println!(
         "hyperplug conformance: plugin {} {} against {} (run {run_id})",
         plugin.name(),
@@ -178,7 +184,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         run_id,
         skip: args.skip.clone(),
     };
-    let report = conformance::run(opts).await?;
+    let report = hyperplug_conformance::run(opts).await?;
     println!("\n{}", report.summary());
     if let Some(path) = &args.junit {
         std::fs::write(path, report.junit())
@@ -188,7 +194,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         let failed: Vec<&str> = report
             .cases
             .iter()
-            .filter(|c| matches!(c.verdict, conformance::Verdict::Fail(_)))
+            .filter(|c| matches!(c.verdict, hyperplug_conformance::Verdict::Fail(_)))
             .map(|c| c.name)
             .collect();
         eprintln!("conformance failed: {}", failed.join(", "));

@@ -2,8 +2,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use hyperplug_runtime::{Limits, Runtime};
+
 use super::{CacheArgs, load_plugins};
-use crate::runtime::{Limits, Runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct CrdsArgs {
@@ -22,7 +23,7 @@ pub async fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
     )
     .await?
     {
-        let yaml = crate::crds::crds_yaml(plugin.info())
+        let yaml = hyperplug_runtime::crds::crds_yaml(plugin.info())
             .map_err(|e| anyhow::anyhow!("plugin {}: {e}", plugin.path().display()))?;
         print!("{yaml}");
     }

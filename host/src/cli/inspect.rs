@@ -2,10 +2,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use hyperplug_runtime::{Limits, Runtime, WIT_PACKAGE, WIT_VERSION};
 use serde_json::json;
 
 use super::{CacheArgs, load_plugins};
-use crate::runtime::{Limits, Runtime, WIT_PACKAGE, WIT_VERSION};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {

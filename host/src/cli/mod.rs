@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::runtime::{Plugin, RuntimeBuilder};
 use crate::telemetry::LogArgs;
+use hyperplug_runtime::{Plugin, RuntimeBuilder};
 
 /// hyperplug — a Cluster API infrastructure provider whose infrastructure logic runs
 /// in sandboxed WebAssembly plugins.

@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hyperplug_runtime::blob_server;
+use hyperplug_runtime::{BlobStore, Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
-use crate::blob_server;
 use crate::controller::claims::LeaseClaims;
 use crate::controller::{self, ManagerOptions};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
-use crate::runtime::{BlobStore, Limits, Runtime};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyperplug_runtime::bindings::cluster::ClusterRequest;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
@@ -15,7 +16,6 @@ use super::machine::{key, object_ref, publish};
 use super::objects::{self, api, capi_cluster, str_field};
 use super::outcome::{self, Outcome};
 use super::{credentials, ipam, patch};
-use crate::runtime::bindings::cluster::ClusterRequest;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();

@@ -3,14 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::identity::KindInfo;
 use kube::Client;
 use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
 
 use super::backoff::Backoff;
 use crate::metrics::Metrics;
-use crate::runtime::Plugin;
-use crate::runtime::bindings::identity::KindInfo;
 
 /// Options of the manager that controllers read.
 #[derive(Debug, Clone)]

@@ -2,6 +2,7 @@
 //! manager's default, plus every Secret its `spec.credentialsRefs` list names (for
 //! plugins that reach several endpoints, e.g. an inventory of machine controllers).
 //! Secret values never reach logs, events or status.
+use hyperplug_runtime::{Credentials, NamedCredentials, credentials};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::DynamicObject;
@@ -9,7 +10,6 @@ use kube::api::DynamicObject;
 use super::context::Context;
 use super::error::{Error, Result};
 use super::objects::{field, str_field};
-use crate::runtime::{Credentials, NamedCredentials, credentials};
 
 /// The credentials of a call: the primary ones and those of `spec.credentialsRefs`.
 pub struct CallCredentials {

@@ -1,5 +1,5 @@
 //! The controllers' errors, typed so the error policy can branch on them.
-use crate::runtime::CallError;
+use hyperplug_runtime::CallError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -1,6 +1,8 @@
 //! Addresses through Cluster API IPAM: the pools a plugin asks for become in-cluster
 //! IPAM pools owned by the InfraCluster; each machine device gets one IPAddressClaim
 //! owned by the InfraMachine; claims go when the machine goes.
+use hyperplug_runtime::bindings::cluster::IpPool;
+use hyperplug_runtime::bindings::machine::{AddressRequest, AllocatedAddress};
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -8,8 +10,6 @@ use serde_json::json;
 use super::context::Context;
 use super::error::Result;
 use super::objects::{api, field, in_cluster_ip_pool, ip_address, ip_address_claim, str_field};
-use crate::runtime::bindings::cluster::IpPool;
-use crate::runtime::bindings::machine::{AddressRequest, AllocatedAddress};
 
 const FIELD_MANAGER: &str = "hyperplug";
 const OWNER_LABEL: &str = "infrastructure.hyperplug.dev/owner";

@@ -3,6 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyperplug_runtime::ObjectRef;
+use hyperplug_runtime::bindings::machine::{
+    AddressType, BootstrapData, MachineRequest, MachineStatus,
+};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
@@ -15,10 +19,6 @@ use super::error::{Error, Result};
 use super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::outcome::{self, Outcome};
 use super::{credentials, ipam, patch};
-use crate::runtime::ObjectRef;
-use crate::runtime::bindings::machine::{
-    AddressType, BootstrapData, MachineRequest, MachineStatus,
-};
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();

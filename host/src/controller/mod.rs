@@ -35,9 +35,9 @@ pub use context::ManagerOptions;
 pub use error::Error;
 
 use crate::metrics::Metrics;
-use crate::runtime::Plugin;
-use crate::runtime::bindings::identity::{KindInfo, KindRole};
 use context::Context;
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
 
 /// Run every controller until they stop (they do not, unless the API is gone). The
 /// plugins' runtime keeps their claims where every replica sees them
@@ -57,7 +57,7 @@ pub async fn run(
         let info = plugin.info().clone();
         let resource = |k: &KindInfo| {
             let gvk = GroupVersionKind::gvk(&info.group, &info.api_version, &k.kind);
-            ApiResource::from_gvk_with_plural(&gvk, &crate::crds::plural(&k.kind))
+            ApiResource::from_gvk_with_plural(&gvk, &hyperplug_runtime::crds::plural(&k.kind))
         };
         let cluster_kind = info
             .kinds

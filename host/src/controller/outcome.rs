@@ -1,7 +1,8 @@
 //! What a plugin call came to, in the controllers' terms.
+use hyperplug_runtime::{CallError, PluginError};
+
 use super::conditions::reasons;
 use super::error::Error;
-use crate::runtime::{CallError, PluginError};
 
 pub enum Outcome<T> {
     Done(T),

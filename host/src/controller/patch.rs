@@ -138,7 +138,9 @@ pub async fn conditions(
 }
 
 /// The status fields every plugin progress report sets: its state and phase.
-pub fn progress_fields(progress: &crate::runtime::bindings::types::Progress) -> Map<String, Value> {
+pub fn progress_fields(
+    progress: &hyperplug_runtime::bindings::types::Progress,
+) -> Map<String, Value> {
     let mut fields = Map::new();
     fields.insert("pluginState".into(), json!(progress.state));
     fields.insert("phase".into(), json!(progress.phase));

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyperplug_runtime::bindings::machine::TemplateRequest;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
@@ -14,7 +15,6 @@ use super::machine::object_ref;
 use super::objects::api;
 use super::outcome::{self, Outcome};
 use super::patch;
-use crate::runtime::bindings::machine::TemplateRequest;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let own = api(

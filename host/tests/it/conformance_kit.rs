@@ -64,7 +64,7 @@ async fn passes_against(config: Config) -> Vec<(String, &'static str, String)> {
         "a summary line: {stdout}"
     );
     let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
-    let expected: Vec<&str> = hyperplug::conformance::cases()
+    let expected: Vec<&str> = hyperplug_conformance::cases()
         .iter()
         .map(|(n, _)| *n)
         .collect();

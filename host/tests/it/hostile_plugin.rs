@@ -2,9 +2,10 @@
 //! serving other calls correctly afterwards.
 use std::net::TcpListener;
 
-use crate::support::{credentials, load, machine_request};
-use hyperplug::runtime::{Limits, Plugin, PluginError};
+use hyperplug_runtime::{Limits, Plugin, PluginError};
 use serde_json::json;
+
+use crate::support::{credentials, load, machine_request};
 
 fn limits() -> Limits {
     Limits {

@@ -9,15 +9,16 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
-use crate::support::{credentials, load, object, pinned, seed_cluster, sim_with};
-use hyperplug::conformance::drive::{Answers, Drive};
-use hyperplug::runtime::bindings::machine::{
+use hyperplug_conformance::drive::{Answers, Drive};
+use hyperplug_runtime::bindings::machine::{
     AddressType, AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
 };
-use hyperplug::runtime::{Credentials, Limits, Plugin, PluginError};
+use hyperplug_runtime::{Credentials, Limits, Plugin, PluginError};
 use pve_sim::{Config, EndpointError, Faults};
 use serde_json::{Value, json};
+
+use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
+use crate::support::{credentials, load, object, pinned, seed_cluster, sim_with};
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - [kubeadm, join, '--config', /run/kubeadm/kubeadm-join-config.yaml]\n";
 
@@ -824,7 +825,7 @@ async fn template_selector_failure_domain_and_templates() {
 
     // The template describes capacity for autoscaling from zero.
     let t = plugin
-        .describe_template(&hyperplug::runtime::bindings::machine::TemplateRequest {
+        .describe_template(&hyperplug_runtime::bindings::machine::TemplateRequest {
             template: object("tpl"),
             spec: spec.to_string(),
             credentials: None,
@@ -837,7 +838,7 @@ async fn template_selector_failure_domain_and_templates() {
     assert_eq!(cap.get("memory").map(String::as_str), Some("4096Mi"));
     // Unset values come from the template (9000: 2 cores, 2048 MiB) when it can be read.
     let t = plugin
-        .describe_template(&hyperplug::runtime::bindings::machine::TemplateRequest {
+        .describe_template(&hyperplug_runtime::bindings::machine::TemplateRequest {
             template: object("tpl"),
             spec: json!({"sourceNode": "pve1", "templateID": 9000, "numSockets": 2}).to_string(),
             credentials: Some(pinned(&sim)),

@@ -5,12 +5,13 @@
 //! claimed twice, and a machine never touches a host it does not hold.
 use std::sync::Arc;
 
+use hyperplug_runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
+use hyperplug_runtime::{BlobStore, Limits, NamedCredentials, Plugin, PluginError, Runtime};
+use serde_json::json;
+
 use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
 use crate::support::sushy::{Bmc, serve_blobs};
 use crate::support::{cluster_request, load_with, object};
-use hyperplug::runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
-use hyperplug::runtime::{BlobStore, Limits, NamedCredentials, Plugin, PluginError, Runtime};
-use serde_json::json;
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - echo joined\n";
 
@@ -470,7 +471,7 @@ async fn a_provisioned_host_is_adopted_without_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_address_from_the_pool_is_bound_to_the_hosts_first_nic() {
-    use hyperplug::runtime::bindings::machine::{AddressType, AllocatedAddress};
+    use hyperplug_runtime::bindings::machine::{AddressType, AllocatedAddress};
     let fleet = Fleet::start(&[1]).await;
     let mut req = fleet.request("m1");
     req.cluster_spec = json!({

@@ -2,11 +2,12 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::conformance::drive::flatten;
-use crate::conformance::kit::Kit;
-use crate::conformance::report::{self, Verdict, calls};
-use crate::runtime::bindings::identity::KindRole;
-use crate::runtime::bindings::machine::TemplateRequest;
+use hyperplug_runtime::bindings::identity::KindRole;
+use hyperplug_runtime::bindings::machine::TemplateRequest;
+
+use crate::drive::flatten;
+use crate::kit::Kit;
+use crate::report::{self, Verdict, calls};
 
 /// Capabilities the host and this kit know; others are reported, not refused.
 const KNOWN_CAPABILITIES: &[&str] = &["adoption", "ip-pools", "failure-domains"];
@@ -116,7 +117,7 @@ pub async fn identity(kit: &mut Kit) -> Verdict {
 const COLUMN_TYPES: &[&str] = &["string", "integer", "number", "boolean", "date"];
 
 pub async fn schemas(kit: &mut Kit) -> Verdict {
-    let crds = match crate::crds::crds(&kit.info) {
+    let crds = match hyperplug_runtime::crds::crds(&kit.info) {
         Ok(c) => c,
         Err(e) => return Verdict::Fail(e),
     };
@@ -183,7 +184,7 @@ pub async fn cluster_reconcile(kit: &mut Kit) -> Verdict {
         Ok(r) => r,
         Err(e) => return Verdict::Fail(e),
     };
-    let endpoint = |s: &crate::runtime::bindings::cluster::ClusterStatus| {
+    let endpoint = |s: &hyperplug_runtime::bindings::cluster::ClusterStatus| {
         s.control_plane_endpoint
             .as_ref()
             .map(|e| format!("{}:{}", e.host, e.port))

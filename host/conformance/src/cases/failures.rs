@@ -1,15 +1,15 @@
 //! How the plugin fails: bad specs, unreachable or failing endpoints, deadlines.
 use std::time::{Duration, Instant};
 
+use hyperplug_runtime::bindings::identity::KindRole;
+use hyperplug_runtime::{CallError, Credentials, Plugin, PluginError};
 use serde_json::Value;
 
-use crate::conformance::Options;
-use crate::conformance::drive::{Failure, flatten};
-use crate::conformance::kit::Kit;
-use crate::conformance::mutate::{self, Mutation};
-use crate::conformance::report::Verdict;
-use crate::runtime::bindings::identity::KindRole;
-use crate::runtime::{CallError, Credentials, Plugin, PluginError};
+use crate::Options;
+use crate::drive::{Failure, flatten};
+use crate::kit::Kit;
+use crate::mutate::{self, Mutation};
+use crate::report::Verdict;
 
 /// Create calls a probe makes (answering the plugin's needs) before it must have hit
 /// the endpoint.

@@ -1,8 +1,9 @@
 //! One machine's life: describe, create, adopt, delete; and the final leak check.
+use hyperplug_runtime::bindings::machine::{Drift, MachineStatus};
+
 use super::needs_main;
-use crate::conformance::kit::{Kit, MainRun, gone};
-use crate::conformance::report::{Verdict, calls};
-use crate::runtime::bindings::machine::{Drift, MachineStatus};
+use crate::kit::{Kit, MainRun, gone};
+use crate::report::{Verdict, calls};
 
 fn drift_text(d: &Option<Drift>) -> String {
     match d {

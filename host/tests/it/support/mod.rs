@@ -7,8 +7,8 @@ pub mod world;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use hyperplug::runtime::bindings::{cluster, machine};
-use hyperplug::runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime, RuntimeBuilder};
+use hyperplug_runtime::bindings::{cluster, machine};
+use hyperplug_runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime, RuntimeBuilder};
 use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
 use serde_json::json;
 

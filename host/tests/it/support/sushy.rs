@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperplug::runtime::{BlobStore, Credentials};
+use hyperplug_runtime::{BlobStore, Credentials};
 use serde_json::Value;
 
 pub struct System {
@@ -202,6 +202,9 @@ pub async fn serve_blobs() -> Arc<BlobStore> {
         Duration::from_secs(600),
         16 << 20,
     ));
-    tokio::spawn(hyperplug::blob_server::serve(listener, store.clone()));
+    tokio::spawn(hyperplug_runtime::blob_server::serve(
+        listener,
+        store.clone(),
+    ));
     store
 }

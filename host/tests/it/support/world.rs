@@ -8,7 +8,7 @@ use std::time::Duration;
 use hyperplug::controller::claims::LeaseClaims;
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::metrics::Metrics;
-use hyperplug::runtime::{Limits, Runtime};
+use hyperplug_runtime::{Limits, Runtime};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch};
 use kube_world::{Plane, PlaneOpts};
@@ -89,7 +89,7 @@ impl World {
             }))
             .claims(Arc::new(LeaseClaims::new(plane.client(), "default")));
         let (_rt, plugin) = super::load_with("proxmox", runtime).await;
-        let crds = hyperplug::crds::crds_yaml(plugin.info()).expect("our CRDs");
+        let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).expect("our CRDs");
         plane
             .install_crds_yaml(&crds)
             .await
