@@ -6,7 +6,6 @@
 //! calls again after the requeue hint (capped small).
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::sync::Arc;
 use std::time::Duration;
 
 use hyperplug_conformance::drive::{Answers, Drive};
@@ -467,11 +466,40 @@ fn check_iso(sim: &pve_sim::RunningSim, vmid: u32, volume: &Value) {
     assert_eq!(read["META_DATA"], meta.as_bytes());
 }
 
+/// `count` machines (`alpha-<prefix>0`, `beta-<prefix>1`, ...: of two clusters in turn)
+/// created at once, each driven to ready: their UIDs and ready statuses.
+async fn create_at_once(
+    sim: &pve_sim::RunningSim,
+    plugin: Plugin,
+    spec: &Value,
+    prefix: &str,
+    count: usize,
+) -> Vec<(String, MachineStatus)> {
+    let mut handles = vec![];
+    for i in 0..count {
+        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
+        let name = format!("{cluster}-{prefix}{i}");
+        let mut req = request(sim, &name, cluster, spec.clone(), dhcp_cluster());
+        req.bootstrap = Some(bootstrap());
+        let plugin = plugin.clone();
+        handles.push(tokio::spawn(async move {
+            let (status, _) = drive_create(&plugin, &mut req)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            (req.machine.uid, status)
+        }));
+    }
+    let mut done = vec![];
+    for h in handles {
+        done.push(h.await.unwrap());
+    }
+    done
+}
+
 #[tokio::test]
 async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
-    let plugin = Arc::new(plugin);
     let spec = json!({
         "sourceNode": "pve1",
         "templateID": 9000,
@@ -479,29 +507,10 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
         "vmIDRange": {"start": 700, "end": 719},
         "checks": {"skipCloudInitStatus": true},
     });
-    let mut handles = vec![];
-    for i in 0..20 {
-        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
-        let mut req = request(
-            &sim,
-            &format!("{cluster}-m{i}"),
-            cluster,
-            spec.clone(),
-            dhcp_cluster(),
-        );
-        req.bootstrap = Some(bootstrap());
-        let plugin = plugin.clone();
-        handles.push(tokio::spawn(async move {
-            let (status, _) = drive_create(&plugin, &mut req)
-                .await
-                .unwrap_or_else(|e| panic!("{e:?}"));
-            (req.machine.uid.clone(), vmid_of(&status), status)
-        }));
-    }
     let mut vmids = BTreeSet::new();
     let mut owners = BTreeMap::new();
-    for h in handles {
-        let (uid, vmid, status) = h.await.unwrap();
+    for (uid, status) in create_at_once(&sim, plugin, &spec, "m", 20).await {
+        let vmid = vmid_of(&status);
         assert!(status.ready);
         assert!((700..=719).contains(&vmid));
         assert!(vmids.insert(vmid), "VMID {vmid} handed out twice");
@@ -855,31 +864,11 @@ async fn template_selector_failure_domain_and_templates() {
 async fn concurrent_creates_on_nextid_share_no_vmid() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
-    let plugin = Arc::new(plugin);
     let spec = json!({"sourceNode": "pve1", "templateID": 9000, "memoryMiB": 1024,
                       "checks": {"skipCloudInitStatus": true}});
-    let mut handles = vec![];
-    for i in 0..10 {
-        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
-        let mut req = request(
-            &sim,
-            &format!("{cluster}-n{i}"),
-            cluster,
-            spec.clone(),
-            dhcp_cluster(),
-        );
-        req.bootstrap = Some(bootstrap());
-        let plugin = plugin.clone();
-        handles.push(tokio::spawn(async move {
-            let (status, _) = drive_create(&plugin, &mut req)
-                .await
-                .unwrap_or_else(|e| panic!("{e:?}"));
-            vmid_of(&status)
-        }));
-    }
     let mut vmids = BTreeSet::new();
-    for h in handles {
-        assert!(vmids.insert(h.await.unwrap()), "a VMID handed out twice");
+    for (_, status) in create_at_once(&sim, plugin, &spec, "n", 10).await {
+        assert!(vmids.insert(vmid_of(&status)), "a VMID handed out twice");
     }
     assert_eq!(non_templates(&sim).len(), 10);
 }

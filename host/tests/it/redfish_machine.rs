@@ -79,6 +79,23 @@ impl Fleet {
             .expect("claims")
     }
 
+    /// Release `holder`'s claim on the host `uuid` behind the plugin's back.
+    async fn release(&self, uuid: &str, holder: &str) {
+        self.runtime
+            .claims()
+            .release("redfish", &format!("host/{uuid}"), holder)
+            .await
+            .expect("claims");
+    }
+
+    async fn describe(&self, req: &MachineRequest) -> MachineStatus {
+        self.plugin
+            .describe_machine(req)
+            .await
+            .expect("call completes")
+            .expect("describe")
+    }
+
     async fn create(&self, req: &MachineRequest) -> Result<MachineStatus, PluginError> {
         self.plugin
             .create_machine(req)
@@ -197,31 +214,15 @@ async fn a_machine_claims_a_host_boots_its_media_and_releases_the_host() {
         let again = fleet.create(&req).await.expect("create");
         assert!(again.ready && again.provider_id == status.provider_id);
     }
-    let described = fleet
-        .plugin
-        .describe_machine(&req)
-        .await
-        .unwrap()
-        .expect("describe");
+    let described = fleet.describe(&req).await;
     assert!(
         described.ready && described.drift.is_none(),
         "{described:?}"
     );
     // The claim is the ownership marker: released behind its back, the host is no
     // longer this machine's, and describe says so (and takes nothing).
-    let key = format!("host/{uuid}");
-    fleet
-        .runtime
-        .claims()
-        .release("redfish", &key, "uid-m1")
-        .await
-        .unwrap();
-    let described = fleet
-        .plugin
-        .describe_machine(&req)
-        .await
-        .unwrap()
-        .expect("describe");
+    fleet.release(&uuid, "uid-m1").await;
+    let described = fleet.describe(&req).await;
     assert!(
         matches!(described.drift, Some(Drift::Missing(_))),
         "{described:?}"
@@ -312,12 +313,7 @@ async fn a_machine_never_touches_a_host_it_does_not_hold() {
         Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "HostClaimedByAnother", "{t:?}"),
         other => panic!("expected HostClaimedByAnother, got {other:?}"),
     }
-    let described = fleet
-        .plugin
-        .describe_machine(&intruder)
-        .await
-        .unwrap()
-        .expect("describe");
+    let described = fleet.describe(&intruder).await;
     assert!(
         matches!(described.drift, Some(Drift::Foreign(_))),
         "{described:?}"
@@ -444,13 +440,7 @@ async fn a_provisioned_host_is_adopted_without_a_restart() {
     assert_eq!(bmc.power(&uuid).await, "On", "not restarted");
 
     // `clusterctl move`: state and claims gone, the providerID (in the spec) remains.
-    let key = format!("host/{uuid}");
-    fleet
-        .runtime
-        .claims()
-        .release("redfish", &key, "uid-m1")
-        .await
-        .unwrap();
+    fleet.release(&uuid, "uid-m1").await;
     let mut moved = req.clone();
     moved.state = None;
     moved.spec = json!({"providerID": provider_id}).to_string();

@@ -198,6 +198,31 @@ impl World {
         run
     }
 
+    /// Wait until `name` (of `objects`) fails terminally (`status.failedGeneration` set,
+    /// Ready False), then check that nothing is retried while its spec stays, not even
+    /// at the 5 s resync. Its Ready condition.
+    pub async fn failed_terminally(
+        &self,
+        objects: &Api<DynamicObject>,
+        name: &str,
+    ) -> serde_json::Value {
+        let failed = self
+            .wait_for(objects, name, "terminal failure", |o| {
+                o.data["status"]["failedGeneration"].is_i64()
+            })
+            .await;
+        let ready = condition(&failed, "Ready").expect("a Ready condition");
+        assert_eq!(ready["status"], "False");
+        let before = self.sim.state().counters();
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(
+            self.sim.state().counters(),
+            before,
+            "a terminal error must stop retries while the spec is unchanged"
+        );
+        ready
+    }
+
     /// With `name` (of `objects`) provisioned under the Cluster `demo`: pausing the
     /// Cluster stops every plugin call for it, even when it changes and past the resync,
     /// and unpausing resumes them.
