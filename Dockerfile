@@ -22,7 +22,9 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY wit wit
 COPY host host
+COPY guest-kit guest-kit
 COPY guest-proxmox guest-proxmox
+COPY guest-redfish guest-redfish
 COPY guest-nocloud guest-nocloud
 COPY tests tests
 COPY scripts scripts

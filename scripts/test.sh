@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
 bash scripts/setup.sh
 bash scripts/build-plugins.sh
-# The root's default-members are the native crates; plugins are tested through the host.
+# The root's default-members: the host and the test world, and natively the plugin kit
+# and the bundled plugins' unit tests; the plugins' components are tested through the
+# host (its integration tests load plugins/*.wasm).
 cargo test "$@"
 # The scale benchmark at its smallest (1 cluster × 2 machines, tiny task durations, debug
 # build): asserts nothing about speed, only that it runs to the end and prints its table.

@@ -173,3 +173,42 @@ fn split_url(url: &str) -> Result<(Scheme, &str, &str), HttpError> {
     }
     Ok((scheme, authority, path))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(url: &str) -> Result<(&'static str, &str, &str), String> {
+        split_url(url)
+            .map(|(scheme, authority, path)| {
+                let scheme = match scheme {
+                    Scheme::Http => "http",
+                    Scheme::Https => "https",
+                    Scheme::Other(_) => "other",
+                };
+                (scheme, authority, path)
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_url_splits_into_scheme_authority_and_path_with_query() {
+        assert_eq!(
+            split("https://pve.test:8006/api2/json/nodes?type=vm"),
+            Ok(("https", "pve.test:8006", "/api2/json/nodes?type=vm"))
+        );
+        assert_eq!(split("http://10.0.0.21"), Ok(("http", "10.0.0.21", "/")));
+    }
+
+    #[test]
+    fn only_http_urls_with_a_host_are_sent() {
+        assert_eq!(
+            split("ftp://x/y"),
+            Err("invalid request: `ftp://x/y` is not an http(s) URL".into())
+        );
+        assert_eq!(
+            split("https:///path"),
+            Err("invalid request: `https:///path` has no host".into())
+        );
+    }
+}

@@ -1,25 +1,66 @@
-//! Shared by hyperplug's plugins (wasm32-wasip2 components): the one HTTP helper over
-//! the host's `wasi:http/outgoing-handler`, CRD-ready schemas of spec types, and spec
-//! parsing that names the offending field. Nothing here knows any infrastructure.
-pub mod http;
-pub mod schema;
+//! The hyperplug plugin kit: what every plugin (a `wasm32-wasip2` component) needs
+//! besides its own knowledge of one kind of infrastructure. Nothing here knows any.
+//!
+//! - [`bindings`]: the bindings of `wit/provider.wit`, generated once here; a plugin
+//!   implements the three `Guest` traits on one type and exports it with
+//!   [`export!`]. [`types`], [`identity`], [`cluster`], [`machine`],
+//!   [`blobs`] and [`claims`] are short names for their interfaces.
+//! - [`errors`]: the three error classes ([`terminal`], [`transient`], [`invalid`]) and
+//!   [`parse_spec`], which names the field that does not fit.
+//! - [`log`]: structured logs through the host.
+//! - [`state`]: the opaque state a call hands back, and reading it on the next call.
+//! - [`kinds`]: the four kinds of a plugin and their printer columns.
+//! - [`endpoint`]: the control-plane endpoint every InfraCluster spec carries.
+//! - [`http`]: the one HTTP helper over `wasi:http`; [`schema`]: CRD-ready schemas.
+//! - [`testing`]: requests as the host sends them, for unit tests.
+//!
+//! The imports compile natively as stubs that panic when called, so a plugin's pure
+//! logic (parsing, planning, scoring) is unit-tested with a plain `cargo test`.
 
-/// Parse a spec, naming the field that does not fit: `Err((field, message))`, with
-/// `field` a path under `root` (e.g. `spec.network.bridge`).
-pub fn parse_spec<T: serde::de::DeserializeOwned>(
-    json: &str,
-    root: &str,
-) -> Result<T, (String, String)> {
-    let de = &mut serde_json::Deserializer::from_str(json);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let field = if path == "." || path.is_empty() {
-            root.to_string()
-        } else {
-            format!("{root}.{path}")
-        };
-        (field, e.into_inner().to_string())
-    })
+/// The bindings of the `plugin` world of `hyperplug:provider`.
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "plugin",
+        generate_all,
+        pub_export_macro: true,
+        default_bindings_module: "guest_kit::bindings",
+    });
+}
+
+/// The plugin authors' guide (`docs/plugin-authors.md`): its example plugin compiles
+/// as a doc test, so the guide stays true to the kit.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/plugin-authors.md")]
+pub struct PluginAuthorsGuide;
+
+pub mod endpoint;
+pub mod errors;
+pub mod http;
+pub mod kinds;
+pub mod log;
+pub mod schema;
+pub mod state;
+pub mod testing;
+
+pub use bindings::exports::hyperplug::provider::{cluster, identity, machine};
+pub use bindings::hyperplug::provider::{blobs, claims, types};
+pub use errors::{invalid, parse_spec, terminal, transient};
+
+/// Export `$ty`, which implements the `Guest` traits of [`identity`], [`cluster`] and
+/// [`machine`], as the plugin component: `guest_kit::export!(Plugin);` once in the
+/// plugin crate. Only a `wasm32` build exports anything: natively the plugin is a plain
+/// library, so its unit tests build and link like any other crate's.
+#[macro_export]
+macro_rules! export {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::bindings::export!($ty with_types_in $crate::bindings);
+        /// What a `wasm32` build exports. Natively this alias keeps the type, and so its
+        /// `Guest` impls and all they call, reachable, as the export does in wasm.
+        #[cfg(not(target_arch = "wasm32"))]
+        pub type ExportedPlugin = $ty;
+    };
 }
 
 /// FNV-1a: a stable, non-cryptographic spread (VMID offsets, inventory starting

@@ -1,12 +1,9 @@
 //! The Proxmox VE API client: URL building, token auth, the `{"data": ...}` envelope and
 //! PVE's error formats, classified into the host's three error classes.
-use guest_kit::fnv1a;
+use guest_kit::http::{self, HttpError};
+use guest_kit::types::{Credentials, PluginError};
+use guest_kit::{fnv1a, terminal, transient};
 use serde_json::Value;
-
-use crate::bindings::hyperplug::provider::types::{
-    Credentials, PluginError, TerminalError, TransientError,
-};
-use crate::http::{self, HttpError};
 
 /// One connection's worth of settings: where and who.
 pub struct Pve {
@@ -58,26 +55,14 @@ impl PveError {
     /// Map to the host's classes: retry what may pass by itself, stop on what won't.
     pub fn classify(self, context: &str) -> PluginError {
         let text = format!("{context}: {self}");
-        let transient = |message: String| {
-            PluginError::Transient(TransientError {
-                message,
-                retry_after_ms: None,
-            })
-        };
-        let terminal = |reason: &str, message: String| {
-            PluginError::Terminal(TerminalError {
-                reason: reason.into(),
-                message,
-            })
-        };
         match &self {
             PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
             PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
             PveError::Http(HttpError::Transport(m)) if m.contains("TLS verification failed") => {
                 terminal("TLSVerificationFailed", text)
             }
-            PveError::Http(_) => transient(text),
-            PveError::BadReply(_) => transient(text),
+            PveError::Http(_) => transient(text, None),
+            PveError::BadReply(_) => transient(text, None),
             PveError::Status { status: 401, .. } => terminal("AuthenticationFailed", text),
             PveError::Status { status: 403, .. } => terminal("PermissionDenied", text),
             PveError::Status { status: 400, .. } => terminal("InvalidConfiguration", text),
@@ -88,9 +73,9 @@ impl PveError {
                 ..
             } => match classify_message(message) {
                 Some(reason) => terminal(reason, text),
-                None => transient(text),
+                None => transient(text, None),
             },
-            PveError::Status { .. } => transient(text),
+            PveError::Status { .. } => transient(text, None),
         }
     }
 }
@@ -336,4 +321,130 @@ pub fn percent_encode(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(status: u16, message: &str) -> PveError {
+        PveError::Status {
+            status,
+            message: message.into(),
+            errors: None,
+        }
+    }
+
+    /// `terminal:<reason>` or `transient`.
+    fn class(e: PveError) -> String {
+        match e.classify("doing") {
+            PluginError::Terminal(t) => format!("terminal:{}", t.reason),
+            PluginError::Transient(_) => "transient".into(),
+            PluginError::InvalidSpec(i) => format!("invalid:{}", i.field),
+        }
+    }
+
+    #[test]
+    fn pve_errors_are_terminal_only_when_retrying_cannot_help() {
+        assert_eq!(
+            class(status(401, "no ticket")),
+            "terminal:AuthenticationFailed"
+        );
+        assert_eq!(
+            class(status(403, "Permission check failed")),
+            "terminal:PermissionDenied"
+        );
+        assert_eq!(
+            class(status(400, "Parameter verification failed.")),
+            "terminal:InvalidConfiguration"
+        );
+        assert_eq!(
+            class(status(501, "Method not implemented")),
+            "terminal:UnsupportedAPI"
+        );
+        assert_eq!(
+            class(status(500, "storage 'fast' does not exist")),
+            "terminal:InvalidConfiguration"
+        );
+        assert_eq!(
+            class(status(
+                500,
+                "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout"
+            )),
+            "transient"
+        );
+        assert_eq!(class(status(503, "service unavailable")), "transient");
+        assert_eq!(class(status(595, "Connection refused")), "transient");
+        assert_eq!(class(PveError::BadReply("not json".into())), "transient");
+    }
+
+    #[test]
+    fn transport_errors_are_transient_but_a_refused_destination_or_bad_tls_is_not() {
+        let http = |e| class(PveError::Http(e));
+        assert_eq!(
+            http(HttpError::Transport("connection refused".into())),
+            "transient"
+        );
+        assert_eq!(
+            http(HttpError::Denied("no".into())),
+            "terminal:EndpointNotAllowed"
+        );
+        assert_eq!(
+            http(HttpError::Invalid("bad url".into())),
+            "terminal:InvalidEndpoint"
+        );
+        assert_eq!(
+            http(HttpError::Transport(
+                "TLS verification failed: unknown issuer".into()
+            )),
+            "terminal:TLSVerificationFailed"
+        );
+    }
+
+    #[test]
+    fn task_exit_texts_that_will_not_pass_by_retrying_have_a_reason() {
+        assert_eq!(classify_message("VM is locked (clone)"), None);
+        assert_eq!(classify_message("VM 100 already running"), None);
+        assert_eq!(
+            classify_message("shrinking disks is not supported"),
+            Some("InvalidConfiguration")
+        );
+        assert_eq!(
+            classify_message("Permission check failed (/vms/100, VM.Allocate)"),
+            Some("PermissionDenied")
+        );
+        assert_eq!(classify_message("some unexpected hiccup"), None);
+    }
+
+    #[test]
+    fn not_found_is_pves_500_saying_it_does_not_exist() {
+        assert!(
+            status(
+                500,
+                "Configuration file 'nodes/pve1/qemu-server/100.conf' does not exist"
+            )
+            .is_not_found()
+        );
+        assert!(!status(404, "not found").is_not_found());
+        assert!(!status(500, "got timeout").is_not_found());
+    }
+
+    #[test]
+    fn forms_escape_everything_that_could_end_a_value() {
+        let form = encode_form(&[
+            (
+                "description",
+                "a=b&c d\nhyperplug.machine-uid=x".to_string(),
+            ),
+            ("tags", "hyperplug;k8s".to_string()),
+        ]);
+        assert_eq!(
+            form,
+            "description=a%3Db%26c%20d%0Ahyperplug.machine-uid%3Dx&tags=hyperplug%3Bk8s"
+        );
+        assert_eq!(
+            percent_encode("UPID:pve1:0000:~x"),
+            "UPID%3Apve1%3A0000%3A~x"
+        );
+    }
 }

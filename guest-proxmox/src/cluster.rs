@@ -1,15 +1,14 @@
 //! Cluster lifecycle: check that Proxmox answers with these credentials, publish the
 //! control-plane endpoint, one failure domain per allowed node, and the IP pools.
+use guest_kit::cluster::{ClusterRequest, ClusterStatus, FailureDomain, Guest, IpPool};
+use guest_kit::endpoint::control_plane_endpoint;
+use guest_kit::types::{PluginError, Progress};
+use guest_kit::{invalid, log, parse_spec};
 use serde_json::Value;
 
+use crate::Plugin;
 use crate::api::Pve;
-use crate::bindings::exports::hyperplug::provider::cluster::{
-    ClusterRequest, ClusterStatus, Endpoint, FailureDomain, Guest, IpPool,
-};
-use crate::bindings::hyperplug::provider::log::Level;
-use crate::bindings::hyperplug::provider::types::{PluginError, Progress};
 use crate::spec::{ClusterSpec, IpConfig};
-use crate::{Plugin, invalid, log, parse_spec};
 
 /// How often a ready cluster is re-checked (drift of nodes, credentials).
 const RECHECK_MS: u64 = 5 * 60 * 1000;
@@ -17,7 +16,10 @@ const RECHECK_MS: u64 = 5 * 60 * 1000;
 impl Guest for Plugin {
     fn reconcile(req: ClusterRequest) -> Result<ClusterStatus, PluginError> {
         let spec: ClusterSpec = parse_spec(&req.spec, "spec")?;
-        let endpoint = control_plane_endpoint(&spec)?;
+        let endpoint = control_plane_endpoint(
+            spec.control_plane_endpoint.as_ref(),
+            spec.external_managed_control_plane,
+        )?;
         let pools = ip_pools(&spec)?;
         let pve = Pve::new(&req.credentials);
         let version = pve
@@ -28,11 +30,7 @@ impl Guest for Plugin {
             .and_then(Value::as_str)
             .unwrap_or("unknown")
             .to_string();
-        log(
-            Level::Debug,
-            "Proxmox API reachable",
-            &[("version", release.clone())],
-        );
+        log::debug("Proxmox API reachable", &[("version", release.clone())]);
         let nodes = if spec.allowed_nodes.is_empty() {
             online_nodes(&pve)?
         } else {
@@ -64,20 +62,6 @@ impl Guest for Plugin {
     fn delete(_req: ClusterRequest) -> Result<Option<Progress>, PluginError> {
         // Nothing cluster-wide is created on Proxmox: machines clean up their own VMs.
         Ok(None)
-    }
-}
-
-fn control_plane_endpoint(spec: &ClusterSpec) -> Result<Option<Endpoint>, PluginError> {
-    match &spec.control_plane_endpoint {
-        Some(ep) if !ep.host.is_empty() => Ok(Some(Endpoint {
-            host: ep.host.clone(),
-            port: ep.port,
-        })),
-        _ if spec.external_managed_control_plane == Some(true) => Ok(None),
-        _ => Err(invalid(
-            "spec.controlPlaneEndpoint",
-            "a host and port are required (e.g. the kube-vip address)",
-        )),
     }
 }
 

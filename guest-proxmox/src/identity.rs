@@ -1,8 +1,7 @@
 //! What this plugin serves: the four Proxmox kinds and their spec schemas.
-use crate::bindings::exports::hyperplug::provider::identity::{
-    KindInfo, KindRole, PluginInfo, PrinterColumn,
-};
-use crate::schema::crd_schema;
+use guest_kit::identity::PluginInfo;
+use guest_kit::kinds::{column, kinds};
+
 use crate::spec::{ClusterSpec, MachineSpec};
 
 pub fn info() -> PluginInfo {
@@ -20,54 +19,11 @@ pub fn info() -> PluginInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         group: "infrastructure.cluster.x-k8s.io".into(),
         api_version: "v1alpha1".into(),
-        kinds: vec![
-            kind(
-                "ProxmoxCluster",
-                KindRole::InfraCluster,
-                crd_schema::<ClusterSpec>(),
-                vec![],
-            ),
-            kind(
-                "ProxmoxClusterTemplate",
-                KindRole::InfraClusterTemplate,
-                crd_schema::<ClusterSpec>(),
-                vec![],
-            ),
-            kind(
-                "ProxmoxMachine",
-                KindRole::InfraMachine,
-                crd_schema::<MachineSpec>(),
-                machine_columns,
-            ),
-            kind(
-                "ProxmoxMachineTemplate",
-                KindRole::InfraMachineTemplate,
-                crd_schema::<MachineSpec>(),
-                vec![],
-            ),
-        ],
+        kinds: kinds::<ClusterSpec, MachineSpec>("Proxmox", vec![], machine_columns),
         capabilities: vec![
             "ip-pools".into(),
             "failure-domains".into(),
             "adoption".into(),
         ],
-    }
-}
-
-fn kind(name: &str, role: KindRole, spec_schema: String, columns: Vec<PrinterColumn>) -> KindInfo {
-    KindInfo {
-        kind: name.into(),
-        role,
-        spec_schema,
-        columns,
-    }
-}
-
-fn column(name: &str, column_type: &str, json_path: &str, description: &str) -> PrinterColumn {
-    PrinterColumn {
-        name: name.into(),
-        column_type: column_type.into(),
-        json_path: json_path.into(),
-        description: description.into(),
     }
 }

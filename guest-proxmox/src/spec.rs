@@ -1,7 +1,10 @@
 //! The user-facing API of the Proxmox kinds (`infrastructure.cluster.x-k8s.io/v1alpha1`).
 //!
 //! Field names follow the existing Proxmox provider where the feature is the same, so
-//! manifests move over unchanged. The host adds `spec.providerID` and owns `status`.
+//! manifests move over unchanged. The host adds `spec.providerID`, the InfraCluster's
+//! `spec.credentialsRef` (the Proxmox API token Secret, which it reads itself) and owns
+//! `status`.
+use guest_kit::endpoint::ApiEndpoint;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -29,17 +32,6 @@ pub struct ClusterSpec {
     /// DNS servers written into each machine's network configuration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns_servers: Vec<String>,
-    /// A Secret with `url`, `token`, `secret` and optionally `ca.crt`, `fingerprint`,
-    /// `insecure`. Unset: the manager's default credentials.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub credentials_ref: Option<SecretRef>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-pub struct ApiEndpoint {
-    pub host: String,
-    #[schemars(range(min = 1, max = 65535))]
-    pub port: u16,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -61,13 +53,6 @@ pub struct IpConfig {
     pub gateway: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metric: Option<u32>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-pub struct SecretRef {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
 }
 
 /// ProxmoxMachine `spec` (and ProxmoxMachineTemplate `spec.template.spec`).

@@ -2,10 +2,9 @@
 //! authentication with the BMC's credentials, errors classified for the host.
 use base64::Engine as _;
 use guest_kit::http::{self, HttpError};
+use guest_kit::types::{Credentials, PluginError};
+use guest_kit::{terminal, transient};
 use serde_json::Value;
-
-use crate::bindings::hyperplug::provider::types::{Credentials, PluginError};
-use crate::{terminal, transient};
 
 /// One BMC.
 pub struct Redfish {
@@ -173,4 +172,97 @@ pub fn action_target(resource: &Value, path: &str, action: &str) -> String {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| format!("{}/Actions/{action}", path.trim_end_matches('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// `terminal:<reason>` or `transient`.
+    fn class(e: RedfishError) -> String {
+        match e.classify("doing") {
+            PluginError::Terminal(t) => format!("terminal:{}", t.reason),
+            PluginError::Transient(t) => {
+                assert_eq!(t.retry_after_ms, Some(RETRY_MS));
+                "transient".into()
+            }
+            PluginError::InvalidSpec(i) => format!("invalid:{}", i.field),
+        }
+    }
+
+    fn status(status: u16) -> RedfishError {
+        RedfishError::Status {
+            status,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn bmc_errors_are_retried_only_when_they_may_pass() {
+        assert_eq!(class(status(401)), "terminal:AuthenticationFailed");
+        assert_eq!(class(status(403)), "terminal:PermissionDenied");
+        assert_eq!(class(status(404)), "terminal:NotFound");
+        assert_eq!(class(status(400)), "terminal:BmcRefused");
+        assert_eq!(class(status(429)), "transient");
+        assert_eq!(class(status(503)), "transient");
+        assert_eq!(class(RedfishError::Body("html".into())), "transient");
+        assert_eq!(
+            class(RedfishError::Http(HttpError::Transport("reset".into()))),
+            "transient"
+        );
+        assert_eq!(
+            class(RedfishError::Http(HttpError::Denied("no".into()))),
+            "terminal:EndpointNotAllowed"
+        );
+    }
+
+    #[test]
+    fn the_most_specific_message_of_an_error_body_is_kept() {
+        let extended = json!({"error": {
+            "message": "A general error has occurred.",
+            "@Message.ExtendedInfo": [{"Message": "The resource is in use."}],
+        }});
+        assert_eq!(
+            error_message(&extended).as_deref(),
+            Some("The resource is in use.")
+        );
+        let plain = json!({"error": {"message": "Bad request"}});
+        assert_eq!(error_message(&plain).as_deref(), Some("Bad request"));
+        assert_eq!(error_message(&json!({"Name": "x"})), None);
+    }
+
+    #[test]
+    fn links_and_action_targets_are_read_from_resources() {
+        assert_eq!(
+            odata_id(&json!({"@odata.id": "/redfish/v1/Systems/1"})).as_deref(),
+            Some("/redfish/v1/Systems/1")
+        );
+        assert_eq!(odata_id(&json!({})), None);
+        let listed = json!({"Actions": {"#ComputerSystem.Reset": {"target": "/custom/reset"}}});
+        assert_eq!(
+            action_target(&listed, "/redfish/v1/Systems/1", "ComputerSystem.Reset"),
+            "/custom/reset"
+        );
+        assert_eq!(
+            action_target(&json!({}), "/redfish/v1/Systems/1/", "ComputerSystem.Reset"),
+            "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
+        );
+    }
+
+    #[test]
+    fn basic_auth_is_built_from_the_user_and_password() {
+        let credentials = Credentials {
+            endpoint: "https://bmc1.test/".into(),
+            token: "admin".into(),
+            secret: "password".into(),
+            ca_bundle: None,
+            fingerprint: None,
+            insecure: false,
+        };
+        let client = Redfish::new(&credentials);
+        assert_eq!(client.base, "https://bmc1.test");
+        assert_eq!(client.auth, "Basic YWRtaW46cGFzc3dvcmQ=");
+    }
 }

@@ -1,12 +1,13 @@
 //! Cluster lifecycle: check every BMC of the inventory answers, count its hosts,
 //! publish the control-plane endpoint and the IP pool.
-use crate::bindings::exports::hyperplug::provider::cluster::{
-    ClusterRequest, ClusterStatus, Endpoint, Guest, IpPool,
-};
-use crate::bindings::hyperplug::provider::types::{PluginError, Progress};
+use guest_kit::cluster::{ClusterRequest, ClusterStatus, Guest, IpPool};
+use guest_kit::endpoint::control_plane_endpoint;
+use guest_kit::types::{PluginError, Progress};
+use guest_kit::{invalid, parse_spec};
+
+use crate::Plugin;
 use crate::inventory::{bmcs, hosts, require_some};
 use crate::spec::ClusterSpec;
-use crate::{Plugin, invalid, parse_spec};
 
 /// How often a ready cluster is re-checked (BMCs reachable, hosts counted).
 const RECHECK_MS: u64 = 5 * 60 * 1000;
@@ -14,7 +15,10 @@ const RECHECK_MS: u64 = 5 * 60 * 1000;
 impl Guest for Plugin {
     fn reconcile(req: ClusterRequest) -> Result<ClusterStatus, PluginError> {
         let spec: ClusterSpec = parse_spec(&req.spec, "spec")?;
-        let endpoint = control_plane_endpoint(&spec)?;
+        let endpoint = control_plane_endpoint(
+            spec.control_plane_endpoint.as_ref(),
+            spec.external_managed_control_plane,
+        )?;
         let ip_pools = ip_pools(&spec)?;
         let bmcs = bmcs(&req.credentials, &req.more_credentials);
         require_some(&bmcs)?;
@@ -46,20 +50,6 @@ impl Guest for Plugin {
     }
 }
 
-fn control_plane_endpoint(spec: &ClusterSpec) -> Result<Option<Endpoint>, PluginError> {
-    match &spec.control_plane_endpoint {
-        Some(ep) if !ep.host.is_empty() => Ok(Some(Endpoint {
-            host: ep.host.clone(),
-            port: ep.port,
-        })),
-        _ if spec.external_managed_control_plane == Some(true) => Ok(None),
-        _ => Err(invalid(
-            "spec.controlPlaneEndpoint",
-            "a host and port are required (e.g. the kube-vip address)",
-        )),
-    }
-}
-
 fn ip_pools(spec: &ClusterSpec) -> Result<Vec<IpPool>, PluginError> {
     let Some(config) = &spec.ipv4_config else {
         return Ok(vec![]);
@@ -79,4 +69,59 @@ fn ip_pools(spec: &ClusterSpec) -> Result<Vec<IpPool>, PluginError> {
         prefix: config.prefix,
         gateway: Some(config.gateway.clone()).filter(|g| !g.is_empty()),
     }])
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn pools(cluster: Value) -> Result<Vec<IpPool>, PluginError> {
+        let spec: ClusterSpec = serde_json::from_value(cluster).unwrap();
+        ip_pools(&spec)
+    }
+
+    fn invalid_field(result: Result<Vec<IpPool>, PluginError>) -> String {
+        match result {
+            Err(PluginError::InvalidSpec(i)) => i.field,
+            other => panic!("expected an invalid spec, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_ipv4_config_hosts_use_dhcp_and_no_pool_is_reported() {
+        assert!(pools(json!({})).unwrap().is_empty());
+    }
+
+    #[test]
+    fn ipv4_config_becomes_the_ipv4_pool() {
+        let pools = pools(json!({"ipv4Config": {
+            "addresses": ["10.0.0.20-10.0.0.40", "10.0.1.0/28"], "prefix": 24, "gateway": "10.0.0.1"
+        }}))
+        .unwrap();
+        assert_eq!(pools.len(), 1);
+        assert_eq!(pools[0].name, "ipv4");
+        assert_eq!(pools[0].addresses, ["10.0.0.20-10.0.0.40", "10.0.1.0/28"]);
+        assert_eq!(pools[0].prefix, 24);
+        assert_eq!(pools[0].gateway.as_deref(), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn an_empty_gateway_is_no_gateway() {
+        let pools =
+            pools(json!({"ipv4Config": {"addresses": ["10.0.0.5"], "prefix": 24, "gateway": ""}}));
+        assert_eq!(pools.unwrap()[0].gateway, None);
+    }
+
+    #[test]
+    fn a_pool_needs_addresses_and_an_ipv4_prefix() {
+        let none = json!({"ipv4Config": {"addresses": [], "prefix": 24, "gateway": "10.0.0.1"}});
+        assert_eq!(invalid_field(pools(none)), "spec.ipv4Config.addresses");
+        for prefix in [0, 33] {
+            let bad =
+                json!({"ipv4Config": {"addresses": ["10.0.0.5"], "prefix": prefix, "gateway": ""}});
+            assert_eq!(invalid_field(pools(bad)), "spec.ipv4Config.prefix");
+        }
+    }
 }

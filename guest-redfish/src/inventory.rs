@@ -1,11 +1,11 @@
 //! The inventory: every system served by the BMCs whose credentials the call carries
 //! (the RedfishCluster's `credentialsRefs`), and the claim key of each.
+use guest_kit::invalid;
+use guest_kit::types::{Credentials, NamedCredentials, PluginError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::api::Redfish;
-use crate::bindings::hyperplug::provider::types::{Credentials, NamedCredentials, PluginError};
-use crate::invalid;
 
 /// Where the Systems collection is, on every Redfish service.
 const SYSTEMS: &str = "/redfish/v1/Systems";
@@ -115,4 +115,93 @@ pub fn require_some(bmcs: &[Bmc]) -> Result<(), PluginError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use guest_kit::testing::credentials as bmc;
+
+    use crate::machine::testing::{host, more};
+
+    #[test]
+    fn a_host_is_claimed_and_identified_by_its_uuid_in_lower_case() {
+        let h = host("https://bmc1.test", "node-1", "4c4c4544-0035");
+        assert_eq!(h.claim_key(), "host/4c4c4544-0035");
+        assert_eq!(claim_key("4C4C4544-0035"), "host/4c4c4544-0035");
+        assert_eq!(h.provider_id(), "redfish://4c4c4544-0035");
+    }
+
+    #[test]
+    fn the_bmcs_of_a_call_are_its_credentials_each_endpoint_once_in_order() {
+        let primary = bmc("https://bmc1.test/");
+        let more = more(&[
+            "https://bmc2.test",
+            "https://bmc1.test",
+            "https://bmc3.test/",
+        ]);
+        let all = bmcs(&primary, &more);
+        let endpoints: Vec<&str> = all.iter().map(Bmc::endpoint).collect();
+        assert_eq!(
+            endpoints,
+            [
+                "https://bmc1.test",
+                "https://bmc2.test",
+                "https://bmc3.test"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bmc_is_found_again_by_its_endpoint_with_or_without_a_trailing_slash() {
+        let primary = bmc("https://bmc1.test");
+        let more = more(&["https://bmc2.test/"]);
+        let all = bmcs(&primary, &more);
+        let found = bmc_at(&all, "https://bmc2.test/").map(Bmc::endpoint);
+        assert_eq!(found, Some("https://bmc2.test"));
+        assert!(bmc_at(&all, "https://bmc9.test").is_none());
+    }
+
+    #[test]
+    fn a_system_is_a_host_named_by_its_name_else_its_id_else_its_uuid() {
+        let path = "/redfish/v1/Systems/1";
+        let named = json!({"UUID": " 4C4C4544-0035 ", "Name": "rack1-u3", "Id": "1"});
+        assert_eq!(
+            host_of("https://bmc1.test", path, &named),
+            Some(host("https://bmc1.test", "rack1-u3", "4c4c4544-0035")).map(|h| Host {
+                path: path.into(),
+                ..h
+            })
+        );
+        let by_id = json!({"UUID": "abc", "Id": "System.Embedded.1"});
+        assert_eq!(
+            host_of("e", path, &by_id).unwrap().name,
+            "System.Embedded.1"
+        );
+        let bare = json!({"UUID": "abc"});
+        assert_eq!(host_of("e", path, &bare).unwrap().name, "abc");
+    }
+
+    #[test]
+    fn a_system_without_a_uuid_cannot_be_told_apart_and_is_not_offered() {
+        for system in [
+            json!({"Name": "x"}),
+            json!({"UUID": ""}),
+            json!({"UUID": 7}),
+        ] {
+            assert_eq!(host_of("e", "/p", &system), None, "{system}");
+        }
+    }
+
+    #[test]
+    fn no_bmc_at_all_names_credentials_refs() {
+        match require_some(&[]) {
+            Err(PluginError::InvalidSpec(i)) => assert_eq!(i.field, "spec.credentialsRefs"),
+            other => panic!("expected an invalid spec, got {other:?}"),
+        }
+        let primary = bmc("https://bmc1.test");
+        assert!(require_some(&bmcs(&primary, &[])).is_ok());
+    }
 }

@@ -1,6 +1,18 @@
 //! Powering on and waiting for the guest agent.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+use serde_json::Value;
+
+use super::context::Ctx;
+use super::nics::mac_of;
+use super::properties::str_of;
+use super::state::{State, Step};
+use super::tasks::{poll, task_failed, upid_of};
+use super::{BOOT_MS, RETRY_MS, SHORT_MS};
+use crate::api::PveError;
 
 pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some(upid) = st.upid.clone() {

@@ -1,12 +1,26 @@
 //! Adopting or cloning the VM, and following the clone task.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+use guest_kit::{log, terminal, transient};
+
+use super::context::Ctx;
+use super::ownership::description;
+use super::properties::{str_of, uuid_of};
+use super::scheduler::pick_node;
+use super::state::{State, Step};
+use super::tasks::{poll, task_failed, upid_of};
+use super::template::resolve_template;
+use super::vmid::{next_vmid, vmid_taken};
+use super::{RETRY_MS, SHORT_MS, VMID_TRIES};
+use crate::api::percent_encode;
 
 /// No VM recorded: adopt ours if it exists, else pick a node and a VMID and clone.
 pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some((node, vmid, config)) = cx.find_owned()? {
-        log(
-            Level::Info,
+        log::info(
             "adopting the existing VM of this machine",
             &[("vmid", vmid.to_string()), ("node", node.clone())],
         );
@@ -70,8 +84,7 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         f.push(("newid", vmid.to_string()));
         match cx.pve.post(&path, &f) {
             Ok(v) => {
-                log(
-                    Level::Info,
+                log::info(
                     "cloning",
                     &[
                         ("vmid", vmid.to_string()),
@@ -86,11 +99,7 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
                 return Ok(None);
             }
             Err(e) if vmid_taken(&e) => {
-                log(
-                    Level::Debug,
-                    "VMID taken, trying another",
-                    &[("vmid", vmid.to_string())],
-                );
+                log::debug("VMID taken, trying another", &[("vmid", vmid.to_string())]);
                 continue;
             }
             Err(e) if e.is_not_found() && e.to_string().contains(&format!("/{template}.conf")) => {

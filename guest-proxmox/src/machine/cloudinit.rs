@@ -1,6 +1,18 @@
 //! The NoCloud ISO: build, upload, attach, eject, delete.
 
-use super::*;
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::Value;
+
+use super::context::Ctx;
+use super::nics::mac_of;
+use super::ownership::uid_tag;
+use super::properties::{str_of, u64_of, uuid_of};
+use super::state::{State, Step};
+use super::tasks::{poll, task_failed, upid_of};
+use super::{BOOTSTRAP_MS, RETRY_MS, SHORT_MS};
+use crate::api::{Pve, percent_encode};
 
 /// The ISO's storage: the spec's, else the node's first (by name) active file-based
 /// storage with `iso` content.
@@ -259,4 +271,103 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
     }
     st.step = Step::Ready;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use guest_nocloud::Interface;
+    use serde_json::json;
+
+    use super::*;
+    use guest_kit::testing::allocated;
+
+    use crate::machine::testing::{ctx, request, template_spec};
+
+    fn two_nics() -> Value {
+        let mut spec = template_spec();
+        spec["network"] = json!({
+            "default": {"bridge": "vmbr0", "mtu": 1450},
+            "additionalDevices": [{"name": "net1", "bridge": "vmbr1"}],
+        });
+        spec
+    }
+
+    fn cluster() -> Value {
+        json!({
+            "ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1", "metric": 100},
+            "dnsServers": ["10.0.0.2"],
+        })
+    }
+
+    fn config() -> Value {
+        json!({
+            "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
+            "net1": "virtio=BC:24:11:00:00:02,bridge=vmbr1",
+        })
+    }
+
+    fn interfaces(seed: &guest_nocloud::Seed) -> &[Interface] {
+        &seed.network.as_ref().expect("a network-config").interfaces
+    }
+
+    #[test]
+    fn static_addresses_go_to_their_nics_matched_by_mac_with_one_default_route() {
+        let mut req = request(two_nics(), cluster());
+        req.addresses = vec![
+            allocated("net0", "10.0.0.11", 24, Some("10.0.0.1")),
+            allocated("net1", "10.0.0.12", 24, Some("10.0.0.1")),
+        ];
+        let seed = seed(&ctx(&req), &config(), b"#cloud-config\n".to_vec(), "u-1");
+        let nics = interfaces(&seed);
+        assert_eq!(nics.len(), 2);
+        assert_eq!(
+            (nics[0].name.as_str(), nics[0].mac.as_str()),
+            ("eth0", "BC:24:11:00:00:01")
+        );
+        assert_eq!(nics[0].addresses, ["10.0.0.11/24"]);
+        assert_eq!(nics[0].gateway4.as_deref(), Some("10.0.0.1"));
+        assert_eq!(nics[0].metric, Some(100));
+        assert_eq!(nics[0].mtu, Some(1450));
+        assert_eq!(
+            (nics[1].name.as_str(), nics[1].mac.as_str()),
+            ("eth1", "BC:24:11:00:00:02")
+        );
+        assert_eq!(nics[1].addresses, ["10.0.0.12/24"]);
+        assert_eq!(nics[1].gateway4, None);
+        assert!(!nics[0].dhcp4 && !nics[1].dhcp4);
+        assert_eq!(seed.network.as_ref().unwrap().dns_servers, ["10.0.0.2"]);
+    }
+
+    #[test]
+    fn without_a_pool_nics_take_dhcp_and_no_addresses() {
+        let req = request(two_nics(), json!({}));
+        let seed = seed(&ctx(&req), &config(), vec![], "u-1");
+        for nic in interfaces(&seed) {
+            assert!(nic.dhcp4, "{nic:?}");
+            assert!(nic.addresses.is_empty(), "{nic:?}");
+            assert_eq!(nic.gateway4, None);
+        }
+    }
+
+    #[test]
+    fn meta_data_names_the_machine_and_its_provider_id() {
+        let req = request(template_spec(), json!({}));
+        let seed = seed(&ctx(&req), &json!({}), b"data".to_vec(), "5c1a8a5e");
+        assert_eq!(seed.user_data, b"data");
+        assert_eq!(seed.meta_data.instance_id, req.machine.uid);
+        assert_eq!(seed.meta_data.hostname, "m1");
+        assert_eq!(
+            seed.meta_data.provider_id.as_deref(),
+            Some("proxmox://5c1a8a5e")
+        );
+    }
+
+    #[test]
+    fn the_iso_is_named_after_the_vm_and_the_machine() {
+        let req = request(template_spec(), json!({}));
+        assert_eq!(
+            iso_name(&ctx(&req), 123),
+            "hyperplug-123-7f3a9c2e-1b4d-4e5f-8a6b-0c1d2e3f4a5b.iso"
+        );
+    }
 }

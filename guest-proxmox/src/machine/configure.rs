@@ -1,12 +1,47 @@
 //! The config write after the clone.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::types::PluginError;
+use guest_kit::{invalid, terminal};
+use serde_json::Value;
+
+use super::context::Ctx;
+use super::nics::{mac_of, model_name};
+use super::ownership::uid_tag;
+use super::properties::{is_cloudinit_drive, is_drive_key, option, str_of, uuid_of};
+use super::state::{State, Step};
+use crate::spec::NicModel;
 
 /// CPU, memory, NICs, tags, description, extra disks, cloud-init drive out; picks the
 /// CD slot for the NoCloud ISO.
 pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
     let config = cx.owned_config(st, "configuring the VM")?;
     st.uuid = uuid_of(&config);
+    let update = config_update(cx, &config)?;
+    st.cd_slot = Some(update.cd_slot);
+    let form: Vec<(&str, String)> = update
+        .form
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    cx.pve
+        .put(&format!("{}/config", cx.config_path(st)), &form)
+        .map_err(|e| e.classify("configuring the VM"))?;
+    st.step = Step::Resizing;
+    Ok(())
+}
+
+/// The config write that makes the cloned VM (its `config` as PVE reports it) what
+/// the spec asks for, and the slot the NoCloud ISO will go into.
+#[derive(Debug)]
+pub(super) struct ConfigUpdate {
+    /// `PUT .../config` parameters, in order.
+    pub(super) form: Vec<(String, String)>,
+    pub(super) cd_slot: String,
+}
+
+pub(super) fn config_update(cx: &Ctx, config: &Value) -> Result<ConfigUpdate, PluginError> {
     let mut form: Vec<(&str, String)> = vec![];
     if let Some(v) = cx.spec.num_sockets {
         form.push(("sockets", v.to_string()));
@@ -21,7 +56,7 @@ pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
     for nic in &cx.nics {
         let Some(dev) = &nic.dev else { continue };
         let model = model_name(dev.model.unwrap_or(NicModel::Virtio));
-        let existing = str_of(&config, &nic.device).unwrap_or_default();
+        let existing = str_of(config, &nic.device).unwrap_or_default();
         let mut value = match mac_of(&existing) {
             Some(mac) => format!("{model}={mac}"),
             None => model.to_string(),
@@ -70,7 +105,7 @@ pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
         .disks
         .as_ref()
         .and_then(|d| d.boot_volume.as_ref())
-        .and_then(|b| str_of(&config, &b.disk))
+        .and_then(|b| str_of(config, &b.disk))
         .or_else(|| {
             config.as_object().into_iter().flatten().find_map(|(k, v)| {
                 let v = v.as_str()?;
@@ -123,7 +158,7 @@ pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
     let free = |k: &str| config.get(k).is_none() || delete.iter().any(|d| d == k);
     let slot = match cx.spec.cloud_init.as_ref().and_then(|c| c.cd_slot.clone()) {
         Some(s) => {
-            let current = str_of(&config, &s).unwrap_or_default();
+            let current = str_of(config, &s).unwrap_or_default();
             if !free(&s) && !current.contains("media=cdrom") {
                 return Err(invalid(
                     "spec.cloudInit.cdSlot",
@@ -136,7 +171,7 @@ pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
             "ide2", "ide0", "ide1", "ide3", "sata0", "sata1", "sata2", "sata3", "sata4", "sata5",
         ]
         .iter()
-        .find(|k| free(k) || str_of(&config, k).is_some_and(|v| v.starts_with("none,")))
+        .find(|k| free(k) || str_of(config, k).is_some_and(|v| v.starts_with("none,")))
         .map(|s| s.to_string())
         .ok_or_else(|| {
             terminal(
@@ -145,22 +180,238 @@ pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
             )
         })?,
     };
-    st.cd_slot = Some(slot);
-    let mut f: Vec<(&str, String)> = form;
-    let nets_ref: Vec<(&str, String)> = nets.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    f.extend(nets_ref);
-    let extra_ref: Vec<(&str, String)> =
-        extra.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    f.extend(extra_ref);
+    let mut form: Vec<(String, String)> = form
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(nets)
+        .chain(extra)
+        .collect();
     if !delete.is_empty() {
-        f.push(("delete", delete.join(",")));
+        form.push(("delete".into(), delete.join(",")));
     }
-    if let Some(d) = str_of(&config, "digest") {
-        f.push(("digest", d));
+    if let Some(d) = str_of(config, "digest") {
+        form.push(("digest".into(), d));
     }
-    cx.pve
-        .put(&format!("{}/config", cx.config_path(st)), &f)
-        .map_err(|e| e.classify("configuring the VM"))?;
-    st.step = Step::Resizing;
-    Ok(())
+    Ok(ConfigUpdate {
+        form,
+        cd_slot: slot,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::testing::{ctx, request, template_spec};
+
+    /// A VM as PVE reports it right after cloning a cloud-init template.
+    fn cloned() -> Value {
+        json!({
+            "name": "m1",
+            "digest": "d1g35t",
+            "sockets": 1,
+            "cores": 2,
+            "memory": "2048",
+            "scsi0": "local-lvm:vm-100-disk-0,size=10G",
+            "ide2": "local-lvm:vm-100-cloudinit,media=cdrom",
+            "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0,firewall=1",
+            "smbios1": "uuid=5c1a8a5e-0000-4000-8000-000000000001",
+        })
+    }
+
+    fn spec_with(extra: Value) -> Value {
+        let mut spec = template_spec();
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        spec
+    }
+
+    fn update(spec: Value, config: &Value) -> Result<ConfigUpdate, PluginError> {
+        let req = request(spec, json!({}));
+        config_update(&ctx(&req), config)
+    }
+
+    fn value<'a>(update: &'a ConfigUpdate, key: &str) -> Option<&'a str> {
+        update
+            .form
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn invalid_field(result: Result<ConfigUpdate, PluginError>) -> String {
+        match result {
+            Err(PluginError::InvalidSpec(i)) => i.field,
+            other => panic!("expected an invalid spec, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_spec_sizes_the_vm() {
+        let spec = spec_with(json!({"numSockets": 2, "numCores": 4, "memoryMiB": 8192}));
+        let u = update(spec, &cloned()).unwrap();
+        assert_eq!(value(&u, "sockets"), Some("2"));
+        assert_eq!(value(&u, "cores"), Some("4"));
+        assert_eq!(value(&u, "memory"), Some("8192"));
+    }
+
+    #[test]
+    fn sizes_the_spec_leaves_out_stay_the_templates() {
+        let u = update(template_spec(), &cloned()).unwrap();
+        for key in ["sockets", "cores", "memory"] {
+            assert_eq!(value(&u, key), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn the_vm_is_tagged_as_hyperplugs_and_this_machines_besides_the_specs_tags() {
+        let u = update(spec_with(json!({"tags": ["prod", "k8s"]})), &cloned()).unwrap();
+        assert_eq!(
+            value(&u, "tags"),
+            Some("hp-7f3a9c2e-1b4d-4e5f-8a6b-0c1d2e3f4a5b;hyperplug;k8s;prod")
+        );
+    }
+
+    #[test]
+    fn a_nic_keeps_the_templates_mac_and_firewall_and_takes_the_specs_bridge_vlan_and_mtu() {
+        let spec = spec_with(json!({"network": {"default": {
+            "bridge": "vmbr1", "model": "e1000", "vlan": 20, "mtu": 9000
+        }}}));
+        let u = update(spec, &cloned()).unwrap();
+        assert_eq!(
+            value(&u, "net0"),
+            Some("e1000=BC:24:11:00:00:01,bridge=vmbr1,tag=20,mtu=9000,firewall=1")
+        );
+    }
+
+    #[test]
+    fn a_nic_the_template_lacks_gets_no_mac_so_pve_makes_one() {
+        let spec = spec_with(json!({"network": {
+            "default": {"bridge": "vmbr0"},
+            "additionalDevices": [{"name": "net1", "bridge": "vmbr2"}],
+        }}));
+        let u = update(spec, &cloned()).unwrap();
+        assert_eq!(value(&u, "net1"), Some("virtio,bridge=vmbr2"));
+    }
+
+    #[test]
+    fn without_a_network_spec_the_templates_nic_is_left_alone() {
+        let u = update(template_spec(), &cloned()).unwrap();
+        assert_eq!(value(&u, "net0"), None);
+    }
+
+    #[test]
+    fn pves_cloud_init_drive_goes_and_its_slot_takes_the_iso() {
+        let u = update(template_spec(), &cloned()).unwrap();
+        assert_eq!(value(&u, "delete"), Some("ide2"));
+        assert_eq!(u.cd_slot, "ide2");
+    }
+
+    #[test]
+    fn the_iso_takes_the_first_free_slot_when_ide2_holds_media() {
+        let mut config = cloned();
+        config["ide2"] = json!("local:iso/debian.iso,media=cdrom");
+        let u = update(template_spec(), &config).unwrap();
+        assert_eq!(value(&u, "delete"), None);
+        assert_eq!(u.cd_slot, "ide0");
+    }
+
+    #[test]
+    fn an_empty_cd_drive_counts_as_free() {
+        let mut config = cloned();
+        config["ide2"] = json!("none,media=cdrom");
+        assert_eq!(update(template_spec(), &config).unwrap().cd_slot, "ide2");
+    }
+
+    #[test]
+    fn the_specs_cd_slot_is_used_unless_it_holds_a_disk() {
+        let spec = spec_with(json!({"cloudInit": {"cdSlot": "sata1"}}));
+        assert_eq!(update(spec, &cloned()).unwrap().cd_slot, "sata1");
+
+        let spec = spec_with(json!({"cloudInit": {"cdSlot": "scsi0"}}));
+        assert_eq!(
+            invalid_field(update(spec, &cloned())),
+            "spec.cloudInit.cdSlot"
+        );
+    }
+
+    #[test]
+    fn no_free_ide_or_sata_slot_is_terminal() {
+        let mut config = cloned();
+        for slot in [
+            "ide0", "ide1", "ide2", "ide3", "sata0", "sata1", "sata2", "sata3", "sata4", "sata5",
+        ] {
+            config[slot] = json!(format!("local-lvm:vm-100-{slot},size=1G"));
+        }
+        match update(template_spec(), &config) {
+            Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "NoFreeCDSlot"),
+            other => panic!("expected NoFreeCDSlot, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn extra_volumes_go_to_their_own_storage_else_the_boot_disks() {
+        let spec = spec_with(json!({"disks": {"additionalVolumes": [
+            {"disk": "scsi1", "sizeGb": 20, "storage": "ceph"},
+            {"disk": "scsi2", "sizeGb": 30},
+        ]}}));
+        let u = update(spec, &cloned()).unwrap();
+        assert_eq!(value(&u, "scsi1"), Some("ceph:20"));
+        assert_eq!(value(&u, "scsi2"), Some("local-lvm:30"));
+    }
+
+    #[test]
+    fn extra_volumes_take_the_clones_storage_and_format_when_the_spec_names_them() {
+        let spec = spec_with(json!({"storage": "nfs", "format": "qcow2", "disks": {
+            "additionalVolumes": [{"disk": "scsi1", "sizeGb": 20}]
+        }}));
+        let u = update(spec, &cloned()).unwrap();
+        assert_eq!(value(&u, "scsi1"), Some("nfs:20,format=qcow2"));
+    }
+
+    #[test]
+    fn an_extra_volume_the_vm_already_has_is_not_added_again() {
+        let spec = spec_with(json!({"disks": {"additionalVolumes": [
+            {"disk": "scsi0", "sizeGb": 20},
+        ]}}));
+        assert_eq!(value(&update(spec, &cloned()).unwrap(), "scsi0"), None);
+    }
+
+    #[test]
+    fn an_extra_volume_with_no_storage_to_go_to_names_its_field() {
+        let mut config = cloned();
+        config.as_object_mut().unwrap().remove("scsi0");
+        config.as_object_mut().unwrap().remove("ide2");
+        let spec = spec_with(json!({"disks": {"additionalVolumes": [
+            {"disk": "scsi1", "sizeGb": 20},
+        ]}}));
+        assert_eq!(
+            invalid_field(update(spec, &config)),
+            "spec.disks.additionalVolumes[0].storage"
+        );
+    }
+
+    #[test]
+    fn the_guest_agent_is_enabled_unless_the_spec_skips_it_or_the_template_set_it() {
+        assert_eq!(
+            value(&update(template_spec(), &cloned()).unwrap(), "agent"),
+            Some("1")
+        );
+        let skip = spec_with(json!({"checks": {"skipQemuGuestAgent": true}}));
+        assert_eq!(value(&update(skip, &cloned()).unwrap(), "agent"), None);
+        let mut config = cloned();
+        config["agent"] = json!("enabled=1,fstrim_cloned_disks=1");
+        assert_eq!(
+            value(&update(template_spec(), &config).unwrap(), "agent"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_write_carries_the_configs_digest_so_pve_refuses_it_after_a_concurrent_change() {
+        let u = update(template_spec(), &cloned()).unwrap();
+        assert_eq!(u.form.last(), Some(&("digest".into(), "d1g35t".into())));
+    }
 }

@@ -1,6 +1,15 @@
 //! What one call works with: the parsed specs, the planned NICs and the PVE client.
 
-use super::*;
+use guest_kit::machine::{MachineRequest, MachineStatus};
+use guest_kit::parse_spec;
+use guest_kit::types::{PluginError, Progress};
+use serde_json::Value;
+
+use super::nics::{Nic, plan_nics};
+use super::state::{State, Step};
+use super::validate::validate;
+use crate::api::{Pve, PveError, percent_encode};
+use crate::spec::{ClusterSpec, MachineSpec};
 
 /// What a call works with.
 pub(super) struct Ctx<'a> {
@@ -67,7 +76,7 @@ impl<'a> Ctx<'a> {
         let ready = st.step == Step::Ready;
         MachineStatus {
             progress: Progress {
-                state: serde_json::to_string(st).unwrap_or_default(),
+                state: guest_kit::state::save(st),
                 phase: phase.into(),
                 message: message.into(),
                 requeue_after_ms: requeue,

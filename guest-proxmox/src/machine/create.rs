@@ -1,6 +1,16 @@
 //! The create step machine: one step per call.
 
-use super::*;
+use guest_kit::machine::{MachineRequest, MachineStatus};
+use guest_kit::types::PluginError;
+
+use super::SHORT_MS;
+use super::boot::{powering_on, waiting_for_agent};
+use super::clone::{cloning, start};
+use super::cloudinit::{attaching, ejecting, uploading};
+use super::configure::configuring;
+use super::context::Ctx;
+use super::disks::resizing;
+use super::state::{State, Step};
 
 // ---------------------------------------------------------------------------------
 // create
@@ -8,7 +18,7 @@ use super::*;
 
 pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let cx = Ctx::new(req)?;
-    let mut st = load_state(req);
+    let mut st: State = guest_kit::state::load(req.state.as_deref());
     let missing = cx.missing_addresses();
     if !missing.is_empty() && st.vmid.is_none() {
         return Ok(cx.status(

@@ -1,6 +1,18 @@
 //! The delete step machine.
 
-use super::*;
+use guest_kit::log;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::{PluginError, Progress};
+
+use super::cloudinit::delete_volume;
+use super::context::Ctx;
+use super::ownership::owned_by;
+use super::properties::str_of;
+use super::state::{DeleteStep, State};
+use super::tasks::{poll, task_failed, upid_of};
+use super::{RETRY_MS, SHORT_MS};
+use crate::api::Pve;
+use crate::spec::{ClusterSpec, MachineSpec};
 
 // ---------------------------------------------------------------------------------
 // delete
@@ -19,10 +31,10 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
             pve,
         },
     };
-    let mut st = load_state(req);
+    let mut st: State = guest_kit::state::load(req.state.as_deref());
     let progress = |st: &State, phase: &str, msg: String, ms: u64| {
         Ok(Some(Progress {
-            state: serde_json::to_string(st).unwrap_or_default(),
+            state: guest_kit::state::save(st),
             phase: phase.into(),
             message: msg,
             requeue_after_ms: Some(ms),
@@ -36,8 +48,7 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
                     (Some(vmid), Some(_)) => match cx.get_config(&st) {
                         Ok(c) if owned_by(&c, cx.uid()) => true,
                         Ok(c) => {
-                            log(
-                                Level::Warn,
+                            log::warn(
                                 "the recorded VMID belongs to another VM; leaving it alone",
                                 &[
                                     ("vmid", vmid.to_string()),

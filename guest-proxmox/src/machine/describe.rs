@@ -1,6 +1,13 @@
 //! Describe: what the VM looks like now.
 
-use super::*;
+use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
+use guest_kit::types::PluginError;
+
+use super::context::Ctx;
+use super::create::ready_message;
+use super::ownership::{marker, owned_by};
+use super::properties::{str_of, u64_of, uuid_of};
+use super::state::{State, Step};
 
 // ---------------------------------------------------------------------------------
 // describe
@@ -8,7 +15,7 @@ use super::*;
 
 pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let cx = Ctx::new(req)?;
-    let mut st = load_state(req);
+    let mut st: State = guest_kit::state::load(req.state.as_deref());
     let phase = phase_of(st.step);
     let Some(vmid) = st.vmid else {
         return match cx.find_owned()? {
@@ -28,7 +35,7 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
                 // recorded" from "nothing" (the conformance kit's leak check relies on it).
                 s.provider_id = uuid_of(&config).map(|u| format!("proxmox://{u}"));
                 // Describe changes nothing: the state handed back is the one given.
-                s.progress.state = serde_json::to_string(&st).unwrap_or_default();
+                s.progress.state = guest_kit::state::save(&st);
                 Ok(s)
             }
             None => Ok(cx.status(&st, phase, "no VM yet", None)),

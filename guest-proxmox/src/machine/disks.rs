@@ -1,6 +1,14 @@
 //! Growing the boot disk.
 
-use super::*;
+use guest_kit::invalid;
+use guest_kit::machine::MachineStatus;
+use guest_kit::types::PluginError;
+
+use super::context::Ctx;
+use super::properties::{option, parse_size, str_of};
+use super::state::{State, Step};
+use super::tasks::{poll, task_failed, upid_of};
+use super::{RETRY_MS, SHORT_MS};
 
 pub(super) fn resizing(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     let Some(boot) = cx.spec.disks.as_ref().and_then(|d| d.boot_volume.clone()) else {

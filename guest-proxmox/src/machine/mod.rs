@@ -51,28 +51,19 @@
 //! `delete` and `describe` are the other two calls. `state` is what the host hands back,
 //! `context` what one call works with, `ownership` the marker, `tasks` PVE task polling,
 //! `nics`/`addresses` the network side, `properties` PVE value parsing, `validate` spec
-//! checks.
+//! checks. What a step decides is kept apart from the API calls that feed it (e.g.
+//! `configure::config_update`, `scheduler::choose_node`), so unit tests (`testing`
+//! builds their requests) check it without a Proxmox.
 
-// The imports below are shared: every submodule starts with `use super::*;`, and the
-// `use <module>::*;` lines make each file's items visible to its siblings, so moving a
-// function between files needs no import changes.
-use std::collections::{BTreeMap, BTreeSet};
+use guest_kit::machine::{Guest, MachineRequest, MachineStatus, TemplateRequest, TemplateStatus};
+use guest_kit::parse_spec;
+use guest_kit::types::{PluginError, Progress};
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::api::{Pve, PveError, Task, classify_message, percent_encode};
-use crate::bindings::exports::hyperplug::provider::machine::{
-    AddressRequest, AddressType, AllocatedAddress, Drift, Guest, MachineAddress, MachineRequest,
-    MachineStatus, TemplateRequest, TemplateStatus,
-};
-use crate::bindings::hyperplug::provider::log::Level;
-use crate::bindings::hyperplug::provider::types::{
-    PluginError, Progress, TerminalError, TransientError,
-};
-use crate::spec::{ClusterSpec, MachineSpec, NetworkDevice, NicModel};
-use crate::{Plugin, invalid, log, parse_spec};
-use guest_kit::fnv1a;
+use crate::Plugin;
+use crate::api::{Pve, percent_encode};
+use crate::spec::{ClusterSpec, MachineSpec};
+use properties::u64_of;
+use validate::validate;
 
 mod addresses;
 mod boot;
@@ -91,27 +82,10 @@ mod scheduler;
 mod state;
 mod tasks;
 mod template;
+#[cfg(test)]
+mod testing;
 mod validate;
 mod vmid;
-
-use boot::*;
-use clone::*;
-use cloudinit::*;
-use configure::*;
-use context::*;
-use create::*;
-use delete::*;
-use describe::*;
-use disks::*;
-use nics::*;
-use ownership::*;
-use properties::*;
-use scheduler::*;
-use state::*;
-use tasks::*;
-use template::*;
-use validate::*;
-use vmid::*;
 
 /// Requeue hints, in milliseconds.
 const SHORT_MS: u64 = 1_000;
@@ -122,31 +96,17 @@ const BOOTSTRAP_MS: u64 = 10_000;
 const VMID_TRIES: u32 = 8;
 const MIB: u64 = 1 << 20;
 
-fn terminal(reason: &str, message: impl Into<String>) -> PluginError {
-    PluginError::Terminal(TerminalError {
-        reason: reason.into(),
-        message: message.into(),
-    })
-}
-
-fn transient(message: impl Into<String>, retry_after_ms: Option<u64>) -> PluginError {
-    PluginError::Transient(TransientError {
-        message: message.into(),
-        retry_after_ms,
-    })
-}
-
 impl Guest for Plugin {
     fn create(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        create(&req)
+        create::create(&req)
     }
 
     fn describe(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        describe(&req)
+        describe::describe(&req)
     }
 
     fn delete(req: MachineRequest) -> Result<Option<Progress>, PluginError> {
-        delete(&req)
+        delete::delete(&req)
     }
 
     fn describe_template(req: TemplateRequest) -> Result<TemplateStatus, PluginError> {
@@ -200,26 +160,5 @@ impl Guest for Plugin {
                 ("operatingSystem".into(), "linux".into()),
             ],
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("10G"), Some(10 << 30));
-        assert_eq!(parse_size("512M"), Some(512 << 20));
-        assert_eq!(parse_size("4194304"), Some(4194304));
-    }
-
-    #[test]
-    fn macs_are_found_in_net_strings() {
-        assert_eq!(
-            mac_of("virtio=BC:24:11:00:00:01,bridge=vmbr0").as_deref(),
-            Some("BC:24:11:00:00:01")
-        );
-        assert_eq!(mac_of("virtio,bridge=vmbr0"), None);
     }
 }

@@ -1,6 +1,16 @@
 //! The ownership marker and adoption (see the module doc of `machine`).
 
-use super::*;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::Value;
+
+use super::RETRY_MS;
+use super::context::Ctx;
+use super::properties::{str_of, u64_of};
+use super::state::State;
+use crate::api::percent_encode;
+use crate::spec::MachineSpec;
 
 /// The marker line in the VM description.
 pub(super) fn marker(uid: &str) -> String {
@@ -98,5 +108,45 @@ impl<'a> Ctx<'a> {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::testing::{UID, request, template_spec};
+
+    #[test]
+    fn the_uid_tag_is_a_valid_lower_case_proxmox_tag() {
+        assert_eq!(uid_tag("AbC-12_x.y:z"), "hp-abc-12_x-y-z");
+    }
+
+    #[test]
+    fn the_description_keeps_the_users_text_and_ends_with_the_marker() {
+        let mut spec: MachineSpec = serde_json::from_value(template_spec()).unwrap();
+        spec.description = Some("web tier\n".into());
+        let text = description(&spec, &request(template_spec(), json!({})));
+        assert!(
+            text.starts_with(
+                "web tier\n\nManaged by hyperplug for machine default/m1 of cluster c1"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\nhyperplug.cluster-uid=c1-uid\n"), "{text}");
+        assert_eq!(text.lines().last(), Some(marker(UID).as_str()));
+    }
+
+    #[test]
+    fn a_vm_is_ours_only_when_a_line_of_its_description_is_our_marker() {
+        let ours = json!({"description": format!("notes\n{}\n", marker("uid-1"))});
+        assert!(owned_by(&ours, "uid-1"));
+        assert!(!owned_by(&ours, "uid-2"));
+        let quoted = json!({"description": format!("copied from {}", marker("uid-1"))});
+        assert!(!owned_by(&quoted, "uid-1"));
+        let prefix = json!({"description": marker("uid-10")});
+        assert!(!owned_by(&prefix, "uid-1"));
+        assert!(!owned_by(&json!({}), "uid-1"));
     }
 }

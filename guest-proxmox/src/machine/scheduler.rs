@@ -1,6 +1,12 @@
 //! Choosing the node for a new VM.
 
-use super::*;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::Value;
+
+use super::context::Ctx;
+use super::properties::{str_of, u64_of};
+use super::{MIB, RETRY_MS};
 
 /// The node for a new VM: CAPI's failure domain if given, else the allowed node with
 /// the most free memory (node memory × memoryAdjustment% minus the memory of its VMs;
@@ -11,16 +17,22 @@ pub(super) fn pick_node(cx: &Ctx) -> Result<String, PluginError> {
     {
         return Ok(fd.clone());
     }
+    let resources = cx
+        .pve
+        .get("/cluster/resources")
+        .map_err(|e| e.classify("reading cluster resources"))?;
+    choose_node(cx, &resources)
+}
+
+/// The node `pick_node` chooses among `resources` (what `GET /cluster/resources`
+/// answered: nodes and their VMs).
+pub(super) fn choose_node(cx: &Ctx, resources: &Value) -> Result<String, PluginError> {
     let allowed: Vec<String> = if !cx.spec.allowed_nodes.is_empty() {
         cx.spec.allowed_nodes.clone()
     } else {
         cx.cluster.allowed_nodes.clone()
     };
-    let all = cx
-        .pve
-        .get("/cluster/resources")
-        .map_err(|e| e.classify("reading cluster resources"))?;
-    let items: Vec<&Value> = all.as_array().into_iter().flatten().collect();
+    let items: Vec<&Value> = resources.as_array().into_iter().flatten().collect();
     let adjustment = cx
         .cluster
         .scheduler_hints
@@ -87,5 +99,140 @@ pub(super) fn pick_node(cx: &Ctx) -> Result<String, PluginError> {
             format!("no node can take the VM now: {}", refused.join("; ")),
             Some(RETRY_MS * 6),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::testing::{ctx, request, template_spec};
+
+    const GIB: u64 = 1 << 30;
+
+    fn node(name: &str, status: &str, cpus: u64, memory_gib: u64) -> Value {
+        json!({"type": "node", "node": name, "status": status, "maxcpu": cpus, "maxmem": memory_gib * GIB})
+    }
+
+    fn vm(node: &str, memory_gib: u64) -> Value {
+        json!({"type": "qemu", "node": node, "maxmem": memory_gib * GIB, "template": 0})
+    }
+
+    fn choose(spec: Value, cluster: Value, resources: Value) -> Result<String, PluginError> {
+        let mut machine = template_spec();
+        for (k, v) in spec.as_object().unwrap() {
+            machine[k] = v.clone();
+        }
+        let req = request(machine, cluster);
+        choose_node(&ctx(&req), &resources)
+    }
+
+    #[test]
+    fn the_node_with_the_most_free_memory_wins() {
+        let resources = json!([
+            node("pve1", "online", 8, 64),
+            node("pve2", "online", 8, 64),
+            vm("pve1", 16),
+            vm("pve2", 4),
+        ]);
+        assert_eq!(choose(json!({}), json!({}), resources).unwrap(), "pve2");
+    }
+
+    #[test]
+    fn templates_take_no_memory() {
+        let resources = json!([
+            node("pve1", "online", 8, 64),
+            node("pve2", "online", 8, 64),
+            {"type": "qemu", "node": "pve1", "maxmem": 32 * GIB, "template": 1},
+            vm("pve2", 4),
+        ]);
+        assert_eq!(choose(json!({}), json!({}), resources).unwrap(), "pve1");
+    }
+
+    #[test]
+    fn only_allowed_nodes_are_considered_the_machines_list_before_the_clusters() {
+        let resources = json!([
+            node("pve1", "online", 8, 64),
+            node("pve2", "online", 8, 16),
+            node("pve3", "online", 8, 32),
+        ]);
+        let cluster = json!({"allowedNodes": ["pve2", "pve3"]});
+        assert_eq!(
+            choose(json!({}), cluster.clone(), resources.clone()).unwrap(),
+            "pve3"
+        );
+        let machine = json!({"allowedNodes": ["pve2"]});
+        assert_eq!(choose(machine, cluster, resources).unwrap(), "pve2");
+    }
+
+    #[test]
+    fn offline_nodes_and_nodes_with_too_few_cpus_are_refused_saying_why() {
+        let resources = json!([
+            node("pve1", "offline", 64, 512),
+            node("pve2", "online", 2, 512),
+        ]);
+        let spec = json!({"numSockets": 2, "numCores": 2});
+        match choose(spec, json!({}), resources) {
+            Err(PluginError::Transient(t)) => {
+                assert!(t.message.contains("pve1: offline"), "{}", t.message);
+                assert!(t.message.contains("pve2: 2 CPUs < 4"), "{}", t.message);
+            }
+            other => panic!("expected a transient refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_node_without_room_for_the_vms_memory_is_refused() {
+        let resources = json!([node("pve1", "online", 8, 16), vm("pve1", 12)]);
+        let spec = json!({"memoryMiB": 8192});
+        match choose(spec, json!({}), resources) {
+            Err(PluginError::Transient(t)) => {
+                assert!(
+                    t.message.contains("pve1: 4096 MiB free of 100% < 8192 MiB"),
+                    "{}",
+                    t.message
+                )
+            }
+            other => panic!("expected a transient refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn memory_adjustment_allows_overcommit() {
+        let resources = json!([node("pve1", "online", 8, 16), vm("pve1", 12)]);
+        let spec = json!({"memoryMiB": 8192});
+        let cluster = json!({"schedulerHints": {"memoryAdjustment": 200}});
+        assert_eq!(choose(spec, cluster, resources).unwrap(), "pve1");
+    }
+
+    #[test]
+    fn memory_adjustment_zero_skips_the_check_and_picks_the_least_used_node() {
+        let resources = json!([
+            node("pve1", "online", 8, 128),
+            node("pve2", "online", 8, 8),
+            vm("pve1", 64),
+            vm("pve2", 16),
+        ]);
+        let spec = json!({"memoryMiB": 65536});
+        let cluster = json!({"schedulerHints": {"memoryAdjustment": 0}});
+        assert_eq!(choose(spec, cluster, resources).unwrap(), "pve2");
+    }
+
+    #[test]
+    fn allowed_nodes_that_do_not_exist_are_terminal() {
+        let resources = json!([node("pve1", "online", 8, 64)]);
+        let cluster = json!({"allowedNodes": ["pve9"]});
+        match choose(json!({}), cluster, resources) {
+            Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "NoNodeAllowed"),
+            other => panic!("expected NoNodeAllowed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_failure_domain_cluster_api_chose_is_taken_as_is() {
+        let mut req = request(template_spec(), json!({}));
+        req.failure_domain = Some("pve7".into());
+        assert_eq!(pick_node(&ctx(&req)).unwrap(), "pve7");
     }
 }

@@ -1,6 +1,8 @@
 //! The persisted state: what the host hands back on the next call.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 /// The plugin's opaque state, handed back by the host on the next call.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -51,12 +53,4 @@ pub(super) enum DeleteStep {
     Deleting,
     Confirming,
     RemovingIso,
-}
-
-pub(super) fn load_state(req: &MachineRequest) -> State {
-    req.state
-        .as_deref()
-        .filter(|s| !s.trim().is_empty())
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default()
 }

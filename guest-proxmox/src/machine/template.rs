@@ -1,6 +1,13 @@
 //! Finding the template to clone.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::terminal;
+use guest_kit::types::PluginError;
+
+use super::context::Ctx;
+use super::properties::{str_of, u64_of};
+use crate::api::percent_encode;
 
 /// (node, VMID) of the template to clone.
 pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {

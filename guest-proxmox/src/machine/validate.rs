@@ -1,6 +1,11 @@
 //! Spec checks the schema cannot express.
 
-use super::*;
+use std::collections::BTreeSet;
+
+use guest_kit::invalid;
+use guest_kit::types::PluginError;
+
+use crate::spec::{ClusterSpec, MachineSpec};
 
 /// Checks the plugin can make (the schema has the rest).
 pub(super) fn validate(spec: &MachineSpec, cluster: &ClusterSpec) -> Result<(), PluginError> {
@@ -150,4 +155,156 @@ pub(super) fn validate(spec: &MachineSpec, cluster: &ClusterSpec) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// The field of the invalid-spec error `validate` gives `spec` (merged into the
+    /// smallest valid spec) and `cluster`, or `None` when it passes.
+    fn refused(extra: Value, cluster: Value) -> Option<String> {
+        let mut spec = json!({"templateID": 9000, "sourceNode": "pve1"});
+        for (k, v) in extra.as_object().unwrap() {
+            if v.is_null() {
+                spec.as_object_mut().unwrap().remove(k);
+            } else {
+                spec[k] = v.clone();
+            }
+        }
+        let spec: MachineSpec = serde_json::from_value(spec).unwrap();
+        let cluster: ClusterSpec = serde_json::from_value(cluster).unwrap();
+        match validate(&spec, &cluster) {
+            Ok(()) => None,
+            Err(PluginError::InvalidSpec(i)) => Some(i.field),
+            Err(other) => panic!("expected an invalid spec, got {other:?}"),
+        }
+    }
+
+    fn field(name: &str) -> Option<String> {
+        Some(name.to_string())
+    }
+
+    #[test]
+    fn a_template_id_with_its_node_is_valid() {
+        assert_eq!(refused(json!({}), json!({})), None);
+    }
+
+    #[test]
+    fn a_template_is_required_once_and_a_template_id_needs_its_node() {
+        let neither = json!({"templateID": null, "sourceNode": null});
+        assert_eq!(refused(neither, json!({})), field("spec.templateID"));
+        let both = json!({"templateSelector": {"matchTags": ["k8s"]}});
+        assert_eq!(refused(both, json!({})), field("spec.templateSelector"));
+        let no_node = json!({"sourceNode": null});
+        assert_eq!(refused(no_node, json!({})), field("spec.sourceNode"));
+        let no_tags =
+            json!({"templateID": null, "sourceNode": null, "templateSelector": {"matchTags": []}});
+        assert_eq!(
+            refused(no_tags, json!({})),
+            field("spec.templateSelector.matchTags")
+        );
+    }
+
+    #[test]
+    fn a_vmid_range_must_run_upwards_from_100() {
+        assert_eq!(
+            refused(json!({"vmIDRange": {"start": 50, "end": 60}}), json!({})),
+            field("spec.vmIDRange.start")
+        );
+        assert_eq!(
+            refused(json!({"vmIDRange": {"start": 500, "end": 400}}), json!({})),
+            field("spec.vmIDRange.end")
+        );
+        assert_eq!(
+            refused(json!({"vmIDRange": {"start": 500, "end": 500}}), json!({})),
+            None
+        );
+    }
+
+    #[test]
+    fn only_full_clones_take_a_storage_or_format() {
+        assert_eq!(
+            refused(json!({"full": false, "storage": "local"}), json!({})),
+            field("spec.storage")
+        );
+        assert_eq!(
+            refused(json!({"full": false, "format": "qcow2"}), json!({})),
+            field("spec.format")
+        );
+    }
+
+    #[test]
+    fn tags_must_be_proxmox_tags() {
+        assert_eq!(
+            refused(json!({"tags": ["ok", "Not-Ok"]}), json!({})),
+            field("spec.tags[1]")
+        );
+        assert_eq!(
+            refused(json!({"tags": ["-x"]}), json!({})),
+            field("spec.tags[0]")
+        );
+        assert_eq!(refused(json!({"tags": ["k8s_1.33+x"]}), json!({})), None);
+    }
+
+    #[test]
+    fn disks_must_be_disk_devices_each_used_once() {
+        let boot = json!({"disks": {"bootVolume": {"disk": "disk0", "sizeGb": 20}}});
+        assert_eq!(
+            refused(boot, json!({})),
+            field("spec.disks.bootVolume.disk")
+        );
+        let twice = json!({"disks": {"additionalVolumes": [
+            {"disk": "scsi1", "sizeGb": 5}, {"disk": "scsi1", "sizeGb": 5}
+        ]}});
+        assert_eq!(
+            refused(twice, json!({})),
+            field("spec.disks.additionalVolumes[1].disk")
+        );
+    }
+
+    #[test]
+    fn nics_need_a_free_name_and_a_bridge() {
+        let net0_again =
+            json!({"network": {"additionalDevices": [{"name": "net0", "bridge": "vmbr0"}]}});
+        assert_eq!(
+            refused(net0_again, json!({})),
+            field("spec.network.additionalDevices[0].name")
+        );
+        let no_bridge = json!({"network": {"default": {"bridge": ""}}});
+        assert_eq!(
+            refused(no_bridge, json!({})),
+            field("spec.network.default.bridge")
+        );
+    }
+
+    #[test]
+    fn a_static_address_needs_the_clusters_pool() {
+        let static4 = json!({"network": {"default": {"bridge": "vmbr0", "dhcp4": false}}});
+        assert_eq!(
+            refused(static4.clone(), json!({})),
+            field("spec.network.default.dhcp4")
+        );
+        let pool = json!({"ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1"}});
+        assert_eq!(refused(static4, pool), None);
+        let static6 = json!({"network": {"additionalDevices": [{"name": "net1", "bridge": "vmbr0", "dhcp6": false}]}});
+        assert_eq!(
+            refused(static6, json!({})),
+            field("spec.network.additionalDevices[0].dhcp6")
+        );
+    }
+
+    #[test]
+    fn the_cd_slot_must_be_a_cd_bus() {
+        assert_eq!(
+            refused(json!({"cloudInit": {"cdSlot": "virtio1"}}), json!({})),
+            field("spec.cloudInit.cdSlot")
+        );
+        assert_eq!(
+            refused(json!({"cloudInit": {"cdSlot": "sata3"}}), json!({})),
+            None
+        );
+    }
 }

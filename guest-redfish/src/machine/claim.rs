@@ -1,6 +1,12 @@
 //! Finding a host: the one this machine already holds, or a free one claimed now.
 
-use super::*;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::PluginError;
+use guest_kit::{claims, fnv1a, log, terminal, transient};
+
+use crate::api::Redfish;
+use crate::inventory::{Bmc, Host, bmc_at, hosts};
+use crate::spec::MachineSpec;
 
 /// Who holds a host's claim, as seen by this machine.
 pub(super) enum Ownership {
@@ -67,8 +73,7 @@ pub(super) fn find_or_claim(
         return by_provider_id(id, bmcs).map(|h| Some(Found::Adopted(h)));
     }
     if let Some(held) = held_host(bmcs)? {
-        log(
-            Level::Info,
+        log::info(
             "adopting the host this machine holds",
             &[("host", held.name.clone())],
         );
@@ -80,7 +85,7 @@ pub(super) fn find_or_claim(
 /// The host a provider ID names, claimed again for this machine if free.
 fn by_provider_id(id: &str, bmcs: &[Bmc]) -> Result<Host, PluginError> {
     let uuid = id.strip_prefix("redfish://").ok_or_else(|| {
-        crate::invalid(
+        guest_kit::invalid(
             "spec.providerID",
             format!("`{id}` is not a redfish://<system UUID> provider ID"),
         )
@@ -120,28 +125,14 @@ fn claim(
     spec: &MachineSpec,
     bmcs: &[Bmc],
 ) -> Result<Option<Host>, PluginError> {
-    let mut candidates = Vec::new();
+    let mut inventory = Vec::new();
     for bmc in bmcs {
-        candidates.extend(hosts(bmc)?.into_iter().filter(|h| {
-            spec.hosts.is_empty()
-                || spec
-                    .hosts
-                    .iter()
-                    .any(|n| *n == h.name || n.eq_ignore_ascii_case(&h.uuid))
-        }));
+        inventory.extend(hosts(bmc)?);
     }
-    if candidates.is_empty() {
-        return Ok(None);
-    }
-    // Start at a place derived from the machine's UID, so machines claiming at once
-    // mostly try different hosts first.
-    let start = (fnv1a(req.machine.uid.as_bytes()) % candidates.len() as u64) as usize;
-    candidates.rotate_left(start);
-    for host in candidates {
+    for host in claim_order(&req.machine.uid, spec, inventory) {
         match claims::acquire(&host.claim_key()) {
             Ok(None) => {
-                log(
-                    Level::Info,
+                log::info(
                     "claimed host",
                     &[("host", host.name.clone()), ("bmc", host.endpoint.clone())],
                 );
@@ -152,6 +143,27 @@ fn claim(
         }
     }
     Ok(None)
+}
+
+/// The hosts of `inventory` the spec allows (by name or UUID), in the order the
+/// machine of `uid` tries to claim them: from a place derived from its UID, so machines
+/// claiming at once mostly try different hosts first.
+fn claim_order(uid: &str, spec: &MachineSpec, inventory: Vec<Host>) -> Vec<Host> {
+    let mut candidates: Vec<Host> = inventory
+        .into_iter()
+        .filter(|h| {
+            spec.hosts.is_empty()
+                || spec
+                    .hosts
+                    .iter()
+                    .any(|n| *n == h.name || n.eq_ignore_ascii_case(&h.uuid))
+        })
+        .collect();
+    if !candidates.is_empty() {
+        let start = (fnv1a(uid.as_bytes()) % candidates.len() as u64) as usize;
+        candidates.rotate_left(start);
+    }
+    candidates
 }
 
 /// The client of the BMC serving `host`, which the call must still carry.
@@ -165,4 +177,80 @@ pub(super) fn client_for(bmcs: &[Bmc], host: &Host) -> Result<Redfish, PluginErr
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::machine::testing::host;
+
+    fn inventory() -> Vec<Host> {
+        vec![
+            host("https://bmc1.test", "node-1", "uuid-1"),
+            host("https://bmc1.test", "node-2", "uuid-2"),
+            host("https://bmc2.test", "node-3", "uuid-3"),
+        ]
+    }
+
+    fn spec(hosts: &[&str]) -> MachineSpec {
+        serde_json::from_value(json!({"hosts": hosts})).unwrap()
+    }
+
+    fn names(hosts: &[Host]) -> Vec<&str> {
+        hosts.iter().map(|h| h.name.as_str()).collect()
+    }
+
+    #[test]
+    fn every_host_is_a_candidate_when_the_spec_names_none() {
+        let mut order = names(&claim_order("m1-uid", &spec(&[]), inventory()))
+            .into_iter()
+            .map(str::to_string)
+            .collect::<Vec<_>>();
+        order.sort();
+        assert_eq!(order, ["node-1", "node-2", "node-3"]);
+    }
+
+    #[test]
+    fn the_spec_narrows_the_candidates_by_name_or_uuid_in_any_case() {
+        let allowed = spec(&["node-2", "UUID-3"]);
+        let mut order: Vec<String> = claim_order("m1-uid", &allowed, inventory())
+            .into_iter()
+            .map(|h| h.name)
+            .collect();
+        order.sort();
+        assert_eq!(order, ["node-2", "node-3"]);
+        assert!(claim_order("m1-uid", &spec(&["node-9"]), inventory()).is_empty());
+    }
+
+    #[test]
+    fn machines_start_claiming_at_different_hosts_in_the_same_rotation() {
+        let starts: std::collections::BTreeSet<String> = (0..12)
+            .map(|i| {
+                claim_order(&format!("machine-{i}"), &spec(&[]), inventory())[0]
+                    .name
+                    .clone()
+            })
+            .collect();
+        assert_eq!(starts.len(), 3, "{starts:?}");
+        for i in 0..12 {
+            let order = claim_order(&format!("machine-{i}"), &spec(&[]), inventory());
+            let at = ["node-1", "node-2", "node-3"]
+                .iter()
+                .position(|n| *n == order[0].name)
+                .unwrap();
+            let rotated: Vec<&str> = (0..3)
+                .map(|k| ["node-1", "node-2", "node-3"][(at + k) % 3])
+                .collect();
+            assert_eq!(names(&order), rotated);
+        }
+    }
+
+    #[test]
+    fn the_same_machine_always_tries_the_same_host_first() {
+        let first = claim_order("m1-uid", &spec(&[]), inventory());
+        let again = claim_order("m1-uid", &spec(&[]), inventory());
+        assert_eq!(first, again);
+    }
 }

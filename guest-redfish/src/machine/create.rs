@@ -1,13 +1,28 @@
 //! `machine.create`: claim a host, insert the bootstrap media, boot once from it,
 //! power on.
 
-use super::*;
+use guest_kit::machine::{AddressRequest, MachineRequest, MachineStatus};
+use guest_kit::types::PluginError;
+use guest_kit::{blobs, claims, log, terminal, transient};
+use serde_json::Value;
+
+use super::claim::{Found, Ownership, client_for, find_or_claim, ownership};
+use super::media::{insert, read_media, virtual_cd};
+use super::power::{boot_once_from_cd, booted, power_state, reset};
+use super::seed::seed_iso;
+use super::state::{State, Step};
+use super::{
+    BOOTSTRAP_MS, NIC, NO_HOST_MS, POWER_MS, SEED_BLOB, SEED_TTL_SECONDS, addresses, host_details,
+    inputs, pending, progress,
+};
+use crate::api::Redfish;
+use crate::inventory::{Bmc, Host, bmcs, require_some};
 
 pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let inputs = inputs(req)?;
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
     require_some(&bmcs)?;
-    let mut state = load_state(req);
+    let mut state: State = guest_kit::state::load(req.state.as_deref());
 
     // A static address goes into the seed: wait for it before claiming anything.
     if inputs.cluster.ipv4_config.is_some() && !req.addresses.iter().any(|a| a.device == NIC) {
@@ -122,15 +137,9 @@ fn resume(bmcs: &[Bmc], host: &Host, state: &mut State) -> Result<(), PluginErro
     let bmc = client_for(bmcs, host)?;
     let system = read_system(&bmc, host)?;
     let media = read_media(&bmc, &virtual_cd(&bmc, &system)?)?;
-    let power = power_state(&system);
-    (state.step, state.reset_sent) = match (media.inserted, booted(&system), power.as_str()) {
-        (true, true, _) => (Step::Ready, true),
-        (true, false, "Off") => (Step::MediaInserted, false),
-        (true, false, _) => (Step::PoweringOn, true),
-        (false, _, _) => (Step::Claimed, false),
-    };
-    log(
-        Level::Info,
+    (state.step, state.reset_sent) =
+        resume_point(media.inserted, booted(&system), &power_state(&system));
+    log::info(
         "adopted host",
         &[
             ("host", host.name.clone()),
@@ -138,6 +147,17 @@ fn resume(bmcs: &[Bmc], host: &Host, state: &mut State) -> Result<(), PluginErro
         ],
     );
     Ok(())
+}
+
+/// The step to go on from, and whether the power-on (or restart) was sent, for a host
+/// whose virtual CD holds media or not, that has booted or not, in this power state.
+fn resume_point(media_inserted: bool, booted: bool, power: &str) -> (Step, bool) {
+    match (media_inserted, booted, power) {
+        (true, true, _) => (Step::Ready, true),
+        (true, false, "Off") => (Step::MediaInserted, false),
+        (true, false, _) => (Step::PoweringOn, true),
+        (false, _, _) => (Step::Claimed, false),
+    }
 }
 
 /// The host this machine recorded must still be claimed by it.
@@ -201,5 +221,30 @@ pub(super) fn ready(
         needs_bootstrap: false,
         drift: None,
         details: host_details(host, Some(power)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_found_again_resumes_where_its_bmc_says_provisioning_got() {
+        // Booted from our media: provisioned, never restarted again.
+        assert_eq!(resume_point(true, true, "On"), (Step::Ready, true));
+        // Media in, still off: the power-on is next.
+        assert_eq!(
+            resume_point(true, false, "Off"),
+            (Step::MediaInserted, false)
+        );
+        // Media in, powering on or on but not booted yet: the power-on was sent.
+        assert_eq!(resume_point(true, false, "On"), (Step::PoweringOn, true));
+        assert_eq!(
+            resume_point(true, false, "PoweringOn"),
+            (Step::PoweringOn, true)
+        );
+        // No media: from the start, whatever the host is doing.
+        assert_eq!(resume_point(false, true, "On"), (Step::Claimed, false));
+        assert_eq!(resume_point(false, false, "Off"), (Step::Claimed, false));
     }
 }

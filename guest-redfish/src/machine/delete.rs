@@ -1,11 +1,20 @@
 //! `machine.delete`: power the host off, eject the media, release the claim. A host
 //! this machine does not hold is never touched.
 
-use super::*;
+use guest_kit::machine::MachineRequest;
+use guest_kit::types::{PluginError, Progress};
+use guest_kit::{blobs, claims, log, transient};
+
+use super::claim::{Ownership, client_for, held_host, ownership};
+use super::media::{eject, read_media, virtual_cd};
+use super::power::{power_state, reset};
+use super::state::{DeleteStep, State};
+use super::{POWER_MS, SEED_BLOB, progress};
+use crate::inventory::{Host, bmcs};
 
 pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginError> {
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
-    let mut state = load_state(req);
+    let mut state: State = guest_kit::state::load(req.state.as_deref());
     let host = match state.host.clone() {
         Some(h) => h,
         // Lost state: the claim finds the host again.
@@ -26,8 +35,7 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
             return Ok(None);
         }
         Ownership::Foreign(_) => {
-            log(
-                Level::Warn,
+            log::warn(
                 "not touching a host this machine does not hold",
                 &[("host", host.name.clone())],
             );
@@ -76,6 +84,6 @@ fn release(host: &Host) -> Result<Option<Progress>, PluginError> {
     blobs::withdraw(SEED_BLOB);
     claims::release(&host.claim_key())
         .map_err(|e| transient(format!("releasing host {}: {e}", host.name), None))?;
-    log(Level::Info, "released host", &[("host", host.name.clone())]);
+    log::info("released host", &[("host", host.name.clone())]);
     Ok(None)
 }

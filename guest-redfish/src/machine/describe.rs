@@ -1,10 +1,18 @@
 //! `machine.describe`: observe the claimed host, report drift, change nothing.
 
-use super::*;
+use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
+use guest_kit::types::PluginError;
+
+use super::claim::{Ownership, client_for, held_host, ownership};
+use super::create::ready;
+use super::power::power_state;
+use super::state::{State, Step};
+use super::{host_details, pending, progress};
+use crate::inventory::bmcs;
 
 pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
-    let mut state = load_state(req);
+    let mut state: State = guest_kit::state::load(req.state.as_deref());
     let host = match state.host.clone() {
         Some(h) => h,
         None => match held_host(&bmcs)? {

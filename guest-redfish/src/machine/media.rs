@@ -1,6 +1,11 @@
 //! Virtual media: find the host's virtual CD, insert the bootstrap ISO by URL, eject.
 
-use super::*;
+use guest_kit::types::PluginError;
+use guest_kit::{terminal, transient};
+use serde_json::{Value, json};
+
+use super::{NO_HOST_MS, POWER_MS};
+use crate::api::{Redfish, action_target, odata_id};
 
 /// A virtual media device as the BMC reports it.
 pub(super) struct Media {
@@ -121,5 +126,44 @@ fn redact(err: PluginError, url: &str) -> PluginError {
             i.message = clean(i.message);
             PluginError::InvalidSpec(i)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use guest_kit::invalid;
+
+    use super::*;
+
+    const URL: &str = "http://10.0.0.5:8082/blobs/s3cr3t/cidata.iso";
+
+    fn message(e: &PluginError) -> &str {
+        match e {
+            PluginError::Transient(t) => &t.message,
+            PluginError::Terminal(t) => &t.message,
+            PluginError::InvalidSpec(i) => &i.message,
+        }
+    }
+
+    #[test]
+    fn the_media_url_never_leaves_in_an_error() {
+        let quoted = format!("cannot download {URL}: 404");
+        for e in [
+            transient(quoted.clone(), None),
+            terminal("BmcRefused", quoted.clone()),
+            invalid("spec", quoted.clone()),
+        ] {
+            let clean = redact(e, URL);
+            assert_eq!(
+                message(&clean),
+                "cannot download <bootstrap media URL>: 404"
+            );
+        }
+    }
+
+    #[test]
+    fn with_no_url_inserted_errors_pass_as_they_are() {
+        let e = redact(transient("busy", Some(5)), "");
+        assert_eq!(message(&e), "busy");
     }
 }

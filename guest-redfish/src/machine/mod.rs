@@ -31,21 +31,17 @@
 //! `create`, `describe` and `delete` are the three calls; `claim` finds and claims a
 //! host, `media` drives virtual media, `power` the power state, `seed` builds the ISO,
 //! `state` is what the host hands back.
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-use crate::api::{Redfish, action_target, odata_id};
-use crate::bindings::exports::hyperplug::provider::machine::{
-    AddressRequest, AddressType, Drift, Guest, MachineAddress, MachineRequest, MachineStatus,
-    TemplateRequest, TemplateStatus,
+use guest_kit::machine::{
+    AddressType, Guest, MachineAddress, MachineRequest, MachineStatus, TemplateRequest,
+    TemplateStatus,
 };
-use crate::bindings::hyperplug::provider::log::Level;
-use crate::bindings::hyperplug::provider::types::{PluginError, Progress};
-use crate::bindings::hyperplug::provider::{blobs, claims};
-use crate::inventory::{Bmc, Host, bmc_at, bmcs, hosts, require_some};
+use guest_kit::parse_spec;
+use guest_kit::types::{PluginError, Progress};
+
+use crate::Plugin;
+use crate::inventory::Host;
 use crate::spec::{ClusterSpec, MachineSpec};
-use crate::{Plugin, log, parse_spec, terminal, transient};
-use guest_kit::fnv1a;
+use state::State;
 
 mod claim;
 mod create;
@@ -55,15 +51,8 @@ mod media;
 mod power;
 mod seed;
 mod state;
-
-use claim::*;
-use create::*;
-use delete::*;
-use describe::*;
-use media::*;
-use power::*;
-use seed::*;
-use state::*;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// Requeue hints, in milliseconds.
 const POWER_MS: u64 = 2_000;
@@ -77,15 +66,15 @@ const NIC: &str = "nic0";
 
 impl Guest for Plugin {
     fn create(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        create(&req)
+        create::create(&req)
     }
 
     fn describe(req: MachineRequest) -> Result<MachineStatus, PluginError> {
-        describe(&req)
+        describe::describe(&req)
     }
 
     fn delete(req: MachineRequest) -> Result<Option<Progress>, PluginError> {
-        delete(&req)
+        delete::delete(&req)
     }
 
     fn describe_template(req: TemplateRequest) -> Result<TemplateStatus, PluginError> {
@@ -121,7 +110,7 @@ fn progress(
     requeue: Option<u64>,
 ) -> Progress {
     Progress {
-        state: state.save(),
+        state: guest_kit::state::save(state),
         phase: phase.into(),
         message: message.into(),
         requeue_after_ms: requeue,
@@ -168,4 +157,65 @@ fn addresses(req: &MachineRequest) -> Vec<MachineAddress> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use guest_kit::testing::allocated;
+
+    use crate::machine::testing::{host, request};
+
+    #[test]
+    fn a_machine_reports_its_hostname_and_the_address_ipam_gave_its_nic() {
+        let mut req = request(json!({}), json!({}));
+        req.addresses = vec![
+            allocated(NIC, "10.0.0.21", 24, None),
+            allocated("nic9", "10.9.9.9", 24, None),
+        ];
+        let reported: Vec<(String, String)> = addresses(&req)
+            .into_iter()
+            .map(|a| (format!("{:?}", a.address_type), a.address))
+            .collect();
+        assert_eq!(
+            reported,
+            [
+                ("AddressType::Hostname".to_string(), "m1".to_string()),
+                (
+                    "AddressType::InternalIp".to_string(),
+                    "10.0.0.21".to_string()
+                )
+            ]
+        );
+    }
+
+    #[test]
+    fn details_name_the_bmc_the_host_and_its_power_when_known() {
+        let h = host("https://bmc1.test", "node-1", "uuid-1");
+        let keys = |d: Vec<(String, String)>| d.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(keys(host_details(&h, None)), ["bmc", "host", "uuid"]);
+        assert_eq!(
+            host_details(&h, Some("On")).last(),
+            Some(&("power".to_string(), "On".to_string()))
+        );
+    }
+
+    #[test]
+    fn the_state_of_a_call_is_handed_back_in_its_progress() {
+        let state = State {
+            host: Some(host("https://bmc1.test", "node-1", "uuid-1")),
+            ..State::default()
+        };
+        let p = progress(
+            &state,
+            "WaitingForBootstrapData",
+            "waiting",
+            Some(BOOTSTRAP_MS),
+        );
+        let back: State = guest_kit::state::load(Some(&p.state));
+        assert_eq!(back, state);
+        assert_eq!(p.requeue_after_ms, Some(BOOTSTRAP_MS));
+    }
 }

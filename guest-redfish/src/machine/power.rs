@@ -1,6 +1,12 @@
 //! Power and boot order of a host.
 
-use super::*;
+use guest_kit::types::PluginError;
+use guest_kit::{log, transient};
+use serde_json::{Value, json};
+
+use super::POWER_MS;
+use crate::api::{Redfish, action_target};
+use crate::inventory::Host;
 
 /// `On`, `Off`, `PoweringOn`, `PoweringOff`, or `Unknown`.
 pub(super) fn power_state(system: &Value) -> String {
@@ -21,8 +27,7 @@ pub(super) fn reset(
     let target = action_target(system, &host.path, "ComputerSystem.Reset");
     bmc.post(&target, &json!({"ResetType": kind}))
         .map_err(|e| e.classify(&format!("powering host {} ({kind})", host.name)))?;
-    log(
-        Level::Info,
+    log::info(
         "reset requested",
         &[("host", host.name.clone()), ("reset", kind.into())],
     );
@@ -64,5 +69,37 @@ pub(super) fn booted(system: &Value) -> bool {
     {
         None | Some("None") => true,
         Some(state) => matches!(state, "OSBootStarted" | "OSRunning"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_power_state_is_unknown_when_the_bmc_does_not_say() {
+        assert_eq!(power_state(&json!({"PowerState": "On"})), "On");
+        assert_eq!(power_state(&json!({})), "Unknown");
+    }
+
+    #[test]
+    fn a_host_has_booted_when_it_is_on_and_its_os_started_if_the_bmc_tells() {
+        assert!(booted(&json!({"PowerState": "On"})));
+        assert!(booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "None"}})
+        ));
+        assert!(booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "OSRunning"}})
+        ));
+        assert!(booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "OSBootStarted"}})
+        ));
+        assert!(!booted(
+            &json!({"PowerState": "On", "BootProgress": {"LastState": "MemoryInitializationStarted"}})
+        ));
+        assert!(!booted(&json!({"PowerState": "PoweringOn"})));
+        assert!(!booted(
+            &json!({"PowerState": "Off", "BootProgress": {"LastState": "OSRunning"}})
+        ));
     }
 }

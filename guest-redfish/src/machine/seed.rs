@@ -1,7 +1,15 @@
 //! The NoCloud seed of a machine: its bootstrap data, identity and (with an IPAM
 //! address) static network configuration matched by the host's first NIC's MAC.
 
-use super::*;
+use guest_kit::machine::MachineRequest;
+use guest_kit::terminal;
+use guest_kit::types::PluginError;
+use serde_json::Value;
+
+use super::NIC;
+use crate::api::{Redfish, odata_id};
+use crate::inventory::Host;
+use crate::spec::ClusterSpec;
 
 pub(super) fn seed_iso(
     req: &MachineRequest,

@@ -1,7 +1,9 @@
 //! The persisted state: what the host hands back on the next call. It never holds
 //! the bootstrap media's URL (a secret); the host's blobs keep that.
 
-use super::*;
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::Host;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub(super) struct State {
@@ -32,18 +34,4 @@ pub(super) enum Step {
 pub(super) enum DeleteStep {
     PoweringOff,
     EjectingMedia,
-}
-
-impl State {
-    pub(super) fn save(&self) -> String {
-        serde_json::to_string(self).expect("state serializes")
-    }
-}
-
-pub(super) fn load_state(req: &MachineRequest) -> State {
-    req.state
-        .as_deref()
-        .filter(|s| !s.trim().is_empty())
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default()
 }

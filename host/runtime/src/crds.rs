@@ -2,7 +2,8 @@
 //!
 //! The plugin supplies each kind's `spec` schema; the host adds what the Cluster API
 //! contract requires (`spec.providerID`, `spec.controlPlaneEndpoint`, the whole
-//! `status`), the contract labels and the printer columns.
+//! `status`), what it reads itself (an InfraCluster's `spec.credentialsRef` and
+//! `spec.credentialsRefs`), the contract labels and the printer columns.
 use serde_json::{Value, json};
 
 use crate::bindings::identity::{KindInfo, KindRole, PluginInfo};
@@ -60,11 +61,13 @@ fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
         }
         KindRole::InfraCluster => {
             add_property(&mut spec, "controlPlaneEndpoint", endpoint_schema());
+            add_credentials_refs(&mut spec);
             spec
         }
         KindRole::InfraMachineTemplate | KindRole::InfraClusterTemplate => {
             if kind.role == KindRole::InfraClusterTemplate {
                 add_property(&mut spec, "controlPlaneEndpoint", endpoint_schema());
+                add_credentials_refs(&mut spec);
             }
             json!({
                 "type": "object",
@@ -133,14 +136,54 @@ fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
     }))
 }
 
-fn add_property(schema: &mut Value, name: &str, property: Value) {
-    let props = schema
-        .as_object_mut()
-        .expect("spec schema is an object")
+/// The `properties` of an object schema (`check_structural` made sure it is one),
+/// added when it has none.
+fn properties(schema: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
+    schema
+        .as_object_mut()?
         .entry("properties")
-        .or_insert_with(|| json!({}));
-    if let Some(props) = props.as_object_mut() {
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+}
+
+/// Add `name` unless the plugin's schema has it (it may narrow it).
+fn add_property(schema: &mut Value, name: &str, property: Value) {
+    if let Some(props) = properties(schema) {
         props.entry(name).or_insert(property);
+    }
+}
+
+/// `spec.credentialsRef` and `spec.credentialsRefs`: the host reads them
+/// (`controller/credentials.rs`) and hands the Secrets to the plugin as credentials, so
+/// they are the host's, whatever a plugin's schema says about them.
+fn add_credentials_refs(spec: &mut Value) {
+    let secret_ref = |description: &str| {
+        json!({
+            "type": "object",
+            "description": description,
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "namespace": {"type": "string", "description": "Default: the object's namespace."},
+            },
+        })
+    };
+    let keys = "keys `url`, `token`, `secret`, and optionally `ca.crt`, `fingerprint`, `insecure`";
+    if let Some(props) = properties(spec) {
+        props.insert(
+            "credentialsRef".into(),
+            secret_ref(&format!(
+                "A Secret with the infrastructure's credentials ({keys}). Unset: the first of credentialsRefs, else the manager's default credentials."
+            )),
+        );
+        props.insert(
+            "credentialsRefs".into(),
+            json!({
+                "type": "array",
+                "description": "More credentials Secrets (the same keys), handed to the plugin in order, e.g. one per endpoint of an inventory.",
+                "items": secret_ref("A credentials Secret."),
+            }),
+        );
     }
 }
 
@@ -356,6 +399,77 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {}}}}});
         let err = check_structural(&schema, "X.spec").unwrap_err();
         assert_eq!(err, "X.spec.a.b: schema has no `type`");
+    }
+
+    fn info(kinds: Vec<KindInfo>) -> PluginInfo {
+        PluginInfo {
+            name: "example".into(),
+            version: "0.1.0".into(),
+            group: "infrastructure.cluster.x-k8s.io".into(),
+            api_version: "v1alpha1".into(),
+            kinds,
+            capabilities: vec![],
+        }
+    }
+
+    fn kind(name: &str, role: KindRole, spec_schema: Value) -> KindInfo {
+        KindInfo {
+            kind: name.into(),
+            role,
+            spec_schema: spec_schema.to_string(),
+            columns: vec![],
+        }
+    }
+
+    #[test]
+    fn every_infra_cluster_crd_takes_credentials_refs_whatever_the_plugin_declares() {
+        let plain = json!({"type": "object", "properties": {"region": {"type": "string"}}});
+        // A plugin's own idea of the field does not count: the host reads it.
+        let own = json!({"type": "object", "properties": {"credentialsRef": {"type": "string"}}});
+        let crds = crds(&info(vec![
+            kind("ExampleCluster", KindRole::InfraCluster, plain.clone()),
+            kind("OtherCluster", KindRole::InfraCluster, own),
+            kind(
+                "ExampleClusterTemplate",
+                KindRole::InfraClusterTemplate,
+                plain,
+            ),
+        ]))
+        .unwrap();
+        let specs = [
+            &crds[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
+            &crds[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
+            &crds[2]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                ["template"]["properties"]["spec"],
+        ];
+        for spec in specs {
+            let one = &spec["properties"]["credentialsRef"];
+            assert_eq!(one["type"], "object", "{spec}");
+            assert_eq!(one["required"], json!(["name"]));
+            assert_eq!(one["properties"]["namespace"]["type"], "string");
+            let many = &spec["properties"]["credentialsRefs"];
+            assert_eq!(many["type"], "array", "{spec}");
+            assert_eq!(many["items"]["properties"]["name"]["type"], "string");
+        }
+        assert_eq!(specs[0]["properties"]["region"]["type"], "string");
+    }
+
+    #[test]
+    fn machine_crds_take_no_credentials() {
+        let spec = json!({"type": "object", "properties": {}});
+        let crds = crds(&info(vec![
+            kind("ExampleMachine", KindRole::InfraMachine, spec.clone()),
+            kind(
+                "ExampleMachineTemplate",
+                KindRole::InfraMachineTemplate,
+                spec,
+            ),
+        ]))
+        .unwrap();
+        for crd in &crds {
+            let text = crd.to_string();
+            assert!(!text.contains("credentialsRef"), "{text}");
+        }
     }
 
     #[test]

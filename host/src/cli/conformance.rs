@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use hyperplug_conformance::drive::{Pacing, TRANSIENT_RETRIES};
 use hyperplug_conformance::{Options, inputs};
 use hyperplug_runtime::blob_server;
-use hyperplug_runtime::{BlobStore, Limits, Runtime};
+use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
 
@@ -129,11 +129,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         Some(url) => url.clone(),
         None => url::Url::parse(&format!("http://{}", listener.local_addr()?))?,
     };
-    let blobs = Arc::new(BlobStore::new(
-        advertise,
-        Duration::from_secs(3600),
-        64 << 20,
-    ));
+    let blobs = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
     let runtime = |limits: Limits| Runtime::builder(limits).blobs(blobs.clone());
     let plugin = load_plugins(
         std::slice::from_ref(plugin_path),

@@ -13,6 +13,7 @@ mod ipam;
 mod machine;
 pub mod objects;
 mod outcome;
+pub mod ownership;
 mod patch;
 mod template;
 mod triggers;
@@ -31,7 +32,8 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-pub use context::ManagerOptions;
+pub use context::{DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions, finalizer};
+pub use credentials::CredentialsGrant;
 pub use error::Error;
 
 use crate::metrics::Metrics;
@@ -39,15 +41,18 @@ use context::Context;
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
 
-/// Run every controller until they stop (they do not, unless the API is gone). The
-/// plugins' runtime keeps their claims where every replica sees them
-/// ([`claims::LeaseClaims`]).
+/// Run every controller until they stop (they do not, unless the API is gone). Fails
+/// at start if the ownership key can be neither read nor created. The plugins' runtime
+/// keeps their claims where every replica sees them ([`claims::LeaseClaims`]).
 pub async fn run(
     client: Client,
     plugins: Vec<Plugin>,
     options: ManagerOptions,
     metrics: Arc<Metrics>,
-) {
+) -> anyhow::Result<()> {
+    let (key_ns, key_name) = &options.ownership_key_secret;
+    let ownership =
+        Arc::new(ownership::OwnershipKeys::load_or_create(client.clone(), key_ns, key_name).await?);
     let mut running: Vec<BoxFuture<'static, ()>> = Vec::new();
     let reporter = Reporter {
         controller: "hyperplug".into(),
@@ -78,6 +83,7 @@ pub async fn run(
                     Duration::from_secs(300),
                 ),
                 options: options.clone(),
+                ownership: ownership.clone(),
             });
             tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
             match kind.role {
@@ -90,6 +96,7 @@ pub async fn run(
         }
     }
     futures::future::join_all(running).await;
+    Ok(())
 }
 
 fn all_or_namespaced(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<DynamicObject> {

@@ -1,12 +1,9 @@
 //! Implements our world but also opens raw TCP sockets, which the host never grants:
 //! loading it must fail naming the `wasi:sockets` import.
-mod bindings {
-    wit_bindgen::generate!({ path: "../../wit", world: "plugin", generate_all });
-}
-use bindings::exports::hyperplug::provider::{cluster, identity, machine};
-use bindings::hyperplug::provider::types::{PluginError, Progress, TransientError};
+use guest_kit::types::{PluginError, Progress, TransientError};
+use guest_kit::{cluster, identity, machine};
 struct Sockets;
-bindings::export!(Sockets with_types_in bindings);
+guest_kit::export!(Sockets);
 
 fn refuse() -> PluginError {
     let reached = std::net::TcpStream::connect("127.0.0.1:1").is_ok();
