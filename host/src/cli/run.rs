@@ -114,9 +114,9 @@ pub struct RunArgs {
 const LEASE: Duration = Duration::from_secs(15);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
+    // Claims are Leases, so the runtime needs the API client; a bad plugin or flag is
+    // still reported before an unreachable API (the runtime is then never used).
+    let client = kube::Client::try_default().await;
     let pod_namespace = std::env::var("POD_NAMESPACE")
         .ok()
         .filter(|n| !n.is_empty());
@@ -127,15 +127,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| "default".into());
     let metrics = Arc::new(Metrics::default());
     let observed = metrics.clone();
-    let mut runtime = Runtime::builder(args.limits.clone())
-        .observe_http(Arc::new(move |p, method, path| {
+    let mut runtime =
+        Runtime::builder(args.limits.clone()).observe_http(Arc::new(move |p, method, path| {
             observed.infrastructure_request(p, method, path)
-        }))
+        }));
+    if let Ok(client) = &client {
         // Claims must hold across replicas and restarts: keep them in Kubernetes.
-        .claims(Arc::new(LeaseClaims::new(
+        runtime = runtime.claims(Arc::new(LeaseClaims::new(
             client.clone(),
             &claims_namespace,
         )));
+    }
     let blobs = args
         .blob_advertise_url
         .as_ref()
@@ -162,6 +164,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .collect();
         tracing::info!(plugin = plugin.name(), version = %plugin.info().version, ?kinds, "plugin loaded");
     }
+    let client =
+        client.context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
     if let (Some(advertise), Some(store)) = (&args.blob_advertise_url, blobs) {
         let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
             .await
