@@ -21,7 +21,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 use super::limits::{Breach, size};
 use super::memory::PluginBudget;
 use super::meter::{CallMeter, Metered};
-use super::state::one_line;
+use super::text::one_line;
 use super::tls::{TlsPolicy, client_config};
 
 /// Idle connections kept per endpoint between calls.

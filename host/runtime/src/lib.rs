@@ -20,6 +20,7 @@ mod memory;
 mod meter;
 pub mod overhead;
 mod state;
+mod text;
 pub mod tls;
 
 use std::path::{Path, PathBuf};

@@ -15,6 +15,7 @@ use super::egress::Egress;
 use super::limits::{Breach, Limits, size};
 use super::memory::{CallLimiter, PluginBudget};
 use super::meter::CallMeter;
+use super::text::one_line;
 
 /// Kept from the guest's stderr: enough for a panic message, no more.
 const STDERR_CAPTURE: usize = 16 * 1024;
@@ -141,24 +142,6 @@ const MAX_LOG_MESSAGE: usize = 4096;
 const MAX_LOG_FIELDS: usize = 16;
 const MAX_LOG_KEY: usize = 64;
 const MAX_LOG_VALUE: usize = 1024;
-
-/// `text` cut to `max` bytes, with control characters escaped: a plugin's line stays
-/// one line (no forged lines after a newline, no terminal escapes).
-pub fn one_line(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max) + 3);
-    for c in text.chars() {
-        if out.len() >= max {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 impl log::Host for CallState {
     fn log(

@@ -15,8 +15,8 @@ use super::error::Result;
 use super::machine::{key, object_ref, publish};
 use super::objects::{self, api, capi_cluster, str_field};
 use super::outcome::{self, Outcome};
-use super::ownership::{self, Ownership};
-use super::{credentials, ipam, patch};
+use super::ownership::Ownership;
+use super::{credentials, ipam, patch, unverified};
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
@@ -45,7 +45,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let (cluster_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
         Ownership::Unproven { message } => {
-            return ownership::refuse(&ctx, &own, &obj, message).await;
+            return unverified::refuse(&ctx, &own, &obj, message).await;
         }
     };
     let creds = match credentials::for_cluster(&ctx, &obj).await {

@@ -11,7 +11,7 @@ use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
 
 use super::backoff::Backoff;
-use super::credentials::CredentialsGrant;
+use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
 use crate::metrics::Metrics;
 

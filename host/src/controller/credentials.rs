@@ -13,6 +13,7 @@ use kube::api::DynamicObject;
 
 use super::context::Context;
 use super::error::{Error, Result};
+use super::grants::allowed;
 use super::objects::{field, str_field};
 
 /// The credentials of a call: the primary ones and those of `spec.credentialsRefs`.
@@ -26,39 +27,6 @@ const MAX_REFS: usize = 256;
 
 /// Condition reason of a reference to a Secret the InfraCluster may not use.
 pub const NOT_ALLOWED: &str = "CredentialsNotAllowed";
-
-/// An operator's grant: InfraClusters in `from` (`*`: any namespace) may name Secrets
-/// in `secrets`. Written `FROM=SECRETS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CredentialsGrant {
-    pub from: String,
-    pub secrets: String,
-}
-
-impl std::str::FromStr for CredentialsGrant {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s.split_once('=') {
-            Some((from, secrets)) if !from.is_empty() && !secrets.is_empty() => {
-                Ok(CredentialsGrant {
-                    from: from.into(),
-                    secrets: secrets.into(),
-                })
-            }
-            _ => Err(format!(
-                "`{s}` must be CLUSTER_NAMESPACE=SECRET_NAMESPACE (CLUSTER_NAMESPACE may be `*`)"
-            )),
-        }
-    }
-}
-
-/// Whether an InfraCluster in `own` may name a Secret in `ns`.
-fn allowed(grants: &[CredentialsGrant], own: &str, ns: &str) -> bool {
-    ns == own
-        || grants
-            .iter()
-            .any(|g| g.secrets == ns && (g.from == "*" || g.from == own))
-}
 
 pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
@@ -180,24 +148,4 @@ pub fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
             message,
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_own_namespace_unless_granted() {
-        let grants: Vec<CredentialsGrant> = vec![
-            "team-a=shared-a".parse().unwrap(),
-            "*=infra".parse().unwrap(),
-        ];
-        assert!(allowed(&[], "team-a", "team-a"));
-        assert!(!allowed(&[], "team-a", "team-b"));
-        assert!(allowed(&grants, "team-a", "shared-a"));
-        assert!(!allowed(&grants, "team-b", "shared-a"));
-        assert!(allowed(&grants, "team-b", "infra"));
-        assert!("nope".parse::<CredentialsGrant>().is_err());
-        assert!("=x".parse::<CredentialsGrant>().is_err());
-    }
 }

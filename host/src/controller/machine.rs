@@ -18,8 +18,8 @@ use super::context::{Context, finalizer};
 use super::error::{Error, Result};
 use super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::outcome::{self, Outcome};
-use super::ownership::{self, Ownership};
-use super::{credentials, ipam, patch};
+use super::ownership::Ownership;
+use super::{credentials, ipam, patch, unverified};
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
@@ -101,7 +101,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let write_id = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
         Ownership::Unproven { message } => {
-            return ownership::refuse(&ctx, &own, &obj, message).await;
+            return unverified::refuse(&ctx, &own, &obj, message).await;
         }
     };
     let (machine_id, write_id) = write_id;
@@ -117,7 +117,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 cluster_kind.kind,
                 infra_cluster.name_any()
             );
-            return ownership::refuse(&ctx, &own, &obj, message).await;
+            return unverified::refuse(&ctx, &own, &obj, message).await;
         }
     };
     let bootstrap = async {

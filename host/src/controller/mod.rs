@@ -9,6 +9,7 @@ mod context;
 pub mod credentials;
 mod error;
 mod events;
+mod grants;
 mod ipam;
 mod machine;
 pub mod objects;
@@ -17,6 +18,7 @@ pub mod ownership;
 mod patch;
 mod template;
 mod triggers;
+mod unverified;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +35,8 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 pub use context::{DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions, finalizer};
-pub use credentials::CredentialsGrant;
 pub use error::Error;
+pub use grants::CredentialsGrant;
 
 use crate::metrics::Metrics;
 use context::Context;
