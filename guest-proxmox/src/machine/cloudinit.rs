@@ -66,18 +66,18 @@ pub(super) fn seed(
     config: &Value,
     bootstrap: Vec<u8>,
     uuid: &str,
-) -> guest_nocloud::Seed {
-    let mut interfaces = vec![];
+) -> Result<guest_nocloud::Seed, PluginError> {
+    let mut ethernets: Vec<guest_nocloud::Ethernet> = vec![];
     for (i, nic) in cx.nics.iter().enumerate() {
         let mac = str_of(config, &nic.device)
             .and_then(|n| mac_of(&n))
             .unwrap_or_default();
-        let mut iface = guest_nocloud::Interface {
+        let mut eth = guest_nocloud::Ethernet {
             name: format!("eth{i}"),
             mac,
             dhcp4: nic.dhcp4,
             dhcp6: nic.dhcp6,
-            mtu: nic.dev.as_ref().and_then(|d| d.mtu),
+            dns_servers: cx.cluster.dns_servers.clone(),
             ..Default::default()
         };
         for v6 in [false, true] {
@@ -85,40 +85,43 @@ pub(super) fn seed(
                 continue;
             }
             if let Some(a) = cx.allocated(&nic.device, v6) {
-                iface.addresses.push(format!("{}/{}", a.address, a.prefix));
-                // The default route only on the first NIC with a gateway.
-                let gw = a.gateway.clone().filter(|g| !g.is_empty());
-                let first = !interfaces.iter().any(|x: &guest_nocloud::Interface| {
-                    if v6 {
-                        x.gateway6.is_some()
-                    } else {
-                        x.gateway4.is_some()
-                    }
-                });
-                if first {
-                    if v6 {
-                        iface.gateway6 = gw;
-                    } else {
-                        iface.gateway4 = gw;
-                        iface.metric = cx.cluster.ipv4_config.as_ref().and_then(|c| c.metric);
-                    }
+                let ip = guest_nocloud::Prefix::parse(&format!("{}/{}", a.address, a.prefix))
+                    .map_err(|e| terminal("InvalidAddress", e))?;
+                eth.addresses.push(ip);
+                let via = a.gateway.as_deref().and_then(|g| g.parse().ok());
+                let first = !ethernets
+                    .iter()
+                    .any(|x| x.routes.iter().any(|r| r.to.is_v6() == v6));
+                if let (Some(via), true) = (via, first) {
+                    eth.routes.push(guest_nocloud::Route {
+                        to: guest_nocloud::Prefix::default_route(v6),
+                        via: Some(via),
+                        metric: cx.cluster.ipv4_config.as_ref().and_then(|c| c.metric),
+                        table: None,
+                    });
                 }
             }
         }
-        interfaces.push(iface);
+        ethernets.push(eth);
     }
-    guest_nocloud::Seed {
+    let network = guest_nocloud::NetworkConfig {
+        ethernets,
+        vrfs: vec![],
+    };
+    Ok(guest_nocloud::Seed {
         user_data: bootstrap,
         meta_data: guest_nocloud::MetaData {
             instance_id: cx.uid().to_string(),
             hostname: cx.req.machine.name.clone(),
             provider_id: Some(format!("proxmox://{uuid}")),
+            ..Default::default()
         },
-        network: Some(guest_nocloud::NetworkConfig {
-            interfaces,
-            dns_servers: cx.cluster.dns_servers.clone(),
-        }),
-    }
+        network_config: Some(
+            network
+                .render()
+                .map_err(|e| terminal("InvalidNetwork", e.to_string()))?,
+        ),
+    })
 }
 
 pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
@@ -178,7 +181,7 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     let storage = iso_storage(cx, &node)?;
     let name = iso_name(cx, st.vmid.unwrap_or_default());
     let volid = format!("{storage}:iso/{name}");
-    let image = seed(cx, &config, bootstrap.value.clone(), &uuid)
+    let image = seed(cx, &config, bootstrap.value.clone(), &uuid)?
         .iso()
         .map_err(|e| terminal("CloudInitISO", e.to_string()))?;
     // An ISO left by an earlier attempt (lost state) is replaced: its content may differ.
@@ -275,92 +278,11 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
 
 #[cfg(test)]
 mod tests {
-    use guest_nocloud::Interface;
     use serde_json::json;
 
     use super::*;
-    use guest_kit::testing::allocated;
 
     use crate::machine::testing::{ctx, request, template_spec};
-
-    fn two_nics() -> Value {
-        let mut spec = template_spec();
-        spec["network"] = json!({
-            "default": {"bridge": "vmbr0", "mtu": 1450},
-            "additionalDevices": [{"name": "net1", "bridge": "vmbr1"}],
-        });
-        spec
-    }
-
-    fn cluster() -> Value {
-        json!({
-            "ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1", "metric": 100},
-            "dnsServers": ["10.0.0.2"],
-        })
-    }
-
-    fn config() -> Value {
-        json!({
-            "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
-            "net1": "virtio=BC:24:11:00:00:02,bridge=vmbr1",
-        })
-    }
-
-    fn interfaces(seed: &guest_nocloud::Seed) -> &[Interface] {
-        &seed.network.as_ref().expect("a network-config").interfaces
-    }
-
-    #[test]
-    fn static_addresses_go_to_their_nics_matched_by_mac_with_one_default_route() {
-        let mut req = request(two_nics(), cluster());
-        req.addresses = vec![
-            allocated("net0", "10.0.0.11", 24, Some("10.0.0.1")),
-            allocated("net1", "10.0.0.12", 24, Some("10.0.0.1")),
-        ];
-        let seed = seed(&ctx(&req), &config(), b"#cloud-config\n".to_vec(), "u-1");
-        let nics = interfaces(&seed);
-        assert_eq!(nics.len(), 2);
-        assert_eq!(
-            (nics[0].name.as_str(), nics[0].mac.as_str()),
-            ("eth0", "BC:24:11:00:00:01")
-        );
-        assert_eq!(nics[0].addresses, ["10.0.0.11/24"]);
-        assert_eq!(nics[0].gateway4.as_deref(), Some("10.0.0.1"));
-        assert_eq!(nics[0].metric, Some(100));
-        assert_eq!(nics[0].mtu, Some(1450));
-        assert_eq!(
-            (nics[1].name.as_str(), nics[1].mac.as_str()),
-            ("eth1", "BC:24:11:00:00:02")
-        );
-        assert_eq!(nics[1].addresses, ["10.0.0.12/24"]);
-        assert_eq!(nics[1].gateway4, None);
-        assert!(!nics[0].dhcp4 && !nics[1].dhcp4);
-        assert_eq!(seed.network.as_ref().unwrap().dns_servers, ["10.0.0.2"]);
-    }
-
-    #[test]
-    fn without_a_pool_nics_take_dhcp_and_no_addresses() {
-        let req = request(two_nics(), json!({}));
-        let seed = seed(&ctx(&req), &config(), vec![], "u-1");
-        for nic in interfaces(&seed) {
-            assert!(nic.dhcp4, "{nic:?}");
-            assert!(nic.addresses.is_empty(), "{nic:?}");
-            assert_eq!(nic.gateway4, None);
-        }
-    }
-
-    #[test]
-    fn meta_data_names_the_machine_and_its_provider_id() {
-        let req = request(template_spec(), json!({}));
-        let seed = seed(&ctx(&req), &json!({}), b"data".to_vec(), "5c1a8a5e");
-        assert_eq!(seed.user_data, b"data");
-        assert_eq!(seed.meta_data.instance_id, req.machine.uid);
-        assert_eq!(seed.meta_data.hostname, "m1");
-        assert_eq!(
-            seed.meta_data.provider_id.as_deref(),
-            Some("proxmox://5c1a8a5e")
-        );
-    }
 
     #[test]
     fn the_iso_is_named_after_the_vm_and_the_machine() {
