@@ -1,12 +1,13 @@
 //! The NoCloud ISO: build, upload, attach, eject, delete.
 
-use guest_kit::machine::MachineStatus;
+use guest_kit::machine::{BootstrapData, MachineStatus};
 use guest_kit::types::PluginError;
 use guest_kit::{terminal, transient};
+use guest_nocloud::ignition::{Additions, File};
 use serde_json::Value;
 
 use super::context::Ctx;
-use super::nics::mac_of;
+use super::network::{default_addresses, guest_network};
 use super::ownership::uid_tag;
 use super::properties::{str_of, u64_of, uuid_of};
 use super::state::{State, Step};
@@ -60,67 +61,84 @@ pub(super) fn iso_name(cx: &Ctx, vmid: u32) -> String {
     format!("hyperplug-{vmid}-{}.iso", &uid[3..])
 }
 
-/// Builds the NoCloud seed for this machine from the VM's config (MACs, UUID).
+/// The NoCloud seed of this machine, from the VM's config (MACs, SMBIOS UUID).
+///
+/// `meta-data`: `instance-id` is the SMBIOS UUID (templates set the kubelet's
+/// provider ID from it, which must match the machine's), `provider-id` unless
+/// `metadataSettings.providerIDInjection` is false, and `proxmox_node` and `zone` for
+/// templates that label Nodes with them. Cloud-config guests get the network as
+/// `network-config`; Ignition guests get it as networkd units in their config, with
+/// `/etc/hostname` and `/etc/proxmox-env` (for Flatcar's metadata agent), and an empty
+/// `network-config`.
 pub(super) fn seed(
     cx: &Ctx,
     config: &Value,
-    bootstrap: Vec<u8>,
+    bootstrap: &BootstrapData,
     uuid: &str,
+    node: &str,
 ) -> Result<guest_nocloud::Seed, PluginError> {
-    let mut ethernets: Vec<guest_nocloud::Ethernet> = vec![];
-    for (i, nic) in cx.nics.iter().enumerate() {
-        let mac = str_of(config, &nic.device)
-            .and_then(|n| mac_of(&n))
-            .unwrap_or_default();
-        let mut eth = guest_nocloud::Ethernet {
-            name: format!("eth{i}"),
-            mac,
-            dhcp4: nic.dhcp4,
-            dhcp6: nic.dhcp6,
-            dns_servers: cx.cluster.dns_servers.clone(),
-            ..Default::default()
-        };
-        for v6 in [false, true] {
-            if !(if v6 { nic.v6 } else { nic.v4 }) {
-                continue;
+    let network = guest_network(cx, config)?;
+    let provider_id = format!("proxmox://{uuid}");
+    let inject = cx
+        .spec
+        .metadata_settings
+        .as_ref()
+        .and_then(|m| m.provider_id_injection)
+        != Some(false);
+    let zone = cx
+        .spec
+        .network
+        .as_ref()
+        .and_then(|n| n.zone.clone())
+        .unwrap_or_else(|| "default".into());
+    let meta_data = guest_nocloud::MetaData {
+        instance_id: uuid.to_string(),
+        hostname: cx.req.machine.name.clone(),
+        provider_id: inject.then(|| provider_id.clone()),
+        kubernetes_version: None,
+        extra: vec![("proxmox_node".into(), node.into()), ("zone".into(), zone)],
+    };
+    let invalid_network =
+        |e: guest_nocloud::NetworkError| terminal("InvalidNetwork", e.to_string());
+    let (user_data, network_config) = match bootstrap.format.as_str() {
+        "ignition" => {
+            let name = &cx.req.machine.name;
+            let mut env = format!(
+                "COREOS_CUSTOM_HOSTNAME={name}\nCOREOS_CUSTOM_INSTANCE_ID={uuid}\nCOREOS_CUSTOM_PROVIDER_ID={provider_id}"
+            );
+            for a in default_addresses(cx) {
+                let family = if a.is_v6() { "IPV6" } else { "IPV4" };
+                env.push_str(&format!("\nCOREOS_CUSTOM_PRIVATE_{family}={a}"));
             }
-            if let Some(a) = cx.allocated(&nic.device, v6) {
-                let ip = guest_nocloud::Prefix::parse(&format!("{}/{}", a.address, a.prefix))
-                    .map_err(|e| terminal("InvalidAddress", e))?;
-                eth.addresses.push(ip);
-                let via = a.gateway.as_deref().and_then(|g| g.parse().ok());
-                let first = !ethernets
-                    .iter()
-                    .any(|x| x.routes.iter().any(|r| r.to.is_v6() == v6));
-                if let (Some(via), true) = (via, first) {
-                    eth.routes.push(guest_nocloud::Route {
-                        to: guest_nocloud::Prefix::default_route(v6),
-                        via: Some(via),
-                        metric: cx.cluster.ipv4_config.as_ref().and_then(|c| c.metric),
-                        table: None,
-                    });
-                }
-            }
+            let additions = Additions {
+                files: vec![
+                    File {
+                        path: "/etc/hostname".into(),
+                        contents: name.clone(),
+                        mode: 0o644,
+                    },
+                    File {
+                        path: "/etc/proxmox-env".into(),
+                        contents: env,
+                        mode: 0o644,
+                    },
+                ],
+                enable_units: vec!["systemd-resolved.service".into()],
+                networkd_units: network.networkd_units().map_err(invalid_network)?,
+            };
+            let user_data = guest_nocloud::ignition::append(&bootstrap.value, &additions)
+                .map_err(|e| terminal("InvalidBootstrapData", e.to_string()))?;
+            (user_data, guest_nocloud::EMPTY_NETWORK_CONFIG.to_string())
         }
-        ethernets.push(eth);
-    }
-    let network = guest_nocloud::NetworkConfig {
-        ethernets,
-        vrfs: vec![],
+        _ => (
+            bootstrap.value.clone(),
+            network.render().map_err(invalid_network)?,
+        ),
     };
     Ok(guest_nocloud::Seed {
-        user_data: bootstrap,
-        meta_data: guest_nocloud::MetaData {
-            instance_id: cx.uid().to_string(),
-            hostname: cx.req.machine.name.clone(),
-            provider_id: Some(format!("proxmox://{uuid}")),
-            ..Default::default()
-        },
-        network_config: Some(
-            network
-                .render()
-                .map_err(|e| terminal("InvalidNetwork", e.to_string()))?,
-        ),
+        user_data,
+        meta_data,
+        network_config: Some(network_config),
     })
 }
 
@@ -181,7 +199,7 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     let storage = iso_storage(cx, &node)?;
     let name = iso_name(cx, st.vmid.unwrap_or_default());
     let volid = format!("{storage}:iso/{name}");
-    let image = seed(cx, &config, bootstrap.value.clone(), &uuid)?
+    let image = seed(cx, &config, bootstrap, &uuid, &node)?
         .iso()
         .map_err(|e| terminal("CloudInitISO", e.to_string()))?;
     // An ISO left by an earlier attempt (lost state) is replaced: its content may differ.
