@@ -52,7 +52,7 @@ impl Guest for Plugin {
                 attributes: vec![("node".into(), n.clone())],
             })
             .collect();
-        let waiting = external(&spec) && endpoint_host(&spec).is_none();
+        let waiting = waiting_for_endpoint(&spec);
         let (phase, message, requeue) = if waiting {
             (
                 "MissingControlPlaneEndpoint",
@@ -86,6 +86,11 @@ impl Guest for Plugin {
         // Nothing cluster-wide is created on Proxmox: machines clean up their own VMs.
         Ok(None)
     }
+}
+
+/// An externally managed control plane has not set the endpoint yet.
+fn waiting_for_endpoint(spec: &ClusterSpec) -> bool {
+    external(spec) && endpoint_host(spec).is_none()
 }
 
 fn external(spec: &ClusterSpec) -> bool {

@@ -296,11 +296,135 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
 
 #[cfg(test)]
 mod tests {
+    use guest_kit::testing::allocated;
     use serde_json::json;
 
     use super::*;
 
     use crate::machine::testing::{ctx, request, template_spec};
+
+    const UUID: &str = "5c1a8a5e-0000-4000-8000-000000000001";
+
+    fn cloud_config() -> BootstrapData {
+        BootstrapData {
+            format: "cloud-config".into(),
+            value: b"#cloud-config\n".to_vec(),
+        }
+    }
+
+    fn ignition() -> BootstrapData {
+        BootstrapData {
+            format: "ignition".into(),
+            value: br#"{"ignition":{"version":"2.3.0"},"passwd":{"users":[{"name":"core"}]}}"#
+                .to_vec(),
+        }
+    }
+
+    fn vm() -> Value {
+        json!({"net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0"})
+    }
+
+    fn static_cluster() -> Value {
+        json!({
+            "ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1"},
+            "dnsServers": ["10.0.0.2"],
+        })
+    }
+
+    fn meta(seed: &guest_nocloud::Seed) -> String {
+        seed.meta_data.render()
+    }
+
+    #[test]
+    fn the_instance_id_is_the_smbios_uuid_templates_make_the_provider_id_from() {
+        let req = request(template_spec(), json!({}));
+        let seed = seed(&ctx(&req), &vm(), &cloud_config(), UUID, "pve2").unwrap();
+        assert_eq!(seed.meta_data.instance_id, UUID);
+        assert_eq!(
+            seed.meta_data.provider_id.as_deref(),
+            Some("proxmox://5c1a8a5e-0000-4000-8000-000000000001")
+        );
+        assert_eq!(seed.meta_data.hostname, "m1");
+        let text = meta(&seed);
+        assert!(text.contains("proxmox_node: \"pve2\"\n"), "{text}");
+        assert!(text.contains("zone: \"default\"\n"), "{text}");
+        assert_eq!(seed.user_data, b"#cloud-config\n");
+    }
+
+    #[test]
+    fn the_provider_id_is_left_out_when_the_spec_says_so() {
+        let mut spec = template_spec();
+        spec["metadataSettings"] = json!({"providerIDInjection": false});
+        let req = request(spec, json!({}));
+        let seed = seed(&ctx(&req), &vm(), &cloud_config(), UUID, "pve1").unwrap();
+        assert_eq!(seed.meta_data.provider_id, None);
+        assert!(!meta(&seed).contains("provider-id"));
+    }
+
+    #[test]
+    fn a_cloud_config_guest_gets_its_network_as_network_config() {
+        let mut req = request(template_spec(), static_cluster());
+        req.addresses = vec![allocated("net0-00-inet", "10.0.0.11", 24, Some("10.0.0.1"))];
+        let seed = seed(&ctx(&req), &vm(), &cloud_config(), UUID, "pve1").unwrap();
+        let net = seed.network_config.unwrap();
+        assert!(net.starts_with("network:\n  version: 2\n"), "{net}");
+        assert!(net.contains("macaddress: BC:24:11:00:00:01"), "{net}");
+        assert!(net.contains("- '10.0.0.11/24'"), "{net}");
+        assert!(net.contains("\"via\": \"10.0.0.1\""), "{net}");
+    }
+
+    #[test]
+    fn an_ignition_guest_gets_hostname_proxmox_env_and_networkd_units_in_its_config() {
+        let mut req = request(template_spec(), static_cluster());
+        req.addresses = vec![allocated("net0-00-inet", "10.0.0.11", 24, Some("10.0.0.1"))];
+        let seed = seed(&ctx(&req), &vm(), &ignition(), UUID, "pve1").unwrap();
+        assert_eq!(
+            seed.network_config.as_deref(),
+            Some(guest_nocloud::EMPTY_NETWORK_CONFIG)
+        );
+        let config: Value = serde_json::from_slice(&seed.user_data).unwrap();
+        assert_eq!(
+            config["passwd"]["users"][0]["name"], "core",
+            "the bootstrap's own"
+        );
+        let files = config["storage"]["files"].as_array().unwrap();
+        assert_eq!(files[0]["path"], "/etc/hostname");
+        assert_eq!(files[0]["contents"]["source"], "data:,m1");
+        assert_eq!(files[1]["path"], "/etc/proxmox-env");
+        assert_eq!(
+            files[1]["contents"]["source"],
+            format!(
+                "data:,COREOS_CUSTOM_HOSTNAME=m1%0ACOREOS_CUSTOM_INSTANCE_ID={UUID}%0A\
+                 COREOS_CUSTOM_PROVIDER_ID=proxmox:%2F%2F{UUID}%0ACOREOS_CUSTOM_PRIVATE_IPV4=10.0.0.11%2F24"
+            )
+        );
+        assert_eq!(
+            config["systemd"]["units"],
+            json!([{"name": "systemd-resolved.service", "enabled": true}])
+        );
+        let unit = &config["networkd"]["units"][0];
+        assert_eq!(unit["name"], "00-eth0.network");
+        assert!(
+            unit["contents"]
+                .as_str()
+                .unwrap()
+                .contains("MACAddress=BC:24:11:00:00:01\n"),
+            "{unit}"
+        );
+    }
+
+    #[test]
+    fn bootstrap_data_claiming_ignition_that_is_not_is_terminal() {
+        let req = request(template_spec(), json!({}));
+        let bad = BootstrapData {
+            format: "ignition".into(),
+            value: b"#cloud-config\n".to_vec(),
+        };
+        match seed(&ctx(&req), &vm(), &bad, UUID, "pve1") {
+            Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "InvalidBootstrapData"),
+            other => panic!("expected a terminal error, got {other:?}"),
+        }
+    }
 
     #[test]
     fn the_iso_is_named_after_the_vm_and_the_machine() {

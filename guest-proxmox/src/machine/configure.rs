@@ -322,6 +322,49 @@ mod tests {
     }
 
     #[test]
+    fn queues_go_after_the_mtu() {
+        let req = request(template_spec(), json!({}));
+        let cx = crate::machine::testing::ctx_v2(
+            &req,
+            json!({"templateID": 9000, "sourceNode": "pve1", "network": {"networkDevices": [
+                {"name": "net0", "bridge": "vmbr0", "mtu": 1, "queues": 4},
+                {"name": "net1", "queues": 2},
+            ]}}),
+            json!({}),
+        );
+        let mut config = cloned();
+        config["net1"] = json!("e1000=BC:24:11:00:00:02,bridge=vmbr5");
+        let u = config_update(&cx, &config).unwrap();
+        assert_eq!(
+            value(&u, "net0"),
+            Some("virtio=BC:24:11:00:00:01,bridge=vmbr0,mtu=1,queues=4,firewall=1")
+        );
+        // No bridge in the spec: the template's.
+        assert_eq!(
+            value(&u, "net1"),
+            Some("virtio=BC:24:11:00:00:02,bridge=vmbr5,queues=2")
+        );
+    }
+
+    #[test]
+    fn a_nic_the_template_lacks_needs_a_bridge() {
+        let req = request(template_spec(), json!({}));
+        let cx = crate::machine::testing::ctx_v2(
+            &req,
+            json!({"templateID": 9000, "sourceNode": "pve1", "network": {"networkDevices": [
+                {"name": "net0"}, {"name": "net3", "vlan": 5},
+            ]}}),
+            json!({}),
+        );
+        match config_update(&cx, &cloned()) {
+            Err(PluginError::InvalidSpec(i)) => {
+                assert_eq!(i.field, "spec.network.additionalDevices[0].bridge")
+            }
+            other => panic!("expected an invalid spec, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_nic_the_template_lacks_gets_no_mac_so_pve_makes_one() {
         let spec = spec_with(json!({"network": {
             "default": {"bridge": "vmbr0"},
