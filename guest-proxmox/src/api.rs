@@ -59,7 +59,7 @@ impl PveError {
             PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
             PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
             PveError::Http(HttpError::Transport(m)) if m.contains("TLS verification failed") => {
-                terminal("TLSVerificationFailed", text)
+                terminal("TLSVerificationFailed", format!("{text}; {TLS_HINT}"))
             }
             PveError::Http(_) => transient(text, None),
             PveError::BadReply(_) => transient(text, None),
@@ -79,6 +79,11 @@ impl PveError {
         }
     }
 }
+
+/// What makes an untrusted Proxmox certificate pass. Credentials Secrets made for
+/// CAPMOX often have none of these: CAPMOX skips verification when `insecure` is
+/// absent, hyperplug verifies unless the Secret says otherwise.
+const TLS_HINT: &str = "the credentials Secret can trust it with `ca.crt` (the CA's PEM) or `fingerprint` (SHA-256 of the certificate), or skip verification with `insecure: \"true\"` (a Secret without `insecure` is verified)";
 
 /// Terminal reasons for PVE error texts (500s and task exit statuses) that will not go
 /// away by retrying; everything else (lock timeouts, busy VMs, 5xx, 595) is transient.
@@ -399,6 +404,25 @@ mod tests {
             )),
             "terminal:TLSVerificationFailed"
         );
+    }
+
+    #[test]
+    fn an_untrusted_certificate_says_how_the_secret_can_trust_it() {
+        let e = PveError::Http(HttpError::Transport(
+            "TLS verification failed: unknown issuer".into(),
+        ))
+        .classify("checking the Proxmox API");
+        let PluginError::Terminal(t) = e else {
+            panic!("terminal expected");
+        };
+        for key in [
+            "ca.crt",
+            "fingerprint",
+            "insecure: \"true\"",
+            "without `insecure` is verified",
+        ] {
+            assert!(t.message.contains(key), "{key}: {}", t.message);
+        }
     }
 
     #[test]

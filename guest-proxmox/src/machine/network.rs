@@ -22,7 +22,7 @@ use crate::spec::{RouteSpec, RoutingPolicySpec};
 /// The guest network of this machine, whose VM has `config`.
 pub(super) fn guest_network(cx: &Ctx, config: &Value) -> Result<NetworkConfig, PluginError> {
     let zone = cx.spec.network.as_ref().and_then(|n| n.zone.as_deref());
-    let (_, _, zone_dns) = zone_pools(&cx.cluster, zone)?;
+    let zone_dns = zone_pools(&cx.cluster, zone)?.dns_servers;
     let mut ethernets: Vec<Ethernet> = vec![];
     // (name in the guest, device) of each NIC, for VRF members.
     let mut names: Vec<(String, String)> = vec![];

@@ -68,18 +68,26 @@ pub fn default_pool_name(zone: Option<&str>, v6: bool) -> String {
     }
 }
 
+/// What a zone (or the cluster, outside any) gives its machines.
+pub(super) struct Zone<'a> {
+    /// The default pools.
+    pub(super) v4: Option<&'a IpConfig>,
+    pub(super) v6: Option<&'a IpConfig>,
+    pub(super) dns_servers: &'a [String],
+}
+
 /// The default pools (`ipv4Config`, `ipv6Config`) of `zone` in the cluster, and the
 /// zone's DNS servers; an unknown zone is an invalid spec.
 pub(super) fn zone_pools<'a>(
     cluster: &'a ClusterSpec,
     zone: Option<&str>,
-) -> Result<(Option<&'a IpConfig>, Option<&'a IpConfig>, &'a [String]), PluginError> {
+) -> Result<Zone<'a>, PluginError> {
     match zone {
-        None => Ok((
-            cluster.ipv4_config.as_ref(),
-            cluster.ipv6_config.as_ref(),
-            &cluster.dns_servers,
-        )),
+        None => Ok(Zone {
+            v4: cluster.ipv4_config.as_ref(),
+            v6: cluster.ipv6_config.as_ref(),
+            dns_servers: &cluster.dns_servers,
+        }),
         Some(z) => {
             let config = cluster
                 .zone_config
@@ -104,11 +112,11 @@ pub(super) fn zone_pools<'a>(
             } else {
                 &config.dns_servers
             };
-            Ok((
-                config.ipv4_config.as_ref(),
-                config.ipv6_config.as_ref(),
-                dns,
-            ))
+            Ok(Zone {
+                v4: config.ipv4_config.as_ref(),
+                v6: config.ipv6_config.as_ref(),
+                dns_servers: dns,
+            })
         }
     }
 }
@@ -120,7 +128,7 @@ pub(super) fn plan_nics(
     cluster: &ClusterSpec,
 ) -> Result<Vec<Nic>, PluginError> {
     let zone = spec.network.as_ref().and_then(|n| n.zone.as_deref());
-    let (v4, v6, _) = zone_pools(cluster, zone)?;
+    let Zone { v4, v6, .. } = zone_pools(cluster, zone)?;
     let devices: Vec<(Option<NetworkDevice>, String)> = match &spec.network {
         None => vec![(None, "spec.network".into())],
         Some(net) => net

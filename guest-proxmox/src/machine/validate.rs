@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use guest_kit::invalid;
 use guest_kit::types::PluginError;
 
-use super::nics::{Nic, Pool, zone_pools};
+use super::nics::{Nic, Pool, Zone, zone_pools};
 use crate::spec::{ClusterSpec, MachineSpec, RoutingPolicySpec};
 
 const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
@@ -135,7 +135,7 @@ fn disks(spec: &MachineSpec) -> Result<(), PluginError> {
 
 fn network(spec: &MachineSpec, cluster: &ClusterSpec, nics: &[Nic]) -> Result<(), PluginError> {
     let zone = spec.network.as_ref().and_then(|n| n.zone.as_deref());
-    let (v4, v6, _) = zone_pools(cluster, zone)?;
+    let Zone { v4, v6, .. } = zone_pools(cluster, zone)?;
     let mut names = BTreeSet::new();
     for nic in nics {
         let path = &nic.path;
@@ -144,7 +144,7 @@ fn network(spec: &MachineSpec, cluster: &ClusterSpec, nics: &[Nic]) -> Result<()
             .name
             .strip_prefix("net")
             .and_then(|n| n.parse::<u32>().ok());
-        if !number.is_some_and(|n| n <= 31) || !names.insert(d.name.clone()) {
+        if number.is_none_or(|n| n > 31) || !names.insert(d.name.clone()) {
             return Err(invalid(
                 &format!("{path}.name"),
                 format!("`{}` is not a free NIC name (net0 ... net31)", d.name),
