@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the plugin components (wasm32-wasip2) and puts them in plugins/.
 # The test plugins (tests/*-plugin) are built too; with `--test-out DIR` they are
-# copied there as DIR/<name>.wasm (hostile, wrong-wit, sockets).
+# copied there as DIR/<name>.wasm (hostile, wrong-wit, sockets), with the hostile
+# plugin's impersonating build as DIR/impostor.wasm.
 set -euo pipefail
 test_out=""
 if [ "${1:-}" = "--test-out" ]; then test_out=$2; fi
@@ -24,4 +25,9 @@ if [ -n "$test_out" ]; then
   for g in "${test_guests[@]}"; do
     cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/${g//-/_}.wasm" "$test_out/${g%-plugin}.wasm"
   done
+  # Its own target directory, so the two builds of the hostile plugin do not rebuild
+  # each other every time.
+  CARGO_TARGET_DIR="$CARGO_TARGET_DIR/impostor" \
+    cargo build --quiet --release --target wasm32-wasip2 -p hostile-plugin --features impostor
+  cp "$CARGO_TARGET_DIR/impostor/wasm32-wasip2/release/hostile_plugin.wasm" "$test_out/impostor.wasm"
 fi

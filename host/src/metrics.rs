@@ -1,4 +1,9 @@
 //! Prometheus metrics, all under the `hyperplug_` prefix.
+//!
+//! Label values a plugin chooses (the method and path of its requests) are bounded:
+//! a plugin cannot grow the host's metrics without limit.
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -42,7 +47,18 @@ pub struct Metrics {
     pub reconcile_seconds: Family<KindLabels, Histogram>,
     pub plugin_calls: Family<CallLabels, Counter>,
     pub plugin_call_seconds: Family<CallLabels, Histogram>,
+    /// The request paths seen per plugin, up to [`MAX_PATHS_PER_PLUGIN`].
+    paths: Mutex<HashMap<String, HashSet<String>>>,
 }
+
+/// Distinct request paths counted per plugin; later new ones count as `{other}`.
+pub const MAX_PATHS_PER_PLUGIN: usize = 200;
+/// Path segments kept; deeper paths end in `{more}`.
+const MAX_SEGMENTS: usize = 8;
+/// Methods counted by name; any other counts as `OTHER`.
+const METHODS: &[&str] = &[
+    "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE",
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -88,6 +104,7 @@ impl Default for Metrics {
             reconcile_seconds,
             plugin_calls,
             plugin_call_seconds,
+            paths: Mutex::default(),
         }
     }
 }
@@ -133,12 +150,31 @@ impl Metrics {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    /// Count one request a plugin sent, keeping label cardinality bounded.
+    /// Count one request a plugin sent, keeping label cardinality bounded: standard
+    /// methods only, identifiers folded out of paths, and at most
+    /// [`MAX_PATHS_PER_PLUGIN`] distinct paths per plugin.
     pub fn infrastructure_request(&self, plugin: &str, method: &str, path: &str) {
+        let method = METHODS
+            .iter()
+            .find(|m| m.eq_ignore_ascii_case(method))
+            .copied()
+            .unwrap_or("OTHER");
+        let mut path = fold_ids(path);
+        {
+            let mut paths = self.paths.lock().expect("metric paths");
+            let seen = paths.entry(plugin.to_string()).or_default();
+            if !seen.contains(&path) {
+                if seen.len() < MAX_PATHS_PER_PLUGIN {
+                    seen.insert(path.clone());
+                } else {
+                    path = "{other}".into();
+                }
+            }
+        }
         let labels = HttpLabels {
             plugin: plugin.into(),
             method: method.into(),
-            path: fold_ids(path),
+            path,
         };
         self.infrastructure_requests.get_or_create(&labels).inc();
     }
@@ -154,14 +190,22 @@ impl Metrics {
 /// Replace path segments that look like per-object identifiers (numbers, task IDs,
 /// UUIDs) with `{id}`, so metrics stay bounded whatever the API.
 fn fold_ids(path: &str) -> String {
-    path.split('/')
+    let mut segments: Vec<&str> = path
+        .split('/')
+        .take(MAX_SEGMENTS + 1)
         .map(|seg| {
             let numeric = !seg.is_empty() && seg.chars().all(|c| c.is_ascii_digit());
-            let id_like = numeric || seg.contains(':') || seg.len() > 24;
+            let odd = !seg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            let id_like = numeric || odd || seg.len() > 24;
             if id_like { "{id}" } else { seg }
         })
-        .collect::<Vec<_>>()
-        .join("/")
+        .collect();
+    if segments.len() > MAX_SEGMENTS {
+        segments[MAX_SEGMENTS] = "{more}";
+    }
+    segments.join("/")
 }
 
 #[cfg(test)]
@@ -177,5 +221,28 @@ mod tests {
             "/v1/tasks/{id}/log"
         );
         assert_eq!(super::fold_ids("/v1/version"), "/v1/version");
+        assert_eq!(super::fold_ids("/a/b c/%41"), "/a/{id}/{id}");
+        assert_eq!(
+            super::fold_ids("/1/2/3/4/5/6/7/8/9/10/11"),
+            "/{id}/{id}/{id}/{id}/{id}/{id}/{id}/{more}"
+        );
+    }
+
+    #[test]
+    fn a_plugin_cannot_grow_the_label_sets_without_bound() {
+        let metrics = super::Metrics::default();
+        for i in 0..10_000 {
+            metrics.infrastructure_request("p", &format!("X{i}"), &format!("/words/w{i}x"));
+        }
+        metrics.infrastructure_request("q", "get", "/fine");
+        let text = metrics.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("hyperplug_infrastructure_api_requests_total{"))
+            .count();
+        assert_eq!(series, super::MAX_PATHS_PER_PLUGIN + 1 + 1, "{text}");
+        assert!(text.contains(r#"method="OTHER""#));
+        assert!(text.contains(r#"path="{other}""#));
+        assert!(text.contains(r#"plugin="q",method="GET",path="/fine""#));
     }
 }

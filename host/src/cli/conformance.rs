@@ -10,7 +10,7 @@ use super::{CacheArgs, load_plugins};
 use crate::blob_server;
 use crate::conformance::drive::{Pacing, TRANSIENT_RETRIES};
 use crate::conformance::{self, Options, inputs};
-use crate::runtime::{BlobStore, Limits};
+use crate::runtime::{BlobLimits, BlobStore, Limits};
 
 /// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
 /// provider invariants: idempotent create and delete, adoption of lost state, describe
@@ -140,11 +140,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         Some(url) => url.clone(),
         None => url::Url::parse(&format!("http://{}", listener.local_addr()?))?,
     };
-    let blobs = Arc::new(BlobStore::new(
-        advertise,
-        Duration::from_secs(3600),
-        64 << 20,
-    ));
+    let blobs = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
     plugin.runtime().serve_blobs(blobs.clone());
     deadline_plugin.runtime().serve_blobs(blobs.clone());
     tokio::spawn(blob_server::serve(listener, blobs));

@@ -80,17 +80,64 @@ fn default_cache_dir() -> Option<PathBuf> {
 }
 
 /// Load plugins with a fresh runtime; errors name the file and what is wrong with it.
+/// Plugins loaded together must not share an identity (see [`check_distinct`]).
 pub async fn load_plugins(
     paths: &[PathBuf],
     limits: Limits,
     cache: &CacheArgs,
 ) -> anyhow::Result<Vec<Plugin>> {
     let runtime = Runtime::new(limits, cache.dir())?;
-    let mut plugins = Vec::new();
+    let mut plugins: Vec<Plugin> = Vec::new();
     for path in paths {
-        plugins.push(runtime.load(path).await?);
+        let plugin = runtime.load(path).await?;
+        check_distinct(&plugins, &plugin)?;
+        plugins.push(plugin);
     }
     Ok(plugins)
+}
+
+/// A plugin's name, kinds and finalizer are what it is known by: its objects, their
+/// credentials, claims, blobs and finalizer. A second plugin declaring any of them
+/// would take over the first one's objects, so it is refused, naming both files.
+fn check_distinct(loaded: &[Plugin], new: &Plugin) -> anyhow::Result<()> {
+    let info = new.info();
+    let crd_names = |i: &crate::runtime::bindings::identity::PluginInfo| -> Vec<(String, String)> {
+        i.kinds
+            .iter()
+            .map(|k| {
+                (
+                    format!("{}.{}", crate::crds::plural(&k.kind), i.group),
+                    k.kind.clone(),
+                )
+            })
+            .collect()
+    };
+    let new_crds = crd_names(info);
+    for old in loaded {
+        let clash = |what: String| {
+            anyhow::anyhow!(
+                "{} declares {what}, like {} (plugin {}) loaded before it; plugins loaded together must have distinct names, kinds and finalizers",
+                new.path().display(),
+                old.path().display(),
+                old.name()
+            )
+        };
+        if old.name() == new.name() {
+            return Err(clash(format!("the plugin name `{}`", new.name())));
+        }
+        let old_crds = crd_names(old.info());
+        if let Some((crd, kind)) = new_crds
+            .iter()
+            .find(|(c, _)| old_crds.iter().any(|(o, _)| o == c))
+        {
+            return Err(clash(format!("kind {kind} ({crd})")));
+        }
+        let finalizer = crate::controller::finalizer(new);
+        if finalizer == crate::controller::finalizer(old) {
+            return Err(clash(format!("the finalizer {finalizer}")));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

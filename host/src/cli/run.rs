@@ -1,4 +1,5 @@
 //! `hyperplug run`: the manager.
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,10 +11,10 @@ use anyhow::Context as _;
 
 use super::{CacheArgs, load_plugins};
 use crate::blob_server;
-use crate::controller::{self, ManagerOptions};
+use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
-use crate::runtime::{BlobStore, Limits};
+use crate::runtime::{BlobLimits, BlobStore, Limits};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -29,11 +30,33 @@ pub struct RunArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "HYPERPLUG_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Secret (`NAMESPACE/NAME`) with the credentials used when an InfraCluster has no
-    /// `spec.credentialsRef`. Keys: `url`, `token`, `secret`, optional `ca.crt`,
-    /// `fingerprint`, `insecure`.
-    #[arg(long, env = "HYPERPLUG_DEFAULT_CREDENTIALS_SECRET")]
-    pub default_credentials_secret: Option<String>,
+    /// Secret with the credentials a plugin's InfraClusters use when they name none
+    /// (`spec.credentialsRef`/`credentialsRefs`): `PLUGIN=NAMESPACE/NAME`, repeat for
+    /// several plugins; only another plugin's InfraClusters never get it. With exactly
+    /// one plugin loaded, `NAMESPACE/NAME` alone means that plugin. Keys: `url`,
+    /// `token`, `secret`, optional `ca.crt`, `fingerprint`, `insecure`.
+    #[arg(
+        long,
+        env = "HYPERPLUG_DEFAULT_CREDENTIALS_SECRET",
+        value_delimiter = ','
+    )]
+    pub default_credentials_secret: Vec<String>,
+    /// Let InfraClusters in CLUSTER_NAMESPACE (`*`: any) name credentials Secrets in
+    /// SECRET_NAMESPACE: `CLUSTER_NAMESPACE=SECRET_NAMESPACE`, repeatable. Without it an
+    /// InfraCluster may use only Secrets of its own namespace (and the manager's
+    /// default), so a tenant cannot borrow another team's credentials.
+    #[arg(
+        long,
+        env = "HYPERPLUG_CROSS_NAMESPACE_CREDENTIALS",
+        value_delimiter = ','
+    )]
+    pub cross_namespace_credentials: Vec<CredentialsGrant>,
+    /// Secret (`NAMESPACE/NAME`) holding the key that signs ownership ids, created on
+    /// first start if absent. Default: `$POD_NAMESPACE/hyperplug-ownership-key` (else
+    /// in `default`). A manager that takes objects over by `clusterctl move` needs the
+    /// source's key (see docs/security.md).
+    #[arg(long, env = "HYPERPLUG_OWNERSHIP_KEY_SECRET")]
+    pub ownership_key_secret: Option<String>,
     /// Address of the Prometheus `/metrics` endpoint (also serves `/healthz`, `/readyz`
     /// when it equals --health-addr).
     #[arg(long, default_value = "0.0.0.0:8080", env = "HYPERPLUG_METRICS_ADDR")]
@@ -68,12 +91,8 @@ pub struct RunArgs {
     /// report that they cannot.
     #[arg(long, env = "HYPERPLUG_BLOB_ADVERTISE_URL")]
     pub blob_advertise_url: Option<url::Url>,
-    /// Longest a published blob lives, in seconds (a plugin may ask for less).
-    #[arg(long, default_value_t = 3600, env = "HYPERPLUG_BLOB_TTL_SECONDS")]
-    pub blob_ttl_seconds: u64,
-    /// Largest blob a plugin may publish, in MiB.
-    #[arg(long, default_value_t = 64, env = "HYPERPLUG_BLOB_MAX_MIB")]
-    pub blob_max_mib: usize,
+    #[command(flatten)]
+    pub blob_limits: BlobLimits,
     /// Namespace of the Leases that keep plugins' exclusive claims (e.g. which machine
     /// holds which bare-metal host). Default: $POD_NAMESPACE, else `default`.
     #[arg(long, env = "HYPERPLUG_CLAIMS_NAMESPACE")]
@@ -94,16 +113,19 @@ pub struct RunArgs {
 const LEASE: Duration = Duration::from_secs(15);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let default_credentials = match &args.default_credentials_secret {
-        None => None,
-        Some(s) => {
-            let (ns, name) = s.split_once('/').with_context(|| {
-                format!("--default-credentials-secret `{s}` must be NAMESPACE/NAME")
-            })?;
-            Some((ns.to_string(), name.to_string()))
-        }
-    };
     let plugins = load_plugins(&args.plugins, args.limits.clone(), &args.cache).await?;
+    let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
+    let default_credentials = default_credentials(&args.default_credentials_secret, &names)?;
+    let pod_namespace = std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|n| !n.is_empty());
+    let ownership_key_secret = match &args.ownership_key_secret {
+        Some(s) => namespaced(s, "--ownership-key-secret")?,
+        None => (
+            pod_namespace.clone().unwrap_or_else(|| "default".into()),
+            DEFAULT_OWNERSHIP_KEY_SECRET.into(),
+        ),
+    };
     for plugin in &plugins {
         let kinds: Vec<_> = plugin
             .info()
@@ -126,11 +148,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }));
     }
     if let Some(advertise) = &args.blob_advertise_url {
-        let store = Arc::new(BlobStore::new(
-            advertise.clone(),
-            Duration::from_secs(args.blob_ttl_seconds),
-            args.blob_max_mib << 20,
-        ));
+        let store = Arc::new(BlobStore::new(advertise.clone(), args.blob_limits.clone()));
         for plugin in &plugins {
             plugin.runtime().serve_blobs(store.clone());
         }
@@ -157,6 +175,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let options = ManagerOptions {
         default_credentials,
+        credentials_grants: args.cross_namespace_credentials.clone(),
+        ownership_key_secret,
         // An empty value (as a Deployment's env may give) means all namespaces.
         namespace: args.namespace.clone().filter(|n| !n.is_empty()),
         concurrency: args.reconcile_concurrency,
@@ -164,7 +184,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         claims_namespace: args
             .claims_namespace
             .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or(pod_namespace)
             .unwrap_or_else(|| "default".into()),
     };
     ready.store(true, Ordering::Relaxed);
@@ -198,7 +218,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     tokio::select! {
-        _ = controller::run(client, plugins, options, metrics) => {}
+        stopped = controller::run(client, plugins, options, metrics) => stopped?,
         _ = lost => {
             // Another replica may be reconciling now: stop at once.
             return Ok(ExitCode::FAILURE);
@@ -208,8 +228,78 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `NAMESPACE/NAME`.
+fn namespaced(value: &str, flag: &str) -> anyhow::Result<(String, String)> {
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_string(), name.to_string()))
+        }
+        _ => anyhow::bail!("{flag} `{value}` must be NAMESPACE/NAME"),
+    }
+}
+
+/// `--default-credentials-secret` values by plugin name: each names its plugin
+/// (`PLUGIN=NAMESPACE/NAME`), or, with one plugin loaded, may leave it out.
+fn default_credentials(
+    values: &[String],
+    plugins: &[&str],
+) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+    const FLAG: &str = "--default-credentials-secret";
+    let mut by_plugin = BTreeMap::new();
+    for value in values.iter().filter(|v| !v.is_empty()) {
+        let (plugin, secret) = match value.split_once('=') {
+            Some((plugin, secret)) => (plugin, secret),
+            None => match plugins {
+                [only] => (*only, value.as_str()),
+                _ => anyhow::bail!(
+                    "{FLAG} `{value}` does not say which plugin's InfraClusters may use it, and {} plugins are loaded ({}); write PLUGIN=NAMESPACE/NAME",
+                    plugins.len(),
+                    plugins.join(", ")
+                ),
+            },
+        };
+        anyhow::ensure!(
+            plugins.contains(&plugin),
+            "{FLAG} `{value}` names plugin `{plugin}`, which is not loaded (loaded: {})",
+            plugins.join(", ")
+        );
+        let secret = namespaced(secret, FLAG)?;
+        anyhow::ensure!(
+            by_plugin.insert(plugin.to_string(), secret).is_none(),
+            "{FLAG} names plugin `{plugin}` twice"
+        );
+    }
+    Ok(by_plugin)
+}
+
 async fn log_exit(what: &str, fut: impl Future<Output = anyhow::Result<()>>) {
     if let Err(e) = fut.await {
         tracing::error!(server = what, error = %e, "server stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_credentials;
+
+    #[test]
+    fn default_credentials_belong_to_one_plugin() {
+        let one = default_credentials(&["ns/creds".into()], &["proxmox"]).unwrap();
+        assert_eq!(one["proxmox"], ("ns".into(), "creds".into()));
+        let two = default_credentials(
+            &["proxmox=ns/p".into(), "redfish=ns/r".into()],
+            &["proxmox", "redfish"],
+        )
+        .unwrap();
+        assert_eq!(two.len(), 2);
+        let err = default_credentials(&["ns/creds".into()], &["proxmox", "redfish"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PLUGIN=NAMESPACE/NAME"), "{err}");
+        let err = default_credentials(&["other=ns/c".into()], &["proxmox"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not loaded"), "{err}");
+        assert!(default_credentials(&["proxmox=nope".into()], &["proxmox"]).is_err());
     }
 }

@@ -14,6 +14,7 @@ use super::error::Result;
 use super::machine::{key, object_ref, publish};
 use super::objects::{self, api, capi_cluster, str_field};
 use super::outcome::{self, Outcome};
+use super::ownership::{self, Ownership};
 use super::{credentials, ipam, patch};
 use crate::runtime::bindings::cluster::ClusterRequest;
 
@@ -40,10 +41,20 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .await?;
         return Ok(Action::await_change());
     }
-    let creds = credentials::for_cluster(&ctx, &obj).await;
+    // Unproven ownership: no plugin call at all.
+    let (cluster_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
+        Ownership::Proven { id, write } => (id, write),
+        Ownership::Unproven { message } => {
+            return ownership::refuse(&ctx, &own, &obj, message).await;
+        }
+    };
+    let creds = match credentials::for_cluster(&ctx, &obj).await {
+        Ok(creds) => creds,
+        Err(e) => return super::machine::fail(&ctx, &own, &obj, e).await,
+    };
     let deleting = obj.metadata.deletion_timestamp.is_some();
     let request = |credentials: credentials::CallCredentials| ClusterRequest {
-        cluster: object_ref(&obj),
+        cluster: object_ref(&obj, &cluster_id),
         spec: spec(&obj),
         state: state(&obj),
         credentials: credentials.primary,
@@ -57,7 +68,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         {
             return Ok(Action::await_change());
         }
-        let req = request(creds?);
+        let req = request(creds);
         let result = ctx
             .metrics
             .plugin_call(
@@ -68,6 +79,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             .await;
         return match outcome::of(result) {
             Outcome::Done(None) => {
+                // What the plugin published or claimed for the cluster goes with it.
+                let runtime = ctx.plugin.runtime();
+                runtime.blobs().withdraw_object(&cluster_id);
+                runtime
+                    .claims()
+                    .release_all(&cluster_id)
+                    .await
+                    .map_err(super::error::Error::Dependency)?;
                 patch::remove_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
                 Ok(Action::await_change())
             }
@@ -84,8 +103,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if objects::failed_this_generation(&obj) {
         return Ok(Action::await_change());
     }
-    patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin)).await?;
-    let req = request(creds?);
+    patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin), write_id.as_deref()).await?;
+    let req = request(creds);
     let result = ctx
         .metrics
         .plugin_call(

@@ -1,5 +1,6 @@
 //! What every reconcile needs: the client, the plugin, the kind it serves, events,
 //! metrics, backoff, and the manager's options.
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +9,8 @@ use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
 
 use super::backoff::Backoff;
+use super::credentials::CredentialsGrant;
+use super::ownership::OwnershipKeys;
 use crate::metrics::Metrics;
 use crate::runtime::Plugin;
 use crate::runtime::bindings::identity::KindInfo;
@@ -15,8 +18,14 @@ use crate::runtime::bindings::identity::KindInfo;
 /// Options of the manager that controllers read.
 #[derive(Debug, Clone)]
 pub struct ManagerOptions {
-    /// `namespace/name` of the Secret used when an InfraCluster names none.
-    pub default_credentials: Option<(String, String)>,
+    /// Per plugin name: `namespace/name` of the Secret used when one of its
+    /// InfraClusters names none.
+    pub default_credentials: BTreeMap<String, (String, String)>,
+    /// Secrets in other namespaces InfraClusters may name (by default only their own
+    /// namespace's).
+    pub credentials_grants: Vec<CredentialsGrant>,
+    /// `namespace/name` of the Secret with the ownership key (created if absent).
+    pub ownership_key_secret: (String, String),
     /// Watch only this namespace.
     pub namespace: Option<String>,
     /// Reconciles in flight per controller.
@@ -30,7 +39,9 @@ pub struct ManagerOptions {
 impl Default for ManagerOptions {
     fn default() -> Self {
         ManagerOptions {
-            default_credentials: None,
+            default_credentials: BTreeMap::new(),
+            credentials_grants: Vec::new(),
+            ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
             namespace: None,
             concurrency: 16,
             resync: Duration::from_secs(300),
@@ -38,6 +49,9 @@ impl Default for ManagerOptions {
         }
     }
 }
+
+/// Name of the ownership key Secret unless `--ownership-key-secret` says otherwise.
+pub const DEFAULT_OWNERSHIP_KEY_SECRET: &str = "hyperplug-ownership-key";
 
 pub struct Context {
     pub client: Client,
@@ -50,6 +64,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub options: ManagerOptions,
+    /// Makes ownership ids unforgeable (see `ownership`).
+    pub ownership: Arc<OwnershipKeys>,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

@@ -1,7 +1,11 @@
 //! The credentials of a call: the InfraCluster's `spec.credentialsRef` Secret, or the
-//! manager's default, plus every Secret its `spec.credentialsRefs` list names (for
-//! plugins that reach several endpoints, e.g. an inventory of machine controllers).
-//! Secret values never reach logs, events or status.
+//! manager's default for its plugin, plus every Secret its `spec.credentialsRefs` list
+//! names (for plugins that reach several endpoints, e.g. an inventory of machine
+//! controllers). Secret values never reach logs, events or status.
+//!
+//! A tenant who may edit InfraClusters in one namespace must not borrow another
+//! team's credentials: a reference may name a Secret only in the InfraCluster's own
+//! namespace, unless the operator grants more (`--cross-namespace-credentials`).
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::DynamicObject;
@@ -27,6 +31,42 @@ pub struct CallCredentials {
 
 /// Most Secrets one InfraCluster may name in `spec.credentialsRefs`.
 const MAX_REFS: usize = 256;
+
+/// Condition reason of a reference to a Secret the InfraCluster may not use.
+pub const NOT_ALLOWED: &str = "CredentialsNotAllowed";
+
+/// An operator's grant: InfraClusters in `from` (`*`: any namespace) may name Secrets
+/// in `secrets`. Written `FROM=SECRETS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialsGrant {
+    pub from: String,
+    pub secrets: String,
+}
+
+impl std::str::FromStr for CredentialsGrant {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.split_once('=') {
+            Some((from, secrets)) if !from.is_empty() && !secrets.is_empty() => {
+                Ok(CredentialsGrant {
+                    from: from.into(),
+                    secrets: secrets.into(),
+                })
+            }
+            _ => Err(format!(
+                "`{s}` must be CLUSTER_NAMESPACE=SECRET_NAMESPACE (CLUSTER_NAMESPACE may be `*`)"
+            )),
+        }
+    }
+}
+
+/// Whether an InfraCluster in `own` may name a Secret in `ns`.
+fn allowed(grants: &[CredentialsGrant], own: &str, ns: &str) -> bool {
+    ns == own
+        || grants
+            .iter()
+            .any(|g| g.secrets == ns && (g.from == "*" || g.from == own))
+}
 
 pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
@@ -56,7 +96,15 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
         let ns = r
             .get("namespace")
             .and_then(|v| v.as_str())
+            .filter(|n| !n.is_empty())
             .unwrap_or(&own_ns);
+        check_allowed(
+            ctx,
+            &own_ns,
+            ns,
+            name,
+            &format!("spec.credentialsRefs[{i}]"),
+        )?;
         named.push((ns, name));
     }
     let more = futures::future::try_join_all(named.into_iter().map(|(ns, name)| async move {
@@ -68,23 +116,55 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
     .await?;
     let (namespace, name) = match str_field(infra_cluster, "spec.credentialsRef.name") {
         Some(name) => {
-            let ns = field(infra_cluster, "spec.credentialsRef.namespace").and_then(|v| v.as_str()).unwrap_or(&own_ns);
+            let ns = field(infra_cluster, "spec.credentialsRef.namespace")
+                .and_then(|v| v.as_str())
+                .filter(|n| !n.is_empty())
+                .unwrap_or(&own_ns);
+            check_allowed(ctx, &own_ns, ns, name, "spec.credentialsRef")?;
             (ns.to_string(), name.to_string())
         }
-        None => match (more.first(), &ctx.options.default_credentials) {
+        // The manager's default belongs to one plugin: another plugin's InfraCluster
+        // never gets it.
+        None => match (
+            more.first(),
+            ctx.options.default_credentials.get(ctx.plugin.name()),
+        ) {
             // A list and no single Secret: the first of the list is the primary (never
             // the manager's default, which may belong to another kind of infrastructure).
-            (Some(first), _) => return Ok(CallCredentials { primary: first.credentials.clone(), more }),
+            (Some(first), _) => {
+                return Ok(CallCredentials {
+                    primary: first.credentials.clone(),
+                    more,
+                });
+            }
             (None, Some(default)) => default.clone(),
-            (None, None) => return Err(Error::Terminal {
-                reason: "NoCredentials".into(),
-                message: "spec.credentialsRef (or spec.credentialsRefs) is not set and the manager has no --default-credentials-secret".into(),
-            }),
+            (None, None) => {
+                return Err(Error::Terminal {
+                    reason: "NoCredentials".into(),
+                    message: format!(
+                        "spec.credentialsRef (or spec.credentialsRefs) is not set and the manager has no --default-credentials-secret for plugin {}",
+                        ctx.plugin.name()
+                    ),
+                });
+            }
         },
     };
     Ok(CallCredentials {
         primary: read(ctx, &namespace, &name).await?,
         more,
+    })
+}
+
+/// Refuse a reference to a Secret outside the InfraCluster's namespace, unless granted.
+fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) -> Result<()> {
+    if allowed(&ctx.options.credentials_grants, own, ns) {
+        return Ok(());
+    }
+    Err(Error::Terminal {
+        reason: NOT_ALLOWED.into(),
+        message: format!(
+            "{field} names Secret {ns}/{name}, outside this object's namespace {own}; an InfraCluster may use only Secrets of its own namespace unless the manager is started with --cross-namespace-credentials {own}={ns} (or *={ns})"
+        ),
     })
 }
 
@@ -121,4 +201,24 @@ pub fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
         fingerprint: get(FINGERPRINT),
         insecure: get(INSECURE).is_some_and(|v| v == "true" || v == "1"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_own_namespace_unless_granted() {
+        let grants: Vec<CredentialsGrant> = vec![
+            "team-a=shared-a".parse().unwrap(),
+            "*=infra".parse().unwrap(),
+        ];
+        assert!(allowed(&[], "team-a", "team-a"));
+        assert!(!allowed(&[], "team-a", "team-b"));
+        assert!(allowed(&grants, "team-a", "shared-a"));
+        assert!(!allowed(&grants, "team-b", "shared-a"));
+        assert!(allowed(&grants, "team-b", "infra"));
+        assert!("nope".parse::<CredentialsGrant>().is_err());
+        assert!("=x".parse::<CredentialsGrant>().is_err());
+    }
 }

@@ -14,6 +14,7 @@ use super::context::{Context, finalizer};
 use super::error::{Error, Result};
 use super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::outcome::{self, Outcome};
+use super::ownership::{self, Ownership};
 use super::{credentials, ipam, patch};
 use crate::runtime::ObjectRef;
 use crate::runtime::bindings::machine::{
@@ -95,6 +96,30 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await?;
         return Ok(Action::requeue(Duration::from_secs(10)));
     };
+    // Whose infrastructure this is: proven by the manager's MAC, never by what a user
+    // wrote. Unproven, the plugin is not called at all.
+    let write_id = match ctx.ownership.verify(&ctx.resource, &obj).await {
+        Ownership::Proven { id, write } => (id, write),
+        Ownership::Unproven { message } => {
+            return ownership::refuse(&ctx, &own, &obj, message).await;
+        }
+    };
+    let (machine_id, write_id) = write_id;
+    let cluster_kind = ctx
+        .cluster_kind
+        .as_ref()
+        .expect("an InfraCluster was found");
+    let cluster_id = match ctx.ownership.verify(cluster_kind, &infra_cluster).await {
+        Ownership::Proven { id, .. } => id,
+        Ownership::Unproven { .. } => {
+            let message = format!(
+                "the ownership id of {} {} does not verify (see its Ready condition); nothing is done for its machines until it does",
+                cluster_kind.kind,
+                infra_cluster.name_any()
+            );
+            return ownership::refuse(&ctx, &own, &obj, message).await;
+        }
+    };
     let bootstrap = async {
         match &machine {
             Some(m) if !deleting => bootstrap_data(&ctx, m).await,
@@ -102,10 +127,13 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         }
     };
     let (creds, bootstrap) =
-        tokio::try_join!(credentials::for_cluster(&ctx, &infra_cluster), bootstrap)?;
+        match tokio::try_join!(credentials::for_cluster(&ctx, &infra_cluster), bootstrap) {
+            Ok(found) => found,
+            Err(e) => return fail(&ctx, &own, &obj, e).await,
+        };
     let mut req = MachineRequest {
-        machine: object_ref(&obj),
-        cluster: object_ref(&infra_cluster),
+        machine: object_ref(&obj, &machine_id),
+        cluster: object_ref(&infra_cluster, &cluster_id),
         spec: obj
             .data
             .get("spec")
@@ -135,7 +163,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if objects::failed_this_generation(&obj) {
         return Ok(Action::await_change());
     }
-    patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin)).await?;
+    patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin), write_id.as_deref()).await?;
     req.bootstrap = bootstrap;
 
     let provisioned = objects::field(&obj, "status.initialization.provisioned")
@@ -431,11 +459,13 @@ fn address_type(t: AddressType) -> &'static str {
     }
 }
 
-pub fn object_ref(obj: &DynamicObject) -> ObjectRef {
+/// The object as the plugin sees it, with `id` (a proven ownership id, or a UID the
+/// API server assigned) as its `uid`.
+pub fn object_ref(obj: &DynamicObject, id: &str) -> ObjectRef {
     ObjectRef {
         namespace: obj.namespace().unwrap_or_default(),
         name: obj.name_any(),
-        uid: objects::ownership_id(obj),
+        uid: id.to_string(),
     }
 }
 

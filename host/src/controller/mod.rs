@@ -13,6 +13,7 @@ mod ipam;
 mod machine;
 pub mod objects;
 mod outcome;
+pub mod ownership;
 mod patch;
 mod template;
 mod triggers;
@@ -31,7 +32,8 @@ use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-pub use context::ManagerOptions;
+pub use context::{DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions, finalizer};
+pub use credentials::CredentialsGrant;
 pub use credentials::{CA, FINGERPRINT, INSECURE, SECRET, TOKEN, URL};
 pub use error::Error;
 
@@ -40,13 +42,17 @@ use crate::runtime::Plugin;
 use crate::runtime::bindings::identity::{KindInfo, KindRole};
 use context::Context;
 
-/// Run every controller until they stop (they do not, unless the API is gone).
+/// Run every controller until they stop (they do not, unless the API is gone). Fails
+/// at start if the ownership key can be neither read nor created.
 pub async fn run(
     client: Client,
     plugins: Vec<Plugin>,
     options: ManagerOptions,
     metrics: Arc<Metrics>,
-) {
+) -> anyhow::Result<()> {
+    let (key_ns, key_name) = &options.ownership_key_secret;
+    let ownership =
+        Arc::new(ownership::OwnershipKeys::load_or_create(client.clone(), key_ns, key_name).await?);
     let mut running: Vec<BoxFuture<'static, ()>> = Vec::new();
     let reporter = Reporter {
         controller: "hyperplug".into(),
@@ -84,6 +90,7 @@ pub async fn run(
                     Duration::from_secs(300),
                 ),
                 options: options.clone(),
+                ownership: ownership.clone(),
             });
             tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
             match kind.role {
@@ -96,6 +103,7 @@ pub async fn run(
         }
     }
     futures::future::join_all(running).await;
+    Ok(())
 }
 
 fn all_or_namespaced(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<DynamicObject> {

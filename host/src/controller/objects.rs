@@ -10,7 +10,8 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
 /// The identity a plugin proves ownership with. It starts as the object's UID and is
 /// kept in an annotation because `clusterctl move` recreates objects with new UIDs but
-/// copies annotations: the moved object keeps proving ownership of what it made.
+/// copies annotations: the moved object keeps proving ownership of what it made. The
+/// value is signed by the manager (`super::ownership`), so a copy proves nothing.
 pub const OWNERSHIP_ID_ANNOTATION: &str = "infrastructure.hyperplug.dev/ownership-id";
 
 pub fn capi_cluster() -> ApiResource {
@@ -75,15 +76,6 @@ pub fn str_field<'a>(obj: &'a DynamicObject, path: &str) -> Option<&'a str> {
     field(obj, path)
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
-}
-
-/// The identity handed to the plugin as `object-ref.uid` (see [`OWNERSHIP_ID_ANNOTATION`]).
-pub fn ownership_id(obj: &DynamicObject) -> String {
-    obj.annotations()
-        .get(OWNERSHIP_ID_ANNOTATION)
-        .filter(|v| !v.is_empty())
-        .cloned()
-        .unwrap_or_else(|| obj.uid().unwrap_or_default())
 }
 
 pub fn has_annotation(obj: &DynamicObject, key: &str) -> bool {

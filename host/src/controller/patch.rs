@@ -53,12 +53,14 @@ pub async fn spec_field(
 }
 
 /// Before any plugin call that may create infrastructure: our finalizer, and the
-/// ownership-id annotation (`objects::OWNERSHIP_ID_ANNOTATION`) set to the UID the
-/// plugin is about to mark its resources with. One write; none when both are there.
+/// ownership-id annotation (`objects::OWNERSHIP_ID_ANNOTATION`) set to `signed_id`,
+/// the signed id the plugin is about to mark its resources with, when it is not
+/// stored yet. One write; none when both are there.
 pub async fn take_ownership(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     finalizer: &str,
+    signed_id: Option<&str>,
 ) -> Result<()> {
     let mut ops = vec![
         // The version test makes a concurrent writer's change a conflict (retried)
@@ -72,8 +74,7 @@ pub async fn take_ownership(
         ops.push(json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}));
     }
     let key = super::objects::OWNERSHIP_ID_ANNOTATION;
-    if !obj.annotations().contains_key(key) {
-        let id = super::objects::ownership_id(obj);
+    if let Some(id) = signed_id {
         if obj.metadata.annotations.is_none() {
             ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {key: id}}));
         } else {

@@ -29,8 +29,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .and_then(|t| t.get("spec"))
         .cloned()
         .unwrap_or(json!({}));
+    // A template makes nothing and owns nothing: its own UID names it.
     let req = TemplateRequest {
-        template: object_ref(&obj),
+        template: object_ref(&obj, &obj.uid().unwrap_or_default()),
         spec: spec.to_string(),
         credentials: None,
     };

@@ -12,16 +12,61 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::ObjectRef;
+use super::limits::size;
 
 /// Path prefix of every blob URL.
 pub const PATH_PREFIX: &str = "/blobs/";
+
+/// How much the host keeps for plugins' blobs: they live in the manager's memory.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BlobLimits {
+    /// Longest a published blob lives, in seconds (a plugin may ask for less).
+    #[arg(long, default_value_t = 3600, env = "HYPERPLUG_BLOB_TTL_SECONDS")]
+    pub blob_ttl_seconds: u64,
+    /// Largest blob a plugin may publish, in MiB.
+    #[arg(long, default_value_t = 8, env = "HYPERPLUG_BLOB_MAX_MIB")]
+    pub blob_max_mib: usize,
+    /// Most blobs one object may have published at once.
+    #[arg(long, default_value_t = 4, env = "HYPERPLUG_BLOB_MAX_PER_OBJECT")]
+    pub blob_max_per_object: usize,
+    /// Most bytes of blobs one object may have published at once, in MiB.
+    #[arg(long, default_value_t = 8, env = "HYPERPLUG_BLOB_OBJECT_MIB")]
+    pub blob_object_mib: usize,
+    /// Most bytes of blobs all objects of one plugin may have published at once, in
+    /// MiB (the host keeps them in memory).
+    #[arg(long, default_value_t = 32, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
+    pub blob_plugin_mib: usize,
+}
+
+impl Default for BlobLimits {
+    fn default() -> Self {
+        BlobLimits {
+            blob_ttl_seconds: 3600,
+            blob_max_mib: 8,
+            blob_max_per_object: 4,
+            blob_object_mib: 8,
+            blob_plugin_mib: 32,
+        }
+    }
+}
+
+impl BlobLimits {
+    pub fn max_blob_bytes(&self) -> usize {
+        self.blob_max_mib << 20
+    }
+    fn object_bytes(&self) -> usize {
+        self.blob_object_mib << 20
+    }
+    fn plugin_bytes(&self) -> usize {
+        self.blob_plugin_mib << 20
+    }
+}
 
 /// Where published blobs are kept and how they are advertised.
 pub struct BlobStore {
     /// Base URL the infrastructure reaches the blob server at; None: publishing fails.
     advertise: Option<url::Url>,
-    max_ttl: Duration,
-    max_bytes: usize,
+    limits: BlobLimits,
     inner: Mutex<Blobs>,
     served: std::sync::atomic::AtomicU64,
 }
@@ -47,11 +92,10 @@ struct Blob {
 
 impl BlobStore {
     /// A store that publishes under `advertise` (e.g. `http://10.0.0.5:8082`).
-    pub fn new(advertise: url::Url, max_ttl: Duration, max_bytes: usize) -> BlobStore {
+    pub fn new(advertise: url::Url, limits: BlobLimits) -> BlobStore {
         BlobStore {
             advertise: Some(advertise),
-            max_ttl,
-            max_bytes,
+            limits,
             inner: Mutex::default(),
             served: Default::default(),
         }
@@ -61,10 +105,21 @@ impl BlobStore {
     pub fn disabled() -> BlobStore {
         BlobStore {
             advertise: None,
-            max_ttl: Duration::ZERO,
-            max_bytes: 0,
+            limits: BlobLimits {
+                blob_max_mib: 0,
+                ..BlobLimits::default()
+            },
             inner: Mutex::default(),
             served: Default::default(),
+        }
+    }
+
+    /// The largest blob this store takes (0 when it serves none).
+    pub fn max_blob_bytes(&self) -> usize {
+        if self.advertise.is_some() {
+            self.limits.max_blob_bytes()
+        } else {
+            0
         }
     }
 
@@ -83,27 +138,20 @@ impl BlobStore {
                 "this host serves no blobs: start `hyperplug run` with --blob-advertise-url".into(),
             );
         };
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-        {
+        check_name(name)?;
+        let limits = &self.limits;
+        if content.len() > limits.max_blob_bytes() {
             return Err(format!(
-                "blob name `{name}` must be 1-64 letters, digits, dots, dashes or underscores"
-            ));
-        }
-        if content.len() > self.max_bytes {
-            return Err(format!(
-                "blob `{name}` is {} bytes; this host publishes at most {}",
+                "blob `{name}` is {} bytes; this host publishes at most {} per blob (--blob-max-mib)",
                 content.len(),
-                self.max_bytes
+                size(limits.max_blob_bytes())
             ));
         }
         if owner.uid.is_empty() {
             return Err("a blob needs the call's object UID".into());
         }
-        let ttl = Duration::from_secs(ttl_seconds.max(1).into()).min(self.max_ttl);
+        let ttl = Duration::from_secs(ttl_seconds.max(1).into())
+            .min(Duration::from_secs(limits.blob_ttl_seconds));
         let key = Owner {
             plugin: plugin.into(),
             uid: owner.uid.clone(),
@@ -112,6 +160,7 @@ impl BlobStore {
         let now = Instant::now();
         let mut blobs = self.inner.lock().expect("blob store");
         blobs.sweep(now);
+        blobs.check_room(limits, &key, content.len())?;
         let token = match blobs.by_owner.get(&key) {
             Some(token) => token.clone(),
             None => {
@@ -200,7 +249,60 @@ impl BlobStore {
     }
 }
 
+/// A blob name is a file name: letters, digits, dots, dashes, underscores, starting
+/// with a letter or digit (never `.`, `..` or a hidden file).
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "blob name `{name}` must be 1-64 letters, digits, dots, dashes or underscores, starting with a letter or digit"
+        ))
+    }
+}
+
 impl Blobs {
+    /// Whether `owner` may publish `bytes` more (replacing what it published under
+    /// that name): per object by count and size, per plugin by size.
+    fn check_room(&self, limits: &BlobLimits, owner: &Owner, bytes: usize) -> Result<(), String> {
+        let (mut object_count, mut object_bytes, mut plugin_bytes) = (0, 0, 0);
+        for blob in self.by_token.values() {
+            if blob.owner.plugin != owner.plugin || blob.owner == *owner {
+                continue;
+            }
+            plugin_bytes += blob.content.len();
+            if blob.owner.uid == owner.uid {
+                object_count += 1;
+                object_bytes += blob.content.len();
+            }
+        }
+        if object_count + 1 > limits.blob_max_per_object {
+            return Err(format!(
+                "this object already has {object_count} blobs published, the most the host allows (--blob-max-per-object)"
+            ));
+        }
+        if object_bytes + bytes > limits.object_bytes() {
+            return Err(format!(
+                "this object's blobs would take {} bytes; the host allows {} per object (--blob-object-mib)",
+                object_bytes + bytes,
+                size(limits.object_bytes())
+            ));
+        }
+        if plugin_bytes + bytes > limits.plugin_bytes() {
+            return Err(format!(
+                "this plugin's blobs would take {} bytes; the host allows {} per plugin (--blob-plugin-mib); try again when some are withdrawn",
+                plugin_bytes + bytes,
+                size(limits.plugin_bytes())
+            ));
+        }
+        Ok(())
+    }
+
     fn sweep(&mut self, now: Instant) {
         let expired: Vec<String> = self
             .by_token
@@ -230,7 +332,16 @@ mod tests {
 
     fn store() -> BlobStore {
         let base = url::Url::parse("http://10.0.0.5:8082/base/").unwrap();
-        BlobStore::new(base, Duration::from_secs(3600), 1 << 20)
+        BlobStore::new(
+            base,
+            BlobLimits {
+                blob_max_mib: 1,
+                blob_max_per_object: 2,
+                blob_object_mib: 1,
+                blob_plugin_mib: 2,
+                ..BlobLimits::default()
+            },
+        )
     }
 
     #[test]
@@ -265,7 +376,11 @@ mod tests {
 
     #[test]
     fn expired_blobs_are_gone() {
-        let s = BlobStore::new(url::Url::parse("http://h:1").unwrap(), Duration::ZERO, 10);
+        let limits = BlobLimits {
+            blob_ttl_seconds: 0,
+            ..BlobLimits::default()
+        };
+        let s = BlobStore::new(url::Url::parse("http://h:1").unwrap(), limits);
         let url = s.publish("p", &owner("u1"), "x", vec![1], 60).unwrap();
         let token = url.rsplit('/').nth(1).unwrap();
         assert!(s.get(token, "x").is_none());
@@ -274,7 +389,12 @@ mod tests {
     #[test]
     fn bad_names_sizes_and_a_disabled_store_are_refused() {
         let s = store();
-        assert!(s.publish("p", &owner("u1"), "../x", vec![], 60).is_err());
+        for bad in ["../x", ".", "..", ".hidden", "", "a/b"] {
+            assert!(
+                s.publish("p", &owner("u1"), bad, vec![], 60).is_err(),
+                "{bad}"
+            );
+        }
         assert!(
             s.publish("p", &owner("u1"), "x", vec![0; 2 << 20], 60)
                 .is_err()
@@ -283,5 +403,28 @@ mod tests {
             .publish("p", &owner("u1"), "x", vec![], 60)
             .unwrap_err();
         assert!(err.contains("--blob-advertise-url"), "{err}");
+    }
+
+    #[test]
+    fn blobs_are_bounded_per_object_and_per_plugin() {
+        let s = store();
+        let half = vec![0u8; 512 << 10];
+        s.publish("p", &owner("u1"), "a", half.clone(), 60).unwrap();
+        // Replacing a blob does not count it twice.
+        s.publish("p", &owner("u1"), "a", half.clone(), 60).unwrap();
+        s.publish("p", &owner("u1"), "b", half.clone(), 60).unwrap();
+        let err = s.publish("p", &owner("u1"), "c", vec![1], 60).unwrap_err();
+        assert!(err.contains("--blob-max-per-object"), "{err}");
+        let err = s
+            .publish("p", &owner("u1"), "a", vec![0; 600 << 10], 60)
+            .unwrap_err();
+        assert!(err.contains("--blob-object-mib"), "{err}");
+        s.publish("p", &owner("u2"), "a", half.clone(), 60).unwrap();
+        s.publish("p", &owner("u2"), "b", half.clone(), 60).unwrap();
+        let err = s.publish("p", &owner("u3"), "a", vec![1], 60).unwrap_err();
+        assert!(err.contains("--blob-plugin-mib"), "{err}");
+        // Another plugin has its own budget.
+        s.publish("q", &owner("u3"), "a", half, 60).unwrap();
+        assert_eq!(s.len(), 5);
     }
 }

@@ -2,16 +2,32 @@
 //!
 //! A call may reach exactly the scheme://host:port of the endpoints in its credentials
 //! (the primary ones and any the InfraCluster names besides), each with the TLS policy
-//! of its own credentials; everything else is refused with `HTTP-request-denied`. Redirects are not followed (they would bypass the gate).
+//! of its own credentials; everything else is refused with `HTTP-request-denied`.
+//! Redirects are not followed (they would bypass the gate).
+//!
+//! What a call's requests cost the host is bounded here too: requests in flight per
+//! call (more fail the call) and per plugin (more wait), the request body it buffers,
+//! the response body it hands over, the refusals it logs, and the CPU the requests
+//! take (charged to the call).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
+use tokio::sync::Semaphore;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use super::limits::{Breach, size};
+use super::memory::PluginBudget;
+use super::meter::{CallMeter, Metered};
+use super::state::one_line;
 use super::tls::{TlsPolicy, client_config};
+
+/// Idle connections kept per endpoint between calls.
+const IDLE_PER_HOST: usize = 4;
+/// Longest refused URL logged.
+const MAX_LOGGED_URL: usize = 256;
 
 /// Told of each request a plugin sends: (plugin, method, path).
 pub type HttpObserver = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
@@ -85,10 +101,67 @@ impl ClientCache {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(IDLE_PER_HOST)
             .build()
             .map_err(|e| e.to_string())?;
         clients.insert(policy.clone(), client.clone());
         Ok(client)
+    }
+}
+
+/// The request body bytes one call may have the host buffer, all its requests together
+/// (in flight at once, they would otherwise add up), and its plugin's budget for all
+/// its calls' bodies buffered at once.
+#[derive(Clone)]
+pub struct RequestBodies {
+    pub limit: usize,
+    pub taken: Arc<std::sync::atomic::AtomicUsize>,
+    pub plugin: Arc<PluginBudget>,
+}
+
+impl RequestBodies {
+    pub fn new(limit: usize, plugin: Arc<PluginBudget>) -> RequestBodies {
+        RequestBodies {
+            limit,
+            taken: Default::default(),
+            plugin,
+        }
+    }
+
+    /// Take `bytes` more for `held`; the limit broken, if one is.
+    fn take(&self, bytes: usize, held: &mut Held) -> Result<(), Breach> {
+        let before = self
+            .taken
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        if before.saturating_add(bytes) > self.limit {
+            return Err(Breach::new(
+                format!("{} of HTTP request bodies per call", size(self.limit)),
+                "--plugin-request-body-mib",
+            ));
+        }
+        if !self.plugin.take(bytes) {
+            return Err(Breach::new(
+                format!(
+                    "{} of HTTP request bodies buffered for all its calls at once",
+                    size(self.plugin.limit)
+                ),
+                "--plugin-request-body-per-plugin-mib",
+            ));
+        }
+        held.bytes += bytes;
+        Ok(())
+    }
+}
+
+/// What one request's buffered body holds of its plugin's budget, until it is sent.
+struct Held {
+    plugin: Arc<PluginBudget>,
+    bytes: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.plugin.give_back(self.bytes);
     }
 }
 
@@ -97,13 +170,55 @@ pub struct Egress {
     /// The origins this call may reach, each with its TLS policy; the first match wins.
     pub allowed: Vec<(Origin, TlsPolicy)>,
     pub clients: Arc<ClientCache>,
+    /// Largest response body handed to the plugin.
     pub max_body: usize,
-    /// URLs refused during this call, for the error report and the log.
+    /// Request body bytes the host buffers for all of this call's requests together,
+    /// and what they have taken so far.
+    pub request_bodies: RequestBodies,
+    /// Requests this call may have in flight (more fail the call), and its limit.
+    pub in_flight: Arc<Semaphore>,
+    pub in_flight_limit: u32,
+    /// Requests all calls of the plugin may have in flight (more wait).
+    pub plugin_in_flight: Arc<Semaphore>,
+    /// Refusals this call may still log (one more fails it), and the limit.
+    pub denials_left: u32,
+    pub denials_limit: u32,
+    /// Refusals during this call, for the summary at its end.
     pub denied: Arc<Mutex<Vec<String>>>,
     /// Told of every request the gate lets through (metrics).
     pub observer: Option<HttpObserver>,
     /// The plugin making the call, for the observer.
     pub plugin: Arc<str>,
+    /// Where the requests' CPU time is charged and limits broken are recorded.
+    pub meter: Arc<CallMeter>,
+}
+
+impl Egress {
+    /// Refuse a request outside the call's endpoints: logged (a bounded number of
+    /// times); one refusal past the limit fails the call.
+    fn deny(&mut self, uri: &http::Uri) -> HttpError {
+        if self.denials_left == 0 {
+            self.meter.breach(Breach::new(
+                format!(
+                    "{} refused requests to hosts outside its endpoints per call",
+                    self.denials_limit
+                ),
+                "--plugin-egress-denials",
+            ));
+            return HttpError::HttpRequestDenied;
+        }
+        self.denials_left -= 1;
+        let target = one_line(&uri.to_string(), MAX_LOGGED_URL);
+        let allowed: Vec<String> = self.allowed.iter().map(|(o, _)| o.to_string()).collect();
+        tracing::warn!(
+            plugin = %self.plugin,
+            target = %target,
+            allowed = %if allowed.is_empty() { "nothing".into() } else { allowed.join(", ") },
+            "plugin egress denied"
+        );
+        self.denied.lock().expect("denied list").push(target);
+        HttpError::HttpRequestDenied
+    }
 }
 
 impl WasiHttpHooks for Egress {
@@ -130,14 +245,15 @@ impl WasiHttpHooks for Egress {
             .find(|(o, _)| o.matches(request.uri()))
             .map(|(_, tls)| tls.clone());
         let Some(tls) = tls else {
-            let target = request.uri().to_string();
-            let allowed: Vec<String> = self.allowed.iter().map(|(o, _)| o.to_string()).collect();
-            tracing::warn!(
-                target = %target,
-                allowed = %if allowed.is_empty() { "nothing".into() } else { allowed.join(", ") },
-                "plugin egress denied"
-            );
-            self.denied.lock().expect("denied list").push(target);
+            let denied = self.deny(request.uri());
+            return Box::new(async { Err(denied) });
+        };
+        // A slot of the call's own: a call that holds too many fails.
+        let Ok(call_slot) = self.in_flight.clone().try_acquire_owned() else {
+            self.meter.breach(Breach::new(
+                format!("{} HTTP requests in flight per call", self.in_flight_limit),
+                "--plugin-http-in-flight",
+            ));
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         };
         if let Some(observe) = &self.observer {
@@ -148,17 +264,36 @@ impl WasiHttpHooks for Egress {
             );
         }
         let client = self.clients.client(&tls);
-        let max_body = self.max_body;
-        Box::new(async move {
+        let (max_body, bodies) = (self.max_body, self.request_bodies.clone());
+        let plugin_slots = self.plugin_in_flight.clone();
+        let meter = self.meter.clone();
+        let work = async move {
+            // The plugin's slots are shared by its calls: wait for one.
+            let plugin_slot = plugin_slots
+                .acquire_owned()
+                .await
+                .map_err(|e| HttpError::InternalError(Some(e.to_string())))?;
             let client = client.map_err(|e| HttpError::InternalError(Some(e)))?;
-            let response = forward(client, request, options).await?;
+            let response = forward(client, request, options, &bodies, &meter).await?;
             let response = response.map(|body| {
+                // The slots are held until the plugin drops the response body.
+                let slots = (call_slot, plugin_slot);
                 Limited::new(body, max_body)
                     .map_err(|e| HttpError::InternalError(Some(format!("response body: {e}"))))
+                    .map_frame(move |frame| {
+                        let _ = &slots;
+                        frame
+                    })
                     .boxed_unsync()
             });
             let io = async { Ok(()) };
             Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
+        };
+        let meter = self.meter.clone();
+        Box::new(async move {
+            Metered::on_behalf(work, meter)
+                .await
+                .unwrap_or(Err(HttpError::HttpRequestDenied))
         })
     }
 }
@@ -168,10 +303,28 @@ async fn forward(
     client: reqwest::Client,
     request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
+    bodies: &RequestBodies,
+    meter: &CallMeter,
 ) -> Result<http::Response<reqwest::Body>, HttpError> {
-    let (parts, body) = request.into_parts();
-    // Plugin request bodies are small (API forms, an ISO of a few hundred KiB): buffer.
-    let body: Bytes = body.collect().await?.to_bytes();
+    let (parts, mut body) = request.into_parts();
+    // Plugin request bodies are small (API forms, an ISO of a few hundred KiB): buffer,
+    // up to what the call and its plugin may still have buffered, until it is sent.
+    let mut buffered = bytes::BytesMut::new();
+    let mut held = Held {
+        plugin: bodies.plugin.clone(),
+        bytes: 0,
+    };
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        if let Err(breach) = bodies.take(data.len(), &mut held) {
+            meter.breach(breach);
+            return Err(HttpError::HttpRequestBodySize(Some(bodies.limit as u64)));
+        }
+        buffered.extend_from_slice(&data);
+    }
+    let body: Bytes = buffered.freeze();
     let mut builder = client
         .request(parts.method, parts.uri.to_string())
         .body(body);
@@ -183,8 +336,10 @@ async fn forward(
     let timeout = options
         .and_then(|o| o.first_byte_timeout.or(o.connect_timeout))
         .unwrap_or(Duration::from_secs(60));
-    let response = builder.timeout(timeout).send().await.map_err(classify)?;
-    let mut response = http::Response::from(response);
+    let response = builder.timeout(timeout).send().await.map_err(classify);
+    // The body is sent (or never will be): its bytes go back to the plugin's budget.
+    drop(held);
+    let mut response = http::Response::from(response?);
     // wasi:http has no field for the reason phrase, and some APIs put their error
     // message there: pass it on as a header.
     let reason = response

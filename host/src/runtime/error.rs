@@ -42,19 +42,23 @@ pub enum LoadError {
 /// Why a plugin call failed, apart from errors the plugin itself returned.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("plugin {plugin} exceeded its memory limit of {limit_mib} MiB in `{call}`")]
+    #[error(
+        "plugin {plugin} exceeded its memory limit of {limit_mib} MiB in `{call}` (--plugin-memory-mib)"
+    )]
     MemoryLimit {
         plugin: String,
         call: &'static str,
         limit_mib: u64,
     },
-    #[error("plugin {plugin} exceeded its CPU budget of {limit_ms} ms in `{call}`")]
+    #[error(
+        "plugin {plugin} exceeded its CPU budget of {limit_ms} ms in `{call}` (--plugin-cpu-ms)"
+    )]
     CpuBudget {
         plugin: String,
         call: &'static str,
         limit_ms: u64,
     },
-    #[error("plugin {plugin} did not finish `{call}` within {limit_ms} ms")]
+    #[error("plugin {plugin} did not finish `{call}` within {limit_ms} ms (--plugin-timeout-ms)")]
     Timeout {
         plugin: String,
         call: &'static str,
@@ -67,13 +71,20 @@ pub enum CallError {
         message: String,
     },
     #[error(
-        "plugin {plugin} returned {size} bytes from `{call}`, more than the {limit} bytes allowed"
+        "plugin {plugin} returned more than the {limit} bytes allowed from `{call}` (--plugin-output-kib; {size} bytes counted when it stopped)"
     )]
     OutputTooLarge {
         plugin: String,
         call: &'static str,
         size: usize,
         limit: usize,
+    },
+    /// Any other limit of the call or the plugin, named with its flag.
+    #[error("plugin {plugin} exceeded its limit of {breach} in `{call}`")]
+    Limit {
+        plugin: String,
+        call: &'static str,
+        breach: crate::runtime::limits::Breach,
     },
     #[error("plugin {plugin} trapped in `{call}`: {message}")]
     Trap {
@@ -96,6 +107,7 @@ impl CallError {
             CallError::Timeout { .. } => "timeout",
             CallError::Panic { .. } => "panic",
             CallError::OutputTooLarge { .. } => "output_too_large",
+            CallError::Limit { .. } => "limit",
             CallError::Trap { .. } => "trap",
             CallError::Instantiate { .. } => "instantiate",
             CallError::Credentials { .. } => "credentials",

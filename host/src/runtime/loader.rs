@@ -1,8 +1,18 @@
 //! Turning a plugin file into a checked, compiled component: the file is a component,
 //! its imports are all granted, it speaks a compatible version of our WIT, and its
 //! machine code is cached by content hash and engine compatibility.
+//!
+//! Cached machine code runs unchecked in the host's process, so the cache is trusted
+//! only as far as it proves itself: its directory and key file belong to this user and
+//! no one else may write them, and every entry carries an HMAC (under the cache's own
+//! key) of the plugin's digest, the engine and the code. Anything else is ignored and
+//! compiled again.
 use std::hash::{Hash, Hasher};
+use std::io::Write as _;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use ring::hmac;
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -82,37 +92,35 @@ fn compile_cached(
     digest: &str,
     cache_dir: Option<&Path>,
 ) -> Result<Component, LoadError> {
-    let cached =
-        cache_dir.map(|dir| dir.join(format!("{digest}-{:016x}.cwasm", engine_hash(engine))));
-    if let Some(cached) = &cached
-        && cached.exists()
-    {
-        // Read, not mmap: a file rewritten in place under a mapping would crash us.
-        let loaded = std::fs::read(cached)
-            .map_err(wasmtime::Error::from)
-            .and_then(|bytes| {
-                // SAFETY: the file was written by `precompile_component` of an engine with
-                // the same compatibility hash, into our own cache directory, under its
-                // content hash; wasmtime also checks the header before using it.
-                unsafe { Component::deserialize(engine, &bytes) }
-            });
-        match loaded {
-            Ok(component) => return Ok(component),
-            Err(e) => {
-                tracing::warn!(cache = %cached.display(), error = %e, "ignoring unusable cached plugin")
-            }
-        }
-    }
     let invalid = |e: wasmtime::Error| LoadError::Invalid {
         path: path.into(),
         detail: format!("{e:#}"),
     };
-    let Some(cached) = cached else {
+    let cache = cache_dir.and_then(|dir| match CodeCache::open(dir) {
+        Ok(cache) => Some(cache),
+        Err(why) => {
+            tracing::warn!(cache = %dir.display(), %why, "not using the plugin compile cache");
+            None
+        }
+    });
+    let Some(cache) = cache else {
         return Component::new(engine, bytes).map_err(invalid);
     };
+    let entry = cache.entry(digest, engine_hash(engine));
+    if let Some(code) = cache.read(&entry) {
+        // SAFETY: `code` carries a valid HMAC under this cache's key, which only this
+        // user can read: this host's `precompile_component` wrote it for exactly this
+        // plugin digest and engine. wasmtime also checks the header before using it.
+        match unsafe { Component::deserialize(engine, &code) } {
+            Ok(component) => return Ok(component),
+            Err(e) => {
+                tracing::warn!(cache = %entry.path.display(), error = %e, "ignoring unusable cached plugin")
+            }
+        }
+    }
     let compiled = engine.precompile_component(bytes).map_err(invalid)?;
-    if let Err(e) = write_atomically(&cached, &compiled) {
-        tracing::warn!(cache = %cached.display(), error = %e, "cannot cache compiled plugin");
+    if let Err(e) = cache.write(&entry, &compiled) {
+        tracing::warn!(cache = %entry.path.display(), error = %e, "cannot cache compiled plugin");
     }
     // SAFETY: `compiled` was produced just now by this engine.
     unsafe { Component::deserialize(engine, &compiled) }.map_err(invalid)
@@ -124,13 +132,137 @@ fn engine_hash(engine: &Engine) -> u64 {
     hasher.finish()
 }
 
-fn write_atomically(path: &PathBuf, data: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+/// The on-disk cache of compiled plugins, with the key that authenticates its entries.
+struct CodeCache {
+    dir: PathBuf,
+    key: hmac::Key,
+}
+
+/// One cached plugin: where it is and what its HMAC binds it to.
+struct Entry {
+    path: PathBuf,
+    binding: Vec<u8>,
+}
+
+/// File of the cache's HMAC key, in the cache directory.
+const KEY_FILE: &str = ".hmac-key";
+/// What an entry's HMAC covers before the code: the format, the digest, the engine.
+const ENTRY_DOMAIN: &str = "hyperplug compiled plugin v1";
+
+impl CodeCache {
+    /// The cache in `dir`, created if missing, if only this user can write it.
+    fn open(dir: &Path) -> Result<CodeCache, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+        private(dir, 0o022)?;
+        let key_path = dir.join(KEY_FILE);
+        let key = match std::fs::read(&key_path) {
+            Ok(key) => {
+                private(&key_path, 0o077)?;
+                key
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key: [u8; 32] = rand::random();
+                let created = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&key_path)
+                    .and_then(|mut f| f.write_all(&key));
+                match created {
+                    Ok(()) => key.to_vec(),
+                    // Another process created it first: use theirs.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        private(&key_path, 0o077)?;
+                        std::fs::read(&key_path).map_err(|e| format!("{KEY_FILE}: {e}"))?
+                    }
+                    Err(e) => return Err(format!("cannot create {KEY_FILE}: {e}")),
+                }
+            }
+            Err(e) => return Err(format!("{KEY_FILE}: {e}")),
+        };
+        if key.len() < 32 {
+            return Err(format!("{KEY_FILE} is shorter than 32 bytes"));
+        }
+        Ok(CodeCache {
+            dir: dir.to_path_buf(),
+            key: hmac::Key::new(hmac::HMAC_SHA256, &key),
+        })
     }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, data)?;
-    std::fs::rename(tmp, path)
+
+    fn entry(&self, digest: &str, engine: u64) -> Entry {
+        Entry {
+            path: self.dir.join(format!("{digest}-{engine:016x}.cwasm")),
+            binding: format!("{ENTRY_DOMAIN}\n{digest}\n{engine:016x}\n").into_bytes(),
+        }
+    }
+
+    fn tag(&self, entry: &Entry, code: &[u8]) -> hmac::Tag {
+        let mut ctx = hmac::Context::with_key(&self.key);
+        ctx.update(&entry.binding);
+        ctx.update(code);
+        ctx.sign()
+    }
+
+    /// The cached code of `entry`, if it is there and authentic.
+    fn read(&self, entry: &Entry) -> Option<Vec<u8>> {
+        // Read, not mmap: a file rewritten in place under a mapping would crash us.
+        let bytes = std::fs::read(&entry.path).ok()?;
+        let tag_len = hmac::HMAC_SHA256.digest_algorithm().output_len();
+        if bytes.len() < tag_len {
+            tracing::warn!(cache = %entry.path.display(), "ignoring a cached plugin without its HMAC");
+            return None;
+        }
+        let (tag, code) = bytes.split_at(tag_len);
+        let mut signed = Vec::with_capacity(entry.binding.len() + code.len());
+        signed.extend_from_slice(&entry.binding);
+        signed.extend_from_slice(code);
+        // `verify` compares in constant time.
+        if hmac::verify(&self.key, &signed, tag).is_err() {
+            tracing::warn!(cache = %entry.path.display(), "ignoring a cached plugin whose HMAC does not verify (not written by this host for this plugin)");
+            return None;
+        }
+        Some(code.to_vec())
+    }
+
+    fn write(&self, entry: &Entry, code: &[u8]) -> std::io::Result<()> {
+        let tag = self.tag(entry, code);
+        let tmp = entry
+            .path
+            .with_extension(format!("tmp{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(tag.as_ref())?;
+        file.write_all(code)?;
+        drop(file);
+        std::fs::rename(tmp, &entry.path)
+    }
+}
+
+/// `path` belongs to this user and no one in `forbidden` (mode bits) may write it.
+fn private(path: &Path, forbidden: u32) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!(
+            "{} belongs to uid {}, not to this user ({me})",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    let mode = meta.permissions().mode();
+    if mode & forbidden != 0 {
+        return Err(format!(
+            "{} has mode {:o}; others could change it",
+            path.display(),
+            mode & 0o777
+        ));
+    }
+    Ok(())
 }
 
 /// `name@1.2.3` → (`name`, `1.2.3`).

@@ -8,8 +8,11 @@ pub mod blobs;
 pub mod claims;
 mod egress;
 pub mod error;
+mod failure;
 pub mod limits;
 mod loader;
+mod memory;
+mod meter;
 pub mod overhead;
 mod state;
 pub mod tls;
@@ -18,21 +21,24 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
 use wasmtime::component::Linker;
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, UpdateDeadline,
 };
 
 pub use bindings::types::{Credentials, NamedCredentials, ObjectRef, PluginError};
-pub use blobs::BlobStore;
+pub use blobs::{BlobLimits, BlobStore};
 pub use claims::{ClaimStore, MemoryClaims};
 pub use error::{CallError, LoadError};
-pub use limits::Limits;
+pub use limits::{Breach, Limits};
 pub use loader::{WIT_PACKAGE, WIT_VERSION};
 
 use bindings::{Plugin as Bindings, PluginPre};
 pub use egress::HttpObserver;
 use egress::{ClientCache, Egress, Origin};
+use memory::PluginBudget;
+use meter::{CallMeter, Metered, Stop};
 use state::{CallLog, CallState, Services};
 use tls::TlsPolicy;
 
@@ -176,6 +182,11 @@ impl Runtime {
             digest,
             name: Arc::from("(loading)"),
             info: None,
+            in_flight: Arc::new(Semaphore::new(
+                inner.limits.http_in_flight_per_plugin.max(1) as usize,
+            )),
+            memory: PluginBudget::new(inner.limits.memory_per_plugin_bytes()),
+            request_bodies: PluginBudget::new(inner.limits.request_body_per_plugin_bytes()),
         };
         let info = plugin
             .identity()
@@ -219,6 +230,15 @@ fn validate_info(info: &bindings::identity::PluginInfo) -> Result<(), String> {
     if info.kinds.is_empty() {
         return Err("plugin declares no kinds".into());
     }
+    for (i, kind) in info.kinds.iter().enumerate() {
+        let plural = crate::crds::plural(&kind.kind);
+        if info.kinds[..i]
+            .iter()
+            .any(|k| crate::crds::plural(&k.kind) == plural)
+        {
+            return Err(format!("plugin declares kind {} twice", kind.kind));
+        }
+    }
     for kind in &info.kinds {
         let schema: serde_json::Value = serde_json::from_str(&kind.spec_schema)
             .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
@@ -241,6 +261,22 @@ pub struct Plugin {
     digest: String,
     name: Arc<str>,
     info: Option<Arc<bindings::identity::PluginInfo>>,
+    /// HTTP requests all calls of this plugin may have in flight.
+    in_flight: Arc<Semaphore>,
+    /// Linear memory all calls of this plugin hold.
+    memory: Arc<PluginBudget>,
+    /// Request body bytes buffered for all calls of this plugin.
+    request_bodies: Arc<PluginBudget>,
+}
+
+/// Whom a call is about: the object it names (for logs), and whether the blobs and
+/// claims it takes belong to that object (released with it) or cannot be taken.
+enum Subject<'a> {
+    None,
+    /// The object owns what the call publishes or claims.
+    Owner(&'a ObjectRef),
+    /// Named in logs, but owns nothing: nothing would release what it took.
+    Named(&'a ObjectRef),
 }
 
 impl Plugin {
@@ -270,9 +306,12 @@ impl Plugin {
     }
 
     async fn identity(&self) -> Result<bindings::identity::PluginInfo, CallError> {
-        self.invoke("identity.info", &[], None, async |store, plugin| {
-            plugin.hyperplug_provider_identity().call_info(store).await
-        })
+        self.invoke(
+            "identity.info",
+            &[],
+            Subject::None,
+            async |store, plugin| plugin.hyperplug_provider_identity().call_info(store).await,
+        )
         .await
     }
 
@@ -283,7 +322,7 @@ impl Plugin {
         self.invoke(
             "cluster.reconcile",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.cluster),
+            Subject::Owner(&req.cluster),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_cluster()
@@ -301,7 +340,7 @@ impl Plugin {
         self.invoke(
             "cluster.delete",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.cluster),
+            Subject::Owner(&req.cluster),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_cluster()
@@ -319,7 +358,7 @@ impl Plugin {
         self.invoke(
             "machine.create",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.machine),
+            Subject::Owner(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -337,7 +376,7 @@ impl Plugin {
         self.invoke(
             "machine.describe",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.machine),
+            Subject::Owner(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -355,7 +394,7 @@ impl Plugin {
         self.invoke(
             "machine.delete",
             &credential_list(&req.credentials, &req.more_credentials),
-            Some(&req.machine),
+            Subject::Owner(&req.machine),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -373,7 +412,7 @@ impl Plugin {
         self.invoke(
             "machine.describe-template",
             &req.credentials.iter().collect::<Vec<_>>(),
-            Some(&req.template),
+            Subject::Named(&req.template),
             async |store, plugin| {
                 plugin
                     .hyperplug_provider_machine()
@@ -389,46 +428,69 @@ impl Plugin {
         &self,
         call: &'static str,
         credentials: &[&Credentials],
-        subject: Option<&ObjectRef>,
+        subject: Subject<'_>,
         f: impl AsyncFnOnce(&mut Store<CallState>, &Bindings) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
         let plugin = self.name.to_string();
-        let egress = self.egress_for(credentials)?;
+        let meter = CallMeter::new(limits.cpu());
+        let egress = self.egress_for(credentials, &meter)?;
         let denied = egress.denied.clone();
+        let (named, owner) = match subject {
+            Subject::None => (None, None),
+            Subject::Owner(o) => (Some(o), Some(o)),
+            Subject::Named(o) => (Some(o), None),
+        };
         let log = CallLog {
             plugin: self.name.clone(),
             call,
-            object: subject.map(object_name).unwrap_or_default(),
+            object: named.map(object_name).unwrap_or_default(),
             remaining: limits.log_lines,
+            bytes_left: limits.log_bytes(),
+            bytes_limit: limits.log_bytes(),
             lines: None,
         };
+        let blobs = self.runtime.blobs();
+        // Every transfer out of the sandbox (an import's arguments, the result) is
+        // copied within this budget, so aliased strings cannot make the host allocate
+        // more than the plugin could legitimately send.
+        let transfer = limits.output_bytes().max(blobs.max_blob_bytes()) + TRANSFER_SLACK;
         let services = Services {
             plugin: self.name.clone(),
-            subject: subject.cloned(),
-            blobs: self.runtime.blobs(),
+            subject: owner.cloned(),
+            blobs,
             claims: self.runtime.claims(),
+            claims_per_object: limits.claims_per_object,
+            claim_calls_left: limits.claim_calls,
+            claim_calls: limits.claim_calls,
         };
-        let mut store = Store::new(&inner.engine, CallState::new(limits, egress, log, services));
-        store.limiter(|state| &mut state.limits);
-        let budget = limits.cpu_ticks();
+        let state = CallState::new(
+            limits,
+            egress,
+            log,
+            services,
+            meter.clone(),
+            self.memory.clone(),
+        );
+        let mut store = Store::new(&inner.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.set_hostcall_fuel(transfer);
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |mut ctx| {
-            let state = ctx.data_mut();
-            state.cpu_ticks += 1;
-            if state.cpu_ticks > budget {
-                return Err(wasmtime::Error::new(CpuBudgetSpent));
+        store.epoch_deadline_callback(move |ctx| {
+            match ctx.data().meter.check(true) {
+                Some(Stop::Cpu) => Err(wasmtime::Error::new(failure::CpuBudgetSpent)),
+                Some(Stop::Breach(b)) => Err(wasmtime::Error::new(b)),
+                // Give the tokio worker back every tick: a busy plugin never starves others.
+                None => Ok(UpdateDeadline::Yield(1)),
             }
-            // Give the tokio worker back every tick: a busy plugin never starves others.
-            Ok(UpdateDeadline::Yield(1))
         });
 
         let run = async {
             let bindings = self.pre.instantiate_async(&mut store).await?;
             f(&mut store, &bindings).await
         };
-        let outcome = tokio::time::timeout(limits.timeout(), run).await;
+        let outcome = tokio::time::timeout(limits.timeout(), Metered::call(run, meter)).await;
         let result = match outcome {
             Err(_) => {
                 return Err(CallError::Timeout {
@@ -437,13 +499,26 @@ impl Plugin {
                     limit_ms: limits.timeout_ms,
                 });
             }
-            Ok(Err(e)) => return Err(self.classify_failure(call, e, &store)),
-            Ok(Ok(r)) => r,
+            Ok(Err(Stop::Cpu)) => {
+                return Err(CallError::CpuBudget {
+                    plugin,
+                    call,
+                    limit_ms: limits.cpu_ms,
+                });
+            }
+            Ok(Err(Stop::Breach(breach))) => {
+                return Err(CallError::Limit {
+                    plugin,
+                    call,
+                    breach,
+                });
+            }
+            Ok(Ok(Err(e))) => {
+                return Err(failure::classify(&self.name, limits, call, e, &store));
+            }
+            Ok(Ok(Ok(r))) => r,
         };
-        let size = serde_json::to_vec(&result)
-            .map(|v| v.len())
-            .unwrap_or(usize::MAX);
-        if size > limits.output_bytes() {
+        if let Err(size) = failure::json_size_within(&result, limits.output_bytes()) {
             return Err(CallError::OutputTooLarge {
                 plugin,
                 call,
@@ -458,8 +533,13 @@ impl Plugin {
         Ok(result)
     }
 
-    fn egress_for(&self, credentials: &[&Credentials]) -> Result<Egress, CallError> {
+    fn egress_for(
+        &self,
+        credentials: &[&Credentials],
+        meter: &Arc<CallMeter>,
+    ) -> Result<Egress, CallError> {
         let inner = &self.runtime.inner;
+        let limits = &inner.limits;
         let mut allowed = Vec::with_capacity(credentials.len());
         for c in credentials {
             let origin = Origin::parse(&c.endpoint).map_err(|message| CallError::Credentials {
@@ -476,75 +556,27 @@ impl Plugin {
         Ok(Egress {
             allowed,
             clients: inner.clients.clone(),
-            max_body: inner.limits.http_body_bytes(),
+            max_body: limits.http_body_bytes(),
+            request_bodies: egress::RequestBodies::new(
+                limits.request_body_bytes(),
+                self.request_bodies.clone(),
+            ),
+            in_flight: Arc::new(Semaphore::new(limits.http_in_flight as usize)),
+            in_flight_limit: limits.http_in_flight,
+            plugin_in_flight: self.in_flight.clone(),
+            denials_left: limits.egress_denials,
+            denials_limit: limits.egress_denials,
             denied: Arc::new(Mutex::new(Vec::new())),
             observer: inner.observer.get().cloned(),
             plugin: self.name.clone(),
+            meter: meter.clone(),
         })
     }
-
-    /// Turn a trap or host failure into the specific error a person can act on.
-    fn classify_failure(
-        &self,
-        call: &'static str,
-        err: wasmtime::Error,
-        store: &Store<CallState>,
-    ) -> CallError {
-        let plugin = self.name.to_string();
-        let limits = &self.runtime.inner.limits;
-        let chain = format!("{err:#}");
-        if err.downcast_ref::<CpuBudgetSpent>().is_some() || chain.contains(CPU_BUDGET_SPENT) {
-            return CallError::CpuBudget {
-                plugin,
-                call,
-                limit_ms: limits.cpu_ms,
-            };
-        }
-        if chain.contains("forcing trap when growing memory")
-            || chain.contains("forcing a memory growth failure")
-        {
-            return CallError::MemoryLimit {
-                plugin,
-                call,
-                limit_mib: limits.memory_mib,
-            };
-        }
-        let stderr = String::from_utf8_lossy(&store.data().stderr.contents()).to_string();
-        if let Some(at) = stderr.find("panicked at") {
-            let message = stderr[at..].lines().take(2).collect::<Vec<_>>().join(": ");
-            return CallError::Panic {
-                plugin,
-                call,
-                message,
-            };
-        }
-        if chain.contains("instantiat") {
-            return CallError::Instantiate {
-                plugin,
-                message: chain,
-            };
-        }
-        let message = chain.lines().next().unwrap_or("unknown trap").to_string();
-        CallError::Trap {
-            plugin,
-            call,
-            message,
-        }
-    }
 }
 
-const CPU_BUDGET_SPENT: &str = "plugin CPU budget spent";
-
-#[derive(Debug)]
-struct CpuBudgetSpent;
-
-impl std::fmt::Display for CpuBudgetSpent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(CPU_BUDGET_SPENT)
-    }
-}
-
-impl std::error::Error for CpuBudgetSpent {}
+/// Room in a transfer for what comes with the largest blob or result (a blob's name,
+/// a result's other fields).
+const TRANSFER_SLACK: usize = 64 << 10;
 
 /// Every credentials of a call: the primary ones first.
 fn credential_list<'a>(

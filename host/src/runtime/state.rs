@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -13,7 +12,9 @@ use super::bindings::hyperplug::provider::{blobs, claims, log};
 use super::blobs::BlobStore;
 use super::claims::ClaimStore;
 use super::egress::Egress;
-use super::limits::Limits;
+use super::limits::{Breach, Limits, size};
+use super::memory::{CallLimiter, PluginBudget};
+use super::meter::CallMeter;
 
 /// Kept from the guest's stderr: enough for a panic message, no more.
 const STDERR_CAPTURE: usize = 16 * 1024;
@@ -22,10 +23,10 @@ pub struct CallState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     table: ResourceTable,
-    pub(super) limits: StoreLimits,
+    pub(super) limiter: CallLimiter,
     pub(super) egress: Egress,
     pub(super) stderr: MemoryOutputPipe,
-    pub(super) cpu_ticks: u64,
+    pub(super) meter: Arc<CallMeter>,
     pub(super) log: CallLog,
     services: Services,
 }
@@ -34,10 +35,16 @@ pub struct CallState {
 /// the call's object.
 pub struct Services {
     pub plugin: Arc<str>,
-    /// The object the call is about; calls about none (identity) get no blobs or claims.
+    /// The object whose blobs and claims the call works with; none for calls that
+    /// must not take any (identity, templates: nothing would ever release them).
     pub subject: Option<ObjectRef>,
     pub blobs: Arc<BlobStore>,
     pub claims: Arc<dyn ClaimStore>,
+    /// Claims one object may hold.
+    pub claims_per_object: u32,
+    /// `claims` calls this call may still make.
+    pub claim_calls_left: u32,
+    pub claim_calls: u32,
 }
 
 impl Services {
@@ -46,22 +53,44 @@ impl Services {
             .as_ref()
             .filter(|s| !s.uid.is_empty())
             .ok_or_else(|| {
-                "this call is about no object: nothing can be published or claimed".into()
+                "this call is about no object that could own them: nothing can be published or claimed".into()
             })
+    }
+
+    /// Count one call of the `claims` import; past the limit the call fails.
+    fn claim_call(&mut self) -> wasmtime::Result<()> {
+        if self.claim_calls_left == 0 {
+            return Err(wasmtime::Error::new(Breach::new(
+                format!("{} claims calls per call", self.claim_calls),
+                "--plugin-claim-calls",
+            )));
+        }
+        self.claim_calls_left -= 1;
+        Ok(())
     }
 }
 
-/// Where a plugin's log lines go, and how many it may still write.
+/// Where a plugin's log lines go, and how much it may still write.
 pub struct CallLog {
     pub plugin: Arc<str>,
     pub call: &'static str,
     pub object: String,
     pub remaining: u32,
+    /// Log bytes this call may still write, and its limit.
+    pub bytes_left: usize,
+    pub bytes_limit: usize,
     pub lines: Option<Arc<Mutex<Vec<String>>>>,
 }
 
 impl CallState {
-    pub fn new(limits: &Limits, egress: Egress, log: CallLog, services: Services) -> Self {
+    pub fn new(
+        limits: &Limits,
+        egress: Egress,
+        log: CallLog,
+        services: Services,
+        meter: Arc<CallMeter>,
+        plugin_memory: Arc<PluginBudget>,
+    ) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         // Nothing is granted: no preopened directories, no environment variables, no
         // arguments, and no socket address passes the check. Only stderr is captured,
@@ -73,21 +102,14 @@ impl CallState {
             .allow_udp(false)
             .socket_addr_check(|_, _| Box::pin(async { false }))
             .build();
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(limits.memory_bytes())
-            .instances(16)
-            .tables(16)
-            .memories(4)
-            .trap_on_grow_failure(true)
-            .build();
         CallState {
             wasi,
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            limits,
+            limiter: CallLimiter::new(limits.memory_bytes(), plugin_memory),
             egress,
             stderr,
-            cpu_ticks: 0,
+            meter,
             log,
             services,
         }
@@ -115,6 +137,28 @@ impl WasiHttpView for CallState {
 
 /// Longest log message kept; the rest is cut so a plugin cannot flood the logs.
 const MAX_LOG_MESSAGE: usize = 4096;
+/// Fields kept per line, and the longest key and value kept.
+const MAX_LOG_FIELDS: usize = 16;
+const MAX_LOG_KEY: usize = 64;
+const MAX_LOG_VALUE: usize = 1024;
+
+/// `text` cut to `max` bytes, with control characters escaped: a plugin's line stays
+/// one line (no forged lines after a newline, no terminal escapes).
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max) + 3);
+    for c in text.chars() {
+        if out.len() >= max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 impl log::Host for CallState {
     fn log(
@@ -128,20 +172,27 @@ impl log::Host for CallState {
             return Ok(());
         }
         log.remaining -= 1;
-        let mut message = message;
-        if message.len() > MAX_LOG_MESSAGE {
-            let mut cut = MAX_LOG_MESSAGE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-            message.push('…');
-        }
+        let message = one_line(&message, MAX_LOG_MESSAGE);
         let fields: String = fields
             .iter()
-            .take(16)
-            .map(|(k, v)| format!(" {k}={v}"))
+            .take(MAX_LOG_FIELDS)
+            .map(|(k, v)| {
+                format!(
+                    " {}={}",
+                    one_line(k, MAX_LOG_KEY),
+                    one_line(v, MAX_LOG_VALUE)
+                )
+            })
             .collect();
+        let bytes = message.len() + fields.len();
+        if bytes > log.bytes_left {
+            log.remaining = 0;
+            return Err(wasmtime::Error::new(Breach::new(
+                format!("{} of log per call", size(log.bytes_limit)),
+                "--plugin-log-kib",
+            )));
+        }
+        log.bytes_left -= bytes;
         if let Some(lines) = &log.lines {
             lines
                 .lock()
@@ -197,15 +248,28 @@ fn check_key(key: &str) -> Result<(), String> {
 
 impl claims::Host for CallState {
     async fn acquire(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, String>> {
+        self.services.claim_call()?;
         let s = &self.services;
-        let result = match (s.subject(), check_key(&key)) {
-            (Ok(subject), Ok(())) => s.claims.acquire(&s.plugin, &key, subject).await,
-            (Err(e), _) | (_, Err(e)) => Err(e),
+        let subject = match (s.subject(), check_key(&key)) {
+            (Ok(subject), Ok(())) => subject,
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
         };
-        Ok(result)
+        // One object holds a bounded number of claims (each is an object in the API).
+        let held = match s.claims.held(&s.plugin, &subject.uid).await {
+            Ok(held) => held,
+            Err(e) => return Ok(Err(e)),
+        };
+        if !held.contains(&key) && held.len() >= s.claims_per_object as usize {
+            return Ok(Err(format!(
+                "this object already holds {} claims, the most the host allows (--plugin-claims-per-object)",
+                held.len()
+            )));
+        }
+        Ok(s.claims.acquire(&s.plugin, &key, subject).await)
     }
 
     async fn holder(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, String>> {
+        self.services.claim_call()?;
         let s = &self.services;
         Ok(match check_key(&key) {
             Ok(()) => s.claims.holder(&s.plugin, &key).await,
@@ -214,6 +278,7 @@ impl claims::Host for CallState {
     }
 
     async fn held(&mut self) -> wasmtime::Result<Result<Vec<String>, String>> {
+        self.services.claim_call()?;
         let s = &self.services;
         Ok(match s.subject() {
             Ok(subject) => s.claims.held(&s.plugin, &subject.uid).await,
@@ -222,6 +287,7 @@ impl claims::Host for CallState {
     }
 
     async fn release(&mut self, key: String) -> wasmtime::Result<Result<(), String>> {
+        self.services.claim_call()?;
         let s = &self.services;
         Ok(match (s.subject(), check_key(&key)) {
             (Ok(subject), Ok(())) => s.claims.release(&s.plugin, &key, &subject.uid).await,

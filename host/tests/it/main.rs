@@ -15,4 +15,5 @@ mod plugin_loading;
 mod proxmox_machine;
 mod proxmox_via_runtime;
 mod redfish_machine;
+mod security;
 mod two_plugins;

@@ -3,19 +3,27 @@
 //! offline repository. Without a kubelet the installed Deployments never run, so the
 //! same managers run as processes beside the API server (webhooks on loopback), and so
 //! does hyperplug with the bundled plugin and the default credentials Secret that
-//! `clusterctl init` created from `PROXMOX_URL`, `PROXMOX_TOKEN`, `PROXMOX_SECRET`.
+//! `clusterctl init` created from `PROXMOX_URL`, `PROXMOX_TOKEN`, `PROXMOX_SECRET`, and
+//! its ownership key where the Deployment keeps it (`hyperplug-system`).
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use kube_world::process::Proc;
 use kube_world::{Plane, PlaneOpts, free_port};
 use packaging::Clusterctl;
 
 use crate::progress::say;
 use crate::repo::Repo;
+
+/// Where the manager keeps its ownership key, as the release's Deployment does.
+const KEY_NAMESPACE: &str = "hyperplug-system";
+const KEY_SECRET: &str = "hyperplug-ownership-key";
 
 /// Where the Proxmox VE API is (pve-sim) and the token clusterctl hands the provider.
 #[derive(Debug, Clone)]
@@ -100,6 +108,9 @@ impl Management {
             .arg("--plugin")
             .arg(plugin)
             .arg("--default-credentials-secret=hyperplug-system/hyperplug-proxmox-credentials")
+            .arg(format!(
+                "--ownership-key-secret={KEY_NAMESPACE}/{KEY_SECRET}"
+            ))
             .arg(format!("--metrics-addr={}", self.metrics))
             .arg(format!("--health-addr={health}"))
             .env("KUBECONFIG", self.plane.kubeconfig_path());
@@ -119,6 +130,44 @@ impl Management {
                 },
             )
             .await
+    }
+
+    /// Let this manager verify ownership ids `source`'s manager signed, as before a
+    /// `clusterctl move` from it: its key goes into this manager's key Secret as an
+    /// `accept.<name>` entry (docs/security.md). Waits for this manager to have made its
+    /// own key first.
+    pub async fn accept_ownership_key_of(&self, source: &Management) -> Result<()> {
+        let secrets =
+            |m: &Management| -> Api<Secret> { Api::namespaced(m.plane.client(), KEY_NAMESPACE) };
+        let mine = secrets(self);
+        self.plane
+            .wait_for(
+                "this manager's ownership key",
+                Duration::from_secs(60),
+                || {
+                    let mine = mine.clone();
+                    async move { Ok(mine.get_opt(KEY_SECRET).await?.is_some()) }
+                },
+            )
+            .await?;
+        let theirs = secrets(source).get(KEY_SECRET).await?;
+        let key = theirs
+            .data
+            .as_ref()
+            .and_then(|d| d.get("key"))
+            .context("the source's ownership key Secret has no `key`")?;
+        let name = format!("accept.{}", source.name);
+        say(format!(
+            "{}: accepting ownership ids signed by {} ({KEY_NAMESPACE}/{KEY_SECRET} `{name}`)",
+            self.name, source.name
+        ));
+        mine.patch(
+            KEY_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {name: key}})),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Runs clusterctl against this management cluster with the offline repository.

@@ -1,14 +1,20 @@
 //! A test plugin that misbehaves on request. `machine.create` reads the attack from
-//! the spec (`{"attack": "...", ...}`); every other call behaves. The host's tests use
-//! it to show each misbehaviour is contained with a specific error while the same host
-//! keeps serving other calls.
+//! the spec (`{"attack": "...", ...}`), and so do `cluster.reconcile` and
+//! `machine.describe-template` for the attacks that make sense there; every other call
+//! behaves. The host's tests use it to show each misbehaviour is contained with a
+//! specific error while the same host keeps serving other calls.
+//!
+//! Built with the `impostor` feature it claims another plugin's kinds (the Proxmox
+//! ones) under its own name, to show the host refuses to load both.
+mod attacks;
+
 use guest_kit::types::{PluginError, Progress, TransientError};
-use guest_kit::{cluster, identity, machine};
+use guest_kit::{blobs, claims, cluster, identity, machine};
 
 struct Hostile;
 guest_kit::export!(Hostile);
 
-fn status(message: String) -> machine::MachineStatus {
+pub(crate) fn status(message: String) -> machine::MachineStatus {
     machine::MachineStatus {
         progress: Progress {
             state: String::new(),
@@ -27,27 +33,63 @@ fn status(message: String) -> machine::MachineStatus {
     }
 }
 
-fn failed(message: String) -> PluginError {
+pub(crate) fn failed(message: String) -> PluginError {
     PluginError::Transient(TransientError {
         message,
         retry_after_ms: None,
     })
 }
 
+/// The spec's string field `k` (empty when absent).
+pub(crate) struct Spec(serde_json::Value);
+
+impl Spec {
+    fn parse(json: &str) -> Spec {
+        Spec(serde_json::from_str(json).unwrap_or_default())
+    }
+    pub(crate) fn str(&self, k: &str) -> String {
+        self.0
+            .get(k)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+    pub(crate) fn num(&self, k: &str, default: u64) -> u64 {
+        self.0.get(k).and_then(|v| v.as_u64()).unwrap_or(default)
+    }
+}
+
+fn kind(name: &str, role: identity::KindRole) -> identity::KindInfo {
+    identity::KindInfo {
+        kind: name.into(),
+        role,
+        spec_schema: r#"{"type":"object","x-kubernetes-preserve-unknown-fields":true}"#.into(),
+        columns: vec![],
+    }
+}
+
 impl identity::Guest for Hostile {
     fn info() -> identity::PluginInfo {
+        let (name, prefix) = if cfg!(feature = "impostor") {
+            ("impostor", "Proxmox")
+        } else {
+            ("hostile", "Hostile")
+        };
         identity::PluginInfo {
-            name: "hostile".into(),
+            name: name.into(),
             version: "0.0.1".into(),
             group: "infrastructure.cluster.x-k8s.io".into(),
             api_version: "v1alpha1".into(),
-            kinds: vec![identity::KindInfo {
-                kind: "HostileMachine".into(),
-                role: identity::KindRole::InfraMachine,
-                spec_schema: r#"{"type":"object","x-kubernetes-preserve-unknown-fields":true}"#
-                    .into(),
-                columns: vec![],
-            }],
+            kinds: vec![
+                kind(
+                    &format!("{prefix}Cluster"),
+                    identity::KindRole::InfraCluster,
+                ),
+                kind(
+                    &format!("{prefix}Machine"),
+                    identity::KindRole::InfraMachine,
+                ),
+            ],
             capabilities: vec![],
         }
     }
@@ -55,90 +97,71 @@ impl identity::Guest for Hostile {
 
 impl machine::Guest for Hostile {
     fn create(req: machine::MachineRequest) -> Result<machine::MachineStatus, PluginError> {
-        let spec: serde_json::Value = serde_json::from_str(&req.spec).unwrap_or_default();
-        let arg = |k: &str| {
-            spec.get(k)
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string()
-        };
-        match arg("attack").as_str() {
-            "noop" => Ok(status("ok".into())),
-            "read-file" => match std::fs::read(arg("path")) {
-                Ok(bytes) => Ok(status(format!("read {} bytes", bytes.len()))),
-                Err(e) => Err(failed(format!("read-file failed: {e}"))),
-            },
-            "read-env" => {
-                let vars: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
-                Ok(status(format!(
-                    "saw {} environment variables: {}",
-                    vars.len(),
-                    vars.join(",")
-                )))
-            }
-            "connect" => {
-                let req =
-                    wasip2::http::types::OutgoingRequest::new(wasip2::http::types::Fields::new());
-                let _ = req.set_scheme(Some(&wasip2::http::types::Scheme::Http));
-                let _ = req.set_authority(Some(&arg("authority")));
-                let _ = req.set_path_with_query(Some("/"));
-                match wasip2::http::outgoing_handler::handle(req, None) {
-                    Err(code) => Err(failed(format!("connect failed: {code:?}"))),
-                    Ok(pending) => {
-                        pending.subscribe().block();
-                        match pending.get() {
-                            Some(Ok(Ok(resp))) => {
-                                Ok(status(format!("connected: HTTP {}", resp.status())))
-                            }
-                            Some(Ok(Err(code))) => Err(failed(format!("connect failed: {code:?}"))),
-                            other => Err(failed(format!("connect failed: {other:?}"))),
-                        }
-                    }
-                }
-            }
-            "grow-memory" => {
-                let mut hoard: Vec<Vec<u8>> = Vec::new();
-                loop {
-                    hoard.push(vec![1u8; 16 << 20]);
-                    if hoard.len() > 1024 {
-                        return Ok(status("memory was never capped".into()));
-                    }
-                }
-            }
-            "loop" => {
-                let mut n: u64 = 0;
-                loop {
-                    n = std::hint::black_box(n.wrapping_add(1));
-                }
-            }
-            "big-string" => Ok(status("x".repeat(8 << 20))),
-            "panic" => panic!("hostile plugin panics on purpose"),
-            other => Err(failed(format!("unknown attack `{other}`"))),
-        }
+        attacks::run(&Spec::parse(&req.spec))
     }
 
+    /// Reports the claims the object holds, so a test can see whose claims a call
+    /// works with.
     fn describe(_req: machine::MachineRequest) -> Result<machine::MachineStatus, PluginError> {
-        Ok(status("fine".into()))
+        let mut s = status("fine".into());
+        let held = claims::held().unwrap_or_default();
+        s.details = vec![("claims".into(), held.join(","))];
+        Ok(s)
     }
 
+    /// Gives up everything the object holds, as an honest plugin's delete would.
     fn delete(_req: machine::MachineRequest) -> Result<Option<Progress>, PluginError> {
+        for key in claims::held().unwrap_or_default() {
+            let _ = claims::release(&key);
+        }
+        blobs::withdraw(attacks::SEED);
         Ok(None)
     }
 
+    /// Tries to take a claim and publish a blob for the template: nothing would ever
+    /// release them, so the host must refuse. The capacity reports what happened.
     fn describe_template(
-        _req: machine::TemplateRequest,
+        req: machine::TemplateRequest,
     ) -> Result<machine::TemplateStatus, PluginError> {
+        let spec = Spec::parse(&req.spec);
+        let mut capacity = vec![];
+        if spec.str("attack") == "claim-and-publish" {
+            let (claim, blob) = attacks::claim_and_publish(&spec);
+            capacity.push(("claim".into(), claim));
+            capacity.push(("blob".into(), blob));
+        }
         Ok(machine::TemplateStatus {
-            capacity: vec![],
+            capacity,
             node_info: vec![],
         })
     }
 }
 
 impl cluster::Guest for Hostile {
-    fn reconcile(_req: cluster::ClusterRequest) -> Result<cluster::ClusterStatus, PluginError> {
-        Err(failed("hostile plugin has no clusters".into()))
+    fn reconcile(req: cluster::ClusterRequest) -> Result<cluster::ClusterStatus, PluginError> {
+        let spec = Spec::parse(&req.spec);
+        let mut details = vec![];
+        if spec.str("attack") == "claim-and-publish" {
+            let (claim, blob) = attacks::claim_and_publish(&spec);
+            details.push(("claim".into(), claim));
+            details.push(("blob".into(), blob));
+        }
+        Ok(cluster::ClusterStatus {
+            progress: Progress {
+                state: String::new(),
+                phase: "Ready".into(),
+                message: "hostile cluster".into(),
+                requeue_after_ms: None,
+            },
+            ready: true,
+            control_plane_endpoint: None,
+            failure_domains: vec![],
+            ip_pools: vec![],
+            details,
+        })
     }
+
+    /// Forgets what it took: the host must release it.
     fn delete(_req: cluster::ClusterRequest) -> Result<Option<Progress>, PluginError> {
         Ok(None)
     }

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperplug::runtime::{BlobStore, Credentials, Runtime};
+use hyperplug::runtime::{BlobLimits, BlobStore, Credentials, Runtime};
 use serde_json::Value;
 
 pub struct System {
@@ -197,11 +197,7 @@ pub async fn serve_blobs(runtime: &Runtime) -> Arc<BlobStore> {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let advertise = url::Url::parse(&format!("http://{addr}")).expect("url");
-    let store = Arc::new(BlobStore::new(
-        advertise,
-        Duration::from_secs(600),
-        16 << 20,
-    ));
+    let store = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
     runtime.serve_blobs(store.clone());
     tokio::spawn(hyperplug::blob_server::serve(listener, store.clone()));
     store

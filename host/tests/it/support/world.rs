@@ -108,12 +108,12 @@ impl World {
                 observed.infrastructure_request(p, method, path)
             }));
         let controllers = in_process.then(|| {
-            tokio::spawn(controller::run(
-                plane.client(),
-                vec![plugin],
-                options,
-                metrics.clone(),
-            ))
+            let (client, metrics) = (plane.client(), metrics.clone());
+            tokio::spawn(async move {
+                controller::run(client, vec![plugin], options, metrics)
+                    .await
+                    .expect("controllers")
+            })
         });
         World {
             plane,

@@ -2,7 +2,8 @@
 //! (made by `clusterctl init` too, with its own hyperplug): nothing is created or
 //! destroyed in pve-sim, the moved objects reconcile on the target (new UIDs, no status:
 //! hyperplug rebuilds it from the VMs it can prove it made), and the target can then
-//! delete the cluster, VMs included.
+//! delete the cluster, VMs included. The target's manager accepts the source's ownership
+//! key first: without it, the moved ownership ids prove nothing there.
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -38,6 +39,10 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
     let vms = qs.vms();
 
     let target = Management::start("target", &qs.repo, &qs.pve, &hyperplug, &plugin)
+        .await
+        .unwrap();
+    target
+        .accept_ownership_key_of(&qs.management)
         .await
         .unwrap();
     qs.sim.state().reset_counters();

@@ -114,7 +114,8 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
     for want in [
         "run",
         "--plugin=/plugins/proxmox.wasm",
-        "--default-credentials-secret=$(POD_NAMESPACE)/hyperplug-proxmox-credentials",
+        "--default-credentials-secret=proxmox=$(POD_NAMESPACE)/hyperplug-proxmox-credentials",
+        "--ownership-key-secret=$(POD_NAMESPACE)/hyperplug-ownership-key",
         "--metrics-addr=0.0.0.0:8080",
         "--health-addr=0.0.0.0:8081",
         "--leader-elect",
@@ -283,10 +284,12 @@ async fn the_manager_role_grants_what_the_controllers_need_and_no_wildcards() {
     }
     let infra = "infrastructure.cluster.x-k8s.io";
     for kind in ["proxmoxclusters", "proxmoxmachines"] {
-        for verb in [
-            "get", "list", "watch", "create", "update", "patch", "delete",
-        ] {
+        for verb in ["get", "list", "watch", "patch"] {
             assert!(grants(infra, kind, verb), "{kind} {verb}");
+        }
+        // The manager never makes, replaces or deletes them.
+        for verb in ["create", "update", "delete"] {
+            assert!(!grants(infra, kind, verb), "{kind} {verb}");
         }
         assert!(grants(infra, &format!("{kind}/status"), "patch"));
         assert!(grants(infra, &format!("{kind}/finalizers"), "update"));
@@ -320,12 +323,15 @@ async fn the_manager_role_grants_what_the_controllers_need_and_no_wildcards() {
             assert!(grants(group, resource, verb), "{group}/{resource} {verb}");
         }
     }
-    // Secrets are read-only; leases only in the provider namespace.
+    // Secrets are read-only cluster-wide; leases and the ownership key only in the
+    // provider namespace.
     assert!(!grants("", "secrets", "create") && !grants("", "secrets", "update"));
     assert!(!grants("coordination.k8s.io", "leases", "get"));
-    let lease_role = the_one(&docs, "Role");
-    assert_eq!(lease_role["metadata"]["namespace"], "hyperplug-system");
-    assert_eq!(lease_role["rules"][0]["resources"][0], "leases");
+    let own = the_one(&docs, "Role");
+    assert_eq!(own["metadata"]["namespace"], "hyperplug-system");
+    assert_eq!(own["rules"][0]["resources"][0], "leases");
+    assert_eq!(own["rules"][1]["resources"][0], "secrets");
+    assert_eq!(own["rules"][1]["verbs"], serde_json::json!(["create"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -31,8 +31,8 @@ async fn the_provider_components_are_accepted_as_is_by_the_api_server() {
         "serviceaccount/hyperplug-manager",
         "clusterrole.rbac.authorization.k8s.io/hyperplug-manager",
         "clusterrolebinding.rbac.authorization.k8s.io/hyperplug-manager",
-        "role.rbac.authorization.k8s.io/hyperplug-leader-election",
-        "rolebinding.rbac.authorization.k8s.io/hyperplug-leader-election",
+        "role.rbac.authorization.k8s.io/hyperplug-manager",
+        "rolebinding.rbac.authorization.k8s.io/hyperplug-manager",
         "secret/hyperplug-proxmox-credentials",
         "deployment.apps/hyperplug-controller-manager",
     ] {

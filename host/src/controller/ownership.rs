@@ -1,0 +1,449 @@
+//! Ownership that a user cannot forge. The ownership id handed to plugins (their
+//! marker on what they create) is kept in the annotation
+//! `infrastructure.hyperplug.dev/ownership-id` so it survives `clusterctl move`, which
+//! gives objects new UIDs. Anyone who may edit an object may edit its annotations, so
+//! the value carries a MAC: `<id>.<mac>`, where `mac` is HMAC-SHA256 under a key only
+//! the manager holds, over the object's group and kind, namespace, name and the id.
+//! A value copied to another object, or edited, does not verify; nothing is adopted,
+//! created, deleted, withdrawn or released for it.
+//!
+//! The key is a Secret in the manager's namespace, created on first start. A manager
+//! verifies with its own key (`key`) and with any `accept.*` keys the Secret holds, so
+//! objects moved from a manager with another key verify once that key is copied in.
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, PostParams};
+use kube::{Api, Client, ResourceExt};
+use ring::hmac;
+
+use kube::runtime::controller::Action;
+
+use super::conditions::{self, Condition, READY};
+use super::context::{Context, finalizer};
+use super::error::Result;
+use super::objects::OWNERSHIP_ID_ANNOTATION;
+use super::{events, patch};
+
+/// How often an object whose ownership does not verify is looked at again (a key may
+/// be copied in, or the annotation fixed, without the object changing).
+const RECHECK: Duration = Duration::from_secs(60);
+
+/// The Secret data key of the key that signs.
+pub const SIGNING_KEY: &str = "key";
+/// Secret data keys starting with this verify only (keys of other managers).
+pub const ACCEPTED_KEY_PREFIX: &str = "accept.";
+/// Condition reason of an object whose ownership id does not verify.
+pub const OWNERSHIP_UNVERIFIED: &str = "OwnershipUnverified";
+/// Shortest key accepted.
+const MIN_KEY_BYTES: usize = 32;
+/// Re-read the key Secret at most this often (when a value does not verify: the
+/// operator may have just copied a key in).
+const REFRESH_EVERY: Duration = Duration::from_secs(5);
+/// The versioned domain of every MAC.
+const DOMAIN: &str = "hyperplug.dev/ownership-id/v1";
+
+/// What the object's ownership id proves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// The plugin may act for `id`. `write` is the annotation value to store, when it
+    /// is absent, unsigned or signed with a key that only verifies.
+    Proven { id: String, write: Option<String> },
+    /// It proves nothing: why, for the condition.
+    Unproven { message: String },
+}
+
+/// The keys, as last read from the Secret.
+struct Keyring {
+    signing: hmac::Key,
+    accepted: Vec<hmac::Key>,
+}
+
+/// The manager's ownership keys, from `namespace/name`.
+pub struct OwnershipKeys {
+    api: Api<Secret>,
+    namespace: String,
+    name: String,
+    ring: RwLock<Arc<Keyring>>,
+    refreshed: tokio::sync::Mutex<Instant>,
+}
+
+impl OwnershipKeys {
+    /// Read the key Secret, creating it with a fresh random key if it is absent. Of
+    /// replicas racing to create it, one create wins and all read the winner's.
+    pub async fn load_or_create(
+        client: Client,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<OwnershipKeys> {
+        let api: Api<Secret> = Api::namespaced(client, namespace);
+        let what = || format!("ownership key Secret {namespace}/{name}");
+        let secret = match api.get_opt(name).await.with_context(what)? {
+            Some(secret) => secret,
+            None => {
+                let key: [u8; 32] = rand::random();
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(name.into()),
+                        labels: Some(
+                            [("app.kubernetes.io/part-of".into(), "hyperplug".into())].into(),
+                        ),
+                        annotations: Some([(
+                            "hyperplug.dev/what".into(),
+                            "The key that makes ownership ids unforgeable. Keep it (and back it up): without it no object's ownership verifies. Copy it to a manager that takes objects over by clusterctl move.".into(),
+                        )].into()),
+                        ..Default::default()
+                    },
+                    data: Some([(SIGNING_KEY.into(), ByteString(key.to_vec()))].into()),
+                    type_: Some("Opaque".into()),
+                    ..Default::default()
+                };
+                match api.create(&PostParams::default(), &secret).await {
+                    Ok(created) => {
+                        tracing::info!(secret = %format!("{namespace}/{name}"), "created the ownership key");
+                        created
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        api.get(name).await.with_context(what)?
+                    }
+                    Err(e) => return Err(e).with_context(what),
+                }
+            }
+        };
+        let ring = keyring(&secret).with_context(what)?;
+        Ok(OwnershipKeys {
+            api,
+            namespace: namespace.into(),
+            name: name.into(),
+            ring: RwLock::new(Arc::new(ring)),
+            refreshed: tokio::sync::Mutex::new(Instant::now()),
+        })
+    }
+
+    /// `namespace/name` of the key Secret.
+    pub fn secret(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    fn ring(&self) -> Arc<Keyring> {
+        self.ring.read().expect("keyring").clone()
+    }
+
+    /// The annotation value proving `id` for this object.
+    pub fn sign(&self, kind: &ApiResource, obj: &DynamicObject, id: &str) -> String {
+        let tag = hmac::sign(&self.ring().signing, &message(kind, obj, id));
+        format!("{id}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+    }
+
+    /// What `obj`'s ownership id proves. Absent, it is minted from the object's own
+    /// UID (assigned by the API server, so unforgeable); unsigned, it is accepted only
+    /// if it is that UID; signed, only if the MAC verifies for this very object.
+    pub async fn verify(&self, kind: &ApiResource, obj: &DynamicObject) -> Ownership {
+        let own_uid = obj.uid().unwrap_or_default();
+        let value = obj
+            .annotations()
+            .get(OWNERSHIP_ID_ANNOTATION)
+            .filter(|v| !v.is_empty());
+        let Some(value) = value else {
+            return Ownership::Proven {
+                write: Some(self.sign(kind, obj, &own_uid)),
+                id: own_uid,
+            };
+        };
+        let Some((id, mac)) = value.split_once('.') else {
+            if *value == own_uid {
+                // Written before ids were signed, by this object itself.
+                return Ownership::Proven {
+                    write: Some(self.sign(kind, obj, &own_uid)),
+                    id: own_uid,
+                };
+            }
+            return Ownership::Unproven {
+                message: self.unproven_message(
+                    kind,
+                    obj,
+                    "is unsigned and is not this object's own UID",
+                ),
+            };
+        };
+        let Ok(mac) = URL_SAFE_NO_PAD.decode(mac) else {
+            return Ownership::Unproven {
+                message: self.unproven_message(kind, obj, "is malformed"),
+            };
+        };
+        let signed = message(kind, obj, id);
+        for attempt in 0..2 {
+            let ring = self.ring();
+            if hmac::verify(&ring.signing, &signed, &mac).is_ok() {
+                return Ownership::Proven {
+                    id: id.into(),
+                    write: None,
+                };
+            }
+            if ring
+                .accepted
+                .iter()
+                .any(|k| hmac::verify(k, &signed, &mac).is_ok())
+            {
+                return Ownership::Proven {
+                    write: Some(self.sign(kind, obj, id)),
+                    id: id.into(),
+                };
+            }
+            if attempt == 0 && !self.refresh().await {
+                break;
+            }
+        }
+        Ownership::Unproven {
+            message: self.unproven_message(
+                kind,
+                obj,
+                "does not verify: it was copied from another object or edited, or it was signed by a manager with another ownership key",
+            ),
+        }
+    }
+
+    /// Re-read the key Secret (at most every few seconds); whether it was read.
+    async fn refresh(&self) -> bool {
+        let mut last = self.refreshed.lock().await;
+        if last.elapsed() < REFRESH_EVERY {
+            return false;
+        }
+        *last = Instant::now();
+        match self.api.get(&self.name).await {
+            Ok(secret) => match keyring(&secret) {
+                Ok(ring) => {
+                    *self.ring.write().expect("keyring") = Arc::new(ring);
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(secret = %self.secret(), error = %e, "ignoring an unusable ownership key Secret");
+                    false
+                }
+            },
+            Err(e) => {
+                tracing::warn!(secret = %self.secret(), error = %e, "cannot re-read the ownership key");
+                false
+            }
+        }
+    }
+
+    fn unproven_message(&self, kind: &ApiResource, obj: &DynamicObject, why: &str) -> String {
+        format!(
+            "the annotation {OWNERSHIP_ID_ANNOTATION} of {} {}/{} {why}. Nothing is created, adopted or deleted for it. \
+             After clusterctl move from a manager with another key: copy the `{SIGNING_KEY}` of that manager's key Secret into this manager's, {}, as an `{ACCEPTED_KEY_PREFIX}<name>` entry. \
+             A copy that should own only what it creates itself: remove the annotation.",
+            kind.kind,
+            obj.namespace().unwrap_or_default(),
+            obj.name_any(),
+            self.secret(),
+        )
+    }
+}
+
+/// React to an object whose ownership does not verify: no plugin call; a `Ready`
+/// condition and a Warning event that say why and what to do. A deleting object keeps
+/// our finalizer (nothing is deleted for an unproven owner) until its ownership
+/// verifies again or someone removes the finalizer to abandon what it made.
+pub(super) async fn refuse(
+    ctx: &Context,
+    own: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    message: String,
+) -> Result<Action> {
+    let fin = finalizer(&ctx.plugin);
+    let message = if obj.metadata.deletion_timestamp.is_some() && obj.finalizers().contains(&fin) {
+        format!(
+            "{message} It is being deleted: nothing is deleted in the infrastructure until its ownership verifies again; to abandon what it made instead (left as it is), remove the finalizer {fin}."
+        )
+    } else {
+        message
+    };
+    let before = conditions::reason_of(obj.data.get("status"), READY);
+    patch::conditions(
+        own,
+        obj,
+        &[Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message)],
+    )
+    .await?;
+    if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
+        tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
+        events::publish(ctx, obj, OWNERSHIP_UNVERIFIED, &message, true).await;
+    }
+    Ok(Action::requeue(RECHECK))
+}
+
+/// What a MAC covers: the domain, then group/kind, namespace, name and the id, each
+/// on its own line (none of them can hold a newline).
+fn message(kind: &ApiResource, obj: &DynamicObject, id: &str) -> Vec<u8> {
+    format!(
+        "{DOMAIN}\n{}/{}\n{}\n{}\n{id}",
+        kind.group,
+        kind.kind,
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+    .into_bytes()
+}
+
+fn keyring(secret: &Secret) -> anyhow::Result<Keyring> {
+    let data = secret.data.clone().unwrap_or_default();
+    let key = |bytes: &ByteString, name: &str| {
+        anyhow::ensure!(
+            bytes.0.len() >= MIN_KEY_BYTES,
+            "`{name}` is shorter than {MIN_KEY_BYTES} bytes"
+        );
+        Ok(hmac::Key::new(hmac::HMAC_SHA256, &bytes.0))
+    };
+    let signing = data
+        .get(SIGNING_KEY)
+        .with_context(|| format!("has no `{SIGNING_KEY}`"))?;
+    let accepted = data
+        .iter()
+        .filter(|(k, _)| k.starts_with(ACCEPTED_KEY_PREFIX))
+        .map(|(k, v)| key(v, k))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Keyring {
+        signing: key(signing, SIGNING_KEY)?,
+        accepted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::GroupVersionKind;
+
+    fn kind(k: &str) -> ApiResource {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("infra.example", "v1", k))
+    }
+
+    fn obj(ns: &str, name: &str, uid: &str, annotation: Option<&str>) -> DynamicObject {
+        let mut o = DynamicObject::new(name, &kind("Machine")).within(ns);
+        o.metadata.uid = Some(uid.into());
+        if let Some(a) = annotation {
+            o.metadata.annotations = Some([(OWNERSHIP_ID_ANNOTATION.into(), a.into())].into());
+        }
+        o
+    }
+
+    fn keys(signing: &[u8], accepted: &[&[u8]]) -> OwnershipKeys {
+        let mut data = std::collections::BTreeMap::new();
+        data.insert(SIGNING_KEY.to_string(), ByteString(signing.to_vec()));
+        for (i, k) in accepted.iter().enumerate() {
+            data.insert(format!("{ACCEPTED_KEY_PREFIX}{i}"), ByteString(k.to_vec()));
+        }
+        let secret = Secret {
+            data: Some(data),
+            ..Default::default()
+        };
+        // A client is never used by these tests: refresh waits out its interval.
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
+        OwnershipKeys {
+            api: Api::namespaced(client, "ns"),
+            namespace: "ns".into(),
+            name: "k".into(),
+            ring: RwLock::new(Arc::new(keyring(&secret).unwrap())),
+            refreshed: tokio::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    const A: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
+    const B: &[u8; 32] = b"fedcba9876543210fedcba9876543210";
+
+    fn proven(o: Ownership) -> (String, Option<String>) {
+        match o {
+            Ownership::Proven { id, write } => (id, write),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_object_without_an_id_gets_its_own_uid_signed() {
+        let k = keys(A, &[]);
+        let (id, write) = proven(
+            k.verify(&kind("Machine"), &obj("ns", "m", "u1", None))
+                .await,
+        );
+        assert_eq!(id, "u1");
+        let signed = write.unwrap();
+        assert!(signed.starts_with("u1."), "{signed}");
+        // Written back, it verifies and needs no write.
+        let o = obj("ns", "m", "u-new", Some(&signed));
+        assert_eq!(
+            proven(k.verify(&kind("Machine"), &o).await),
+            ("u1".into(), None)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_copied_or_edited_id_proves_nothing() {
+        let k = keys(A, &[]);
+        let signed = k.sign(&kind("Machine"), &obj("ns", "victim", "u1", None), "u1");
+        for (ns, name, kd) in [
+            ("ns", "thief", "Machine"),
+            ("other", "victim", "Machine"),
+            ("ns", "victim", "Cluster"),
+        ] {
+            let o = obj(ns, name, "u2", Some(&signed));
+            assert!(matches!(
+                k.verify(&kind(kd), &o).await,
+                Ownership::Unproven { .. }
+            ));
+        }
+        let edited = signed.replacen("u1", "u9", 1);
+        let o = obj("ns", "victim", "u2", Some(&edited));
+        let Ownership::Unproven { message } = k.verify(&kind("Machine"), &o).await else {
+            panic!("edited id verified");
+        };
+        assert!(message.contains("does not verify"), "{message}");
+        assert!(message.contains("ns/k"), "names the key Secret: {message}");
+    }
+
+    #[tokio::test]
+    async fn an_unsigned_id_is_accepted_only_when_it_is_the_objects_own_uid() {
+        let k = keys(A, &[]);
+        let (id, write) = proven(
+            k.verify(&kind("Machine"), &obj("ns", "m", "u1", Some("u1")))
+                .await,
+        );
+        assert_eq!(id, "u1");
+        assert!(write.is_some());
+        assert!(matches!(
+            k.verify(&kind("Machine"), &obj("ns", "m", "u2", Some("u1")))
+                .await,
+            Ownership::Unproven { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_id_signed_by_an_accepted_key_verifies_and_is_signed_again() {
+        let source = keys(B, &[]);
+        let signed = source.sign(&kind("Machine"), &obj("ns", "m", "u1", None), "u1");
+        let moved = obj("ns", "m", "u2", Some(&signed));
+        assert!(matches!(
+            keys(A, &[]).verify(&kind("Machine"), &moved).await,
+            Ownership::Unproven { .. }
+        ));
+        let target = keys(A, &[B]);
+        let (id, write) = proven(target.verify(&kind("Machine"), &moved).await);
+        assert_eq!(id, "u1");
+        assert_eq!(write.unwrap(), target.sign(&kind("Machine"), &moved, "u1"));
+    }
+
+    #[test]
+    fn short_keys_are_refused() {
+        let secret = Secret {
+            data: Some([(SIGNING_KEY.into(), ByteString(b"short".to_vec()))].into()),
+            ..Default::default()
+        };
+        let err = keyring(&secret).err().unwrap().to_string();
+        assert!(err.contains("shorter than 32 bytes"), "{err}");
+    }
+}
