@@ -79,6 +79,11 @@ pub fn down(s: &v2::MachineSpec) -> v1::MachineSpec {
 /// Up, with what only `v1alpha2` says taken back from `hub`, the object as it was
 /// before it went down to `s` (and was maybe edited there since).
 pub fn restore_up(out: &mut v2::MachineSpec, s: &v1::MachineSpec, hub: &v2::MachineSpec) {
+    if let (Some(m), Some(hub_m)) = (&mut out.metadata_settings, &hub.metadata_settings)
+        && m.provider_id_injection.is_none()
+    {
+        m.provider_id_injection = hub_m.provider_id_injection;
+    }
     if let (Some(sel), Some(hub_sel)) = (&mut out.template_selector, &hub.template_selector)
         && s.template_selector
             .as_ref()

@@ -7,7 +7,9 @@
 //! conversion. Given back unchanged, it restores the object exactly:
 //! `v1alpha1 → v1alpha2 → v1alpha1` and `v1alpha2 → v1alpha1 → v1alpha2` are identities.
 //! When the object was edited in between, what the edit could not touch (e.g. a NIC's
-//! `queues`, which `v1alpha1` lacks) is taken from it field by field.
+//! `queues`, which `v1alpha1` lacks) is taken from it field by field. What CAPMOX's
+//! conversion left in the annotation (the whole `v1alpha2` object) is read the same way,
+//! so objects adopted from it come back whole.
 //!
 //! What each version lacks is in `machine.rs`, `cluster.rs` and `status.rs`. Fields the
 //! plugin does not know (the host's `credentialsRef`, `credentialsRefs`; its status
@@ -117,10 +119,7 @@ pub fn convert(
         });
     }
     let object = normalize(kind, from, object)?;
-    // What the previous conversion kept: the object as it was in version `to`.
-    let before = preserved
-        .and_then(|p| serde_json::from_str::<Value>(p).ok())
-        .and_then(|p| p.get(to.as_str()).cloned());
+    let before = preserved.and_then(|p| kept(p, to));
     let naive_out = naive(kind, from, &object)?;
     let (out, exact) = match before {
         Some(before) if naive(kind, to, &before)? == object => (before, true),
@@ -140,6 +139,27 @@ pub fn convert(
             Value::Object(kept).to_string()
         }),
     })
+}
+
+/// What a previous conversion kept of the object as it was in version `to`: ours
+/// (`{"<version>": object}`), or CAPMOX's (the whole object, `apiVersion` included, as
+/// its down-conversion leaves it in the annotation).
+fn kept(preserved: &str, to: Version) -> Option<Value> {
+    let p: Value = serde_json::from_str(preserved).ok()?;
+    if let Some(object) = p.get(to.as_str()) {
+        return Some(object.clone());
+    }
+    let version = p.get("apiVersion")?.as_str()?.rsplit('/').next()?;
+    if version != to.as_str() {
+        return None;
+    }
+    let mut object = Map::new();
+    for key in ["spec", "status"] {
+        if let Some(v) = p.get(key) {
+            object.insert(key.into(), v.clone());
+        }
+    }
+    Some(Value::Object(object))
 }
 
 /// The object in the other version, field by field (what that version cannot say is lost).

@@ -568,3 +568,54 @@ status:
         )
     );
 }
+
+#[test]
+fn what_capmox_left_in_the_annotation_brings_its_object_back_whole() {
+    // CAPMOX's down-conversion of the machine of the test above: its v1alpha1 object
+    // and the annotation it wrote (measured).
+    let capmox_v1 = yaml(
+        r#"
+spec:
+  metadataSettings: {}
+  network:
+    additionalDevices:
+    - bridge: vmbr1
+      ipv4PoolRef: {apiGroup: ipam.cluster.x-k8s.io, kind: InClusterIPPool, name: foo}
+      name: net1
+      routes: [{to: default}]
+    default: {bridge: vmbr0}
+  providerID: proxmox://6c3fa683-bef9-4425-b413-eaa45a9d6191
+  templateSelector: {matchPolicy: bestSubset, matchTags: [a, b]}
+  virtualMachineID: 104
+status:
+  ipAddresses:
+    default: {ipv4: 10.0.0.5, ipv6: "2001:db8::5"}
+    net1: {ipv4: 10.1.0.5}
+  proxmoxNode: pve2
+  ready: true
+  vmStatus: ready
+"#,
+    );
+    let annotation = r#"{"apiVersion":"infrastructure.cluster.x-k8s.io/v1alpha2","kind":"ProxmoxMachine","spec":{"metadataSettings":{"providerIDInjection":false},"network":{"networkDevices":[{"bridge":"vmbr0","defaultIPv4":true,"defaultIPv6":true,"name":"net0","queues":4},{"bridge":"vmbr1","ipPoolRef":[{"apiGroup":"ipam.cluster.x-k8s.io","kind":"InClusterIPPool","name":"foo"},{"apiGroup":"ipam.cluster.x-k8s.io","kind":"InClusterIPPool","name":"bar"},{"apiGroup":"ipam.cluster.x-k8s.io","kind":"InClusterIPPool","name":"baz"}],"name":"net1","routes":[{"is6":true,"to":"default"}]}],"zone":"z1"},"providerID":"proxmox://6c3fa683-bef9-4425-b413-eaa45a9d6191","templateSelector":{"matchPolicy":"bestSubset","matchTags":["a","b"]},"virtualMachineID":104},"status":{"initialization":{"provisioned":true},"ipAddresses":[{"ipv4":["10.0.0.5"],"ipv6":["2001:db8::5"],"net":"default"},{"ipv4":["10.1.0.5","10.1.0.6"],"net":"net1"}],"proxmoxNode":"pve2","vmStatus":"ready"}}"#;
+    let up = conv(
+        Kind::Machine,
+        Version::V1alpha1,
+        &capmox_v1,
+        Some(annotation),
+    );
+    let spec = &up.object["spec"];
+    assert_eq!(spec["metadataSettings"]["providerIDInjection"], false);
+    assert_eq!(spec["network"]["zone"], "z1");
+    let devices = &spec["network"]["networkDevices"];
+    assert_eq!(devices[0]["queues"], 4);
+    assert_eq!(
+        devices[1]["ipPoolRef"].as_array().unwrap().len(),
+        3,
+        "all three pools (CAPMOX restores only the first)"
+    );
+    assert_eq!(devices[1]["routes"][0]["is6"], true);
+    assert_eq!(
+        up.object["status"]["ipAddresses"][1]["ipv4"],
+        json!(["10.1.0.5", "10.1.0.6"])
+    );
+}
