@@ -14,7 +14,7 @@ use guest_kit::types::PluginError;
 use serde_json::Value;
 
 use super::context::Ctx;
-use super::properties::{str_of, u64_of};
+use super::properties::{is_drive_key, str_of, u64_of};
 use crate::api::percent_encode;
 use crate::spec::{MatchPolicy, TemplateSelector};
 
@@ -32,18 +32,14 @@ pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
         };
     }
     let selector = cx.spec.template_selector.clone().unwrap_or_default();
-    let vms = cx
-        .pve
-        .get("/cluster/resources?type=vm")
-        .map_err(|e| e.classify("listing templates"))?;
-    choose_template(&selector, &vms, cx.req.failure_domain.as_deref())
+    choose_template(&selector, cx.qemu_vms()?, cx.req.failure_domain.as_deref())
 }
 
-/// The template `selector` picks among `vms` (what `GET /cluster/resources?type=vm`
-/// answered), preferring `node`.
-pub(super) fn choose_template(
+/// The template `selector` picks among `vms` (the cluster's VMs as
+/// `GET /cluster/resources` lists them), preferring `node`.
+pub(super) fn choose_template<'v>(
     selector: &TemplateSelector,
-    vms: &Value,
+    vms: impl IntoIterator<Item = &'v Value>,
     node: Option<&str>,
 ) -> Result<(String, u32), PluginError> {
     let want: BTreeSet<String> = selector
@@ -54,9 +50,7 @@ pub(super) fn choose_template(
     let policy = selector.match_policy.unwrap_or(MatchPolicy::Exact);
     // (extra tags, node, VMID) of every template holding all wanted tags.
     let mut found: Vec<(usize, String, u32)> = vms
-        .as_array()
         .into_iter()
-        .flatten()
         .filter(|v| u64_of(v, "template") == Some(1))
         .filter_map(|v| {
             let have: BTreeSet<String> = str_of(v, "tags")
@@ -126,6 +120,69 @@ fn policy_name(p: MatchPolicy) -> &'static str {
     }
 }
 
+/// Where a template can be cloned to.
+pub(super) enum Reach {
+    /// Every volume is on shared storage: any node.
+    Anywhere,
+    /// Its own node only; the non-shared storages that pin it there.
+    OwnNode(Vec<String>),
+}
+
+impl Reach {
+    pub(super) fn allows(&self, node: &str, template_node: &str) -> bool {
+        matches!(self, Reach::Anywhere) || node == template_node
+    }
+}
+
+/// The nodes PVE clones a template to: any node when all its drives (CD-ROM images and
+/// the cloud-init drive included) are on shared storage, else only its own ("can't clone
+/// VM to node 'X' (VM uses local storage)"); and only its own when a full clone goes to
+/// a `storage` that is not shared ("can't clone to non-shared storage 'X'").
+pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reach, PluginError> {
+    let n = percent_encode(node);
+    let config = cx
+        .pve
+        .get(&format!("/nodes/{n}/qemu/{template}/config"))
+        .map_err(|e| e.classify(&format!("reading template {template} on {node}")))?;
+    let storages = cx
+        .pve
+        .get(&format!("/nodes/{n}/storage"))
+        .map_err(|e| e.classify(&format!("listing the storages of {node}")))?;
+    let shared: BTreeSet<String> = storages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| u64_of(s, "shared") == Some(1))
+        .filter_map(|s| str_of(s, "storage"))
+        .collect();
+    let mut local: Vec<String> = config
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| is_drive_key(k))
+        .filter_map(|(_, v)| v.as_str()?.split(',').next().map(str::to_string))
+        .filter(|file| file != "none" && file != "cdrom")
+        .map(|file| match file.split_once(':') {
+            Some((sid, _)) => sid.to_string(),
+            None => file,
+        })
+        .filter(|sid| !shared.contains(sid))
+        .collect();
+    if cx.spec.full.unwrap_or(true)
+        && let Some(target) = &cx.spec.storage
+        && !shared.contains(target)
+    {
+        local.push(target.clone());
+    }
+    local.sort();
+    local.dedup();
+    Ok(if local.is_empty() {
+        Reach::Anywhere
+    } else {
+        Reach::OwnNode(local)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -146,7 +203,7 @@ mod tests {
             match_tags: tags.iter().map(|t| t.to_string()).collect(),
             match_policy: policy,
         };
-        choose_template(&selector, &vms, node)
+        choose_template(&selector, vms.as_array().unwrap(), node)
             .map(|(_, id)| id)
             .map_err(|e| match e {
                 PluginError::Terminal(t) => t.reason,

@@ -49,5 +49,6 @@ pub(super) fn ctx_v2(req: &MachineRequest, spec: Value, cluster: Value) -> Ctx<'
         cluster,
         nics,
         pve: Pve::new(&req.credentials),
+        resources: Default::default(),
     }
 }
