@@ -1,8 +1,8 @@
 //! What one call works with: the parsed specs, the planned NICs and the PVE client.
 
 use guest_kit::machine::{MachineRequest, MachineStatus};
-use guest_kit::types::{PluginError, Progress};
 use guest_kit::transient;
+use guest_kit::types::{PluginError, Progress};
 use serde_json::Value;
 
 use super::nics::{Nic, plan_nics};
