@@ -59,7 +59,7 @@ impl PveError {
             PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
             PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
             PveError::Http(HttpError::Transport(m)) if m.contains("TLS verification failed") => {
-                terminal("TLSVerificationFailed", text)
+                terminal("TLSVerificationFailed", format!("{text}; {TLS_HINT}"))
             }
             PveError::Http(_) => transient(text, None),
             PveError::BadReply(_) => transient(text, None),
@@ -80,6 +80,11 @@ impl PveError {
     }
 }
 
+/// What makes an untrusted Proxmox certificate pass. Credentials Secrets made for
+/// CAPMOX often have none of these: CAPMOX skips verification when `insecure` is
+/// absent, hyperplug verifies unless the Secret says otherwise.
+const TLS_HINT: &str = "the credentials Secret can trust it with `ca.crt` (the CA's PEM) or `fingerprint` (SHA-256 of the certificate), or skip verification with `insecure: \"true\"` (a Secret without `insecure` is verified)";
+
 /// Terminal reasons for PVE error texts (500s and task exit statuses) that will not go
 /// away by retrying; everything else (lock timeouts, busy VMs, 5xx, 595) is transient.
 pub fn classify_message(message: &str) -> Option<&'static str> {
@@ -96,8 +101,10 @@ pub fn classify_message(message: &str) -> Option<&'static str> {
         "hostname lookup",
         "does not support",
         "can't clone vm to node",
+        "can't clone to non-shared storage",
         "linked clone feature is not supported",
-        "option can only be used",
+        "not allowed for linked clones",
+        "no such cluster node",
         "shrinking disks is not supported",
         "can't upload to storage",
         "you can't start a vm if it's a template",
@@ -399,6 +406,25 @@ mod tests {
             )),
             "terminal:TLSVerificationFailed"
         );
+    }
+
+    #[test]
+    fn an_untrusted_certificate_says_how_the_secret_can_trust_it() {
+        let e = PveError::Http(HttpError::Transport(
+            "TLS verification failed: unknown issuer".into(),
+        ))
+        .classify("checking the Proxmox API");
+        let PluginError::Terminal(t) = e else {
+            panic!("terminal expected");
+        };
+        for key in [
+            "ca.crt",
+            "fingerprint",
+            "insecure: \"true\"",
+            "without `insecure` is verified",
+        ] {
+            assert!(t.message.contains(key), "{key}: {}", t.message);
+        }
     }
 
     #[test]

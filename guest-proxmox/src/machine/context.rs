@@ -1,7 +1,7 @@
 //! What one call works with: the parsed specs, the planned NICs and the PVE client.
 
 use guest_kit::machine::{MachineRequest, MachineStatus};
-use guest_kit::parse_spec;
+use guest_kit::transient;
 use guest_kit::types::{PluginError, Progress};
 use serde_json::Value;
 
@@ -9,7 +9,7 @@ use super::nics::{Nic, plan_nics};
 use super::state::{State, Step};
 use super::validate::validate;
 use crate::api::{Pve, PveError, percent_encode};
-use crate::spec::{ClusterSpec, MachineSpec};
+use crate::spec::{ClusterSpec, MachineSpec, cluster_spec, machine_spec};
 
 /// What a call works with.
 pub(super) struct Ctx<'a> {
@@ -18,25 +18,58 @@ pub(super) struct Ctx<'a> {
     pub(super) cluster: ClusterSpec,
     pub(super) nics: Vec<Nic>,
     pub(super) pve: Pve,
+    /// `GET /cluster/resources`, read at most once per call.
+    pub(super) resources: std::cell::OnceCell<Vec<Value>>,
 }
 
 impl<'a> Ctx<'a> {
     pub(super) fn new(req: &'a MachineRequest) -> Result<Ctx<'a>, PluginError> {
-        let spec: MachineSpec = parse_spec(&req.spec, "spec")?;
-        let cluster: ClusterSpec = if req.cluster_spec.trim().is_empty() {
+        let spec = machine_spec(&req.spec, "spec")?;
+        let cluster = if req.cluster_spec.trim().is_empty() {
             ClusterSpec::default()
         } else {
-            parse_spec(&req.cluster_spec, "cluster.spec")?
+            cluster_spec(&req.cluster_spec, "cluster.spec")?
         };
-        validate(&spec, &cluster)?;
-        let nics = plan_nics(&spec, &cluster);
+        let nics = plan_nics(&spec, &cluster)?;
+        validate(&spec, &cluster, &nics)?;
         Ok(Ctx {
             req,
             spec,
             cluster,
             nics,
             pve: Pve::new(&req.credentials),
+            resources: Default::default(),
         })
+    }
+
+    /// Every node, VM and storage of the cluster (`GET /cluster/resources`), read once
+    /// per call.
+    pub(super) fn resources(&self) -> Result<&[Value], PluginError> {
+        if let Some(r) = self.resources.get() {
+            return Ok(r);
+        }
+        let all = self
+            .pve
+            .get("/cluster/resources")
+            .map_err(|e| e.classify("reading cluster resources"))?;
+        let list = match all {
+            Value::Array(items) => items,
+            other => {
+                return Err(transient(
+                    format!("unreadable cluster resources: {other}"),
+                    None,
+                ));
+            }
+        };
+        Ok(self.resources.get_or_init(|| list))
+    }
+
+    /// The cluster's VMs (not containers), templates included.
+    pub(super) fn qemu_vms(&self) -> Result<impl Iterator<Item = &Value>, PluginError> {
+        Ok(self
+            .resources()?
+            .iter()
+            .filter(|v| v.get("type").and_then(Value::as_str) == Some("qemu")))
     }
 
     pub(super) fn uid(&self) -> &str {
