@@ -10,4 +10,5 @@ pub mod health;
 pub mod leader;
 pub mod metrics;
 pub mod runtime;
+pub mod status;
 pub mod telemetry;

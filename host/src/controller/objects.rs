@@ -4,6 +4,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GetParams, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use crate::runtime::ObjectRef;
+
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
@@ -136,4 +138,31 @@ pub fn paused_why(obj: &DynamicObject, cluster: Option<&DynamicObject>) -> Optio
     } else {
         None
     }
+}
+
+/// `namespace/name`: how logs, backoff and metrics name an object.
+pub fn key(obj: &DynamicObject) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+/// The object as the plugin sees it, with `id` (a proven ownership id, or a UID the
+/// API server assigned) as its `uid`.
+pub fn object_ref(obj: &DynamicObject, id: &str) -> ObjectRef {
+    ObjectRef {
+        namespace: obj.namespace().unwrap_or_default(),
+        name: obj.name_any(),
+        uid: id.to_string(),
+    }
+}
+
+/// The object's `spec` as the JSON a plugin parses (`{}` when it has none).
+pub fn spec_json(obj: &DynamicObject) -> String {
+    obj.data
+        .get("spec")
+        .map_or_else(|| "{}".to_string(), Value::to_string)
+}
+
+/// Whether the object's infrastructure was provisioned (`status.initialization.provisioned`).
+pub fn provisioned(obj: &DynamicObject) -> bool {
+    field(obj, "status.initialization.provisioned").and_then(Value::as_bool) == Some(true)
 }

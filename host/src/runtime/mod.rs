@@ -63,6 +63,9 @@ struct RuntimeInner {
     observer: std::sync::OnceLock<HttpObserver>,
     blobs: std::sync::RwLock<Arc<BlobStore>>,
     claims: std::sync::RwLock<Arc<dyn ClaimStore>>,
+    /// One permit per pooled instance slot (`--plugin-concurrency`): a call waits for
+    /// one rather than fail because the pool is full.
+    slots: Arc<Semaphore>,
 }
 
 impl Runtime {
@@ -103,12 +106,13 @@ impl Runtime {
             inner: Arc::new(RuntimeInner {
                 engine,
                 linker,
-                limits,
                 cache_dir,
                 clients: Arc::new(ClientCache::default()),
                 observer: std::sync::OnceLock::new(),
                 blobs: std::sync::RwLock::new(Arc::new(BlobStore::disabled())),
                 claims: std::sync::RwLock::new(Arc::new(MemoryClaims::default())),
+                slots: Arc::new(Semaphore::new(limits.concurrency.max(1) as usize)),
+                limits,
             }),
         })
     }
@@ -434,6 +438,13 @@ impl Plugin {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
         let plugin = self.name.to_string();
+        // Held until the call's store is dropped, at the end of this function.
+        let _slot = inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the slot semaphore is never closed");
         let meter = CallMeter::new(limits.cpu());
         let egress = self.egress_for(credentials, &meter)?;
         let denied = egress.denied.clone();
