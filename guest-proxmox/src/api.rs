@@ -56,12 +56,7 @@ impl PveError {
     pub fn classify(self, context: &str) -> PluginError {
         let text = format!("{context}: {self}");
         match &self {
-            PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
-            PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
-            PveError::Http(HttpError::Transport(m)) if m.contains("TLS verification failed") => {
-                terminal("TLSVerificationFailed", text)
-            }
-            PveError::Http(_) => transient(text, None),
+            PveError::Http(e) => e.classify(text, None),
             PveError::BadReply(_) => transient(text, None),
             PveError::Status { status: 401, .. } => terminal("AuthenticationFailed", text),
             PveError::Status { status: 403, .. } => terminal("PermissionDenied", text),
@@ -394,7 +389,7 @@ mod tests {
             "terminal:InvalidEndpoint"
         );
         assert_eq!(
-            http(HttpError::Transport(
+            http(HttpError::Tls(
                 "TLS verification failed: unknown issuer".into()
             )),
             "terminal:TLSVerificationFailed"

@@ -37,6 +37,10 @@ pub struct Progressing {
     /// Generation that failed terminally; retried when the spec changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed_generation: Option<i64>,
+    /// The credentials that failed generation was called with (a digest of their
+    /// Secrets' resource versions): retried, at the resync period, once they change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_credentials: Option<String>,
 }
 
 /// A `metav1.Condition`.

@@ -31,7 +31,7 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
             pve,
         },
     };
-    let mut st: State = guest_kit::state::load(req.state.as_deref());
+    let mut st: State = guest_kit::state::load(req.state.as_deref())?;
     let progress = |st: &State, phase: &str, msg: String, ms: u64| {
         Ok(Some(Progress {
             state: guest_kit::state::save(st),

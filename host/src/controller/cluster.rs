@@ -15,7 +15,7 @@ use super::context::{Context, finalizer};
 use super::error::{Error, Result};
 use super::events::{self, Event, Report};
 use super::objects::{self, api, capi_cluster, str_field};
-use super::outcome::{self, Outcome};
+use super::outcome::{self, Failed, Outcome};
 use super::ownership::{self, Ownership};
 use super::{credentials, ipam, patch};
 use crate::runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
@@ -49,8 +49,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .await?;
         return Ok(Action::await_change());
     }
-    // Failed for good on this generation: nothing more to read until the spec changes.
-    if !deleting && objects::failed_this_generation(&obj) {
+    // Failed for good on this generation: nothing more to read until the spec changes
+    // (or, at the resync period, the credentials it was called with).
+    let failed = outcome::still_failing(&Progressing::of(&obj), obj.metadata.generation, deleting);
+    if failed == Failed::Stop {
         return Ok(Action::await_change());
     }
     // Unproven ownership: no plugin call at all.
@@ -62,8 +64,12 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     };
     let creds = match credentials::for_cluster(&ctx, &obj).await {
         Ok(creds) => creds,
-        Err(e) => return outcome::fail(&ctx, &own, &obj, e).await,
+        Err(e) => return outcome::fail(&ctx, &own, &obj, e, None).await,
     };
+    if failed == Failed::UnlessChanged(creds.version.clone()) {
+        return Ok(Action::requeue(ctx.options.resync));
+    }
+    let version = creds.version.clone();
     let req = ClusterRequest {
         cluster: objects::object_ref(&obj, &cluster_id),
         spec: objects::spec_json(&obj),
@@ -72,7 +78,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         more_credentials: creds.more,
     };
     if deleting {
-        return delete(&ctx, &own, &obj, &req).await;
+        return delete(&ctx, &own, &obj, &req, &version).await;
     }
     patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin), write_id.as_deref()).await?;
     let call = "cluster.reconcile";
@@ -82,7 +88,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .await;
     let status = match outcome::of(ctx.plugin.name(), call, result) {
         Outcome::Done(s) => s,
-        Outcome::Failed(err) => return outcome::fail(&ctx, &own, &obj, err).await,
+        Outcome::Failed(err) => return outcome::fail(&ctx, &own, &obj, err, Some(&version)).await,
     };
     let report = report(
         &InfraClusterStatus::of(&obj),
@@ -116,6 +122,7 @@ async fn delete(
     own: &kube::Api<DynamicObject>,
     obj: &DynamicObject,
     req: &ClusterRequest,
+    credentials: &str,
 ) -> Result<Action> {
     let call = "cluster.delete";
     let result = ctx
@@ -142,7 +149,7 @@ async fn delete(
                 p.requeue_after_ms.unwrap_or(2_000).max(50),
             )))
         }
-        Outcome::Failed(e) => outcome::fail(ctx, own, obj, e).await,
+        Outcome::Failed(e) => outcome::fail(ctx, own, obj, e, Some(credentials)).await,
     }
 }
 
@@ -160,6 +167,7 @@ pub fn report(
     p.phase = (!s.progress.phase.is_empty()).then(|| s.progress.phase.clone());
     p.observed_generation = Some(generation);
     p.failed_generation = None;
+    p.failed_credentials = None;
     p.details = s.details.iter().cloned().collect();
     next.failure_domains = s
         .failure_domains

@@ -118,12 +118,6 @@ pub async fn fresh(
     api.get_opt(&cached.name_any()).await
 }
 
-/// The plugin failed terminally on this generation: no retry until the spec changes.
-pub fn failed_this_generation(obj: &DynamicObject) -> bool {
-    let failed = field(obj, "status.failedGeneration").and_then(Value::as_i64);
-    failed.is_some() && failed == obj.metadata.generation
-}
-
 /// Why reconciling is paused, if it is: the owning Cluster's `spec.paused`, or the
 /// object's paused annotation.
 pub fn paused_why(obj: &DynamicObject, cluster: Option<&DynamicObject>) -> Option<&'static str> {

@@ -82,10 +82,12 @@ pub fn failure_report(
     prev: &Progressing,
     err: &Error,
     generation: i64,
+    credentials: Option<&str>,
     now: &str,
 ) -> (Progressing, Option<Event>, bool) {
     let (reason, message, terminal) = match err {
         Error::Terminal { reason, message } => (reason.clone(), message.clone(), true),
+        Error::Credentials { reason, message } => (reason.clone(), message.clone(), false),
         other => (
             reasons::TRANSIENT_ERROR.to_string(),
             other.to_string(),
@@ -103,30 +105,64 @@ pub fn failure_report(
         return (next, None, false);
     }
     next.failed_generation = Some(generation);
+    next.failed_credentials = credentials.map(str::to_string);
     next.phase = Some(reason.clone());
     let event = Event::warning(&reason, &message);
     (next, Some(event), true)
 }
 
-/// Show `err` on the object (see [`failure_report`]); terminal errors end the
-/// reconcile, the rest are returned for the error policy to back off.
+/// Show `err` on the object (see [`failure_report`]); the rest are returned for the
+/// error policy to back off. A terminal error ends the reconcile: nothing is retried
+/// until the spec changes or, when the call had `credentials` (their version, see
+/// `credentials::CallCredentials`), until they change, looked at every resync period
+/// ([`still_failing`]): a user who fixes a token fixes a Secret, not the spec.
 pub async fn fail(
     ctx: &Context,
     own: &Api<DynamicObject>,
     obj: &DynamicObject,
     err: Error,
+    credentials: Option<&str>,
 ) -> Result<Action> {
     let generation = obj.metadata.generation.unwrap_or(0);
-    let (next, event, terminal) =
-        failure_report(&Progressing::of(obj), &err, generation, &conditions::now());
+    let (next, event, terminal) = failure_report(
+        &Progressing::of(obj),
+        &err,
+        generation,
+        credentials,
+        &conditions::now(),
+    );
     if let Some(event) = event {
         events::publish(ctx, obj, &event).await;
     }
     patch::status(own, obj, &next).await?;
-    if terminal {
-        return Ok(Action::await_change());
+    match (terminal, credentials) {
+        (true, Some(_)) => Ok(Action::requeue(ctx.options.resync)),
+        (true, None) => Ok(Action::await_change()),
+        (false, _) => Err(err),
     }
-    Err(err)
+}
+
+/// How a reconcile of an object that failed for good goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failed {
+    /// It did not fail on this generation: go on.
+    No,
+    /// It did, with no credentials to watch: stop here.
+    Stop,
+    /// It did, with these credentials: go on only if they changed since.
+    UnlessChanged(String),
+}
+
+/// Whether `status` records a terminal failure of `generation` (a deleting object is
+/// always tried: deletion must go on).
+pub fn still_failing(status: &Progressing, generation: Option<i64>, deleting: bool) -> Failed {
+    if deleting || status.failed_generation.is_none() || status.failed_generation != generation {
+        return Failed::No;
+    }
+    match &status.failed_credentials {
+        Some(version) => Failed::UnlessChanged(version.clone()),
+        None => Failed::Stop,
+    }
 }
 
 #[cfg(test)]
@@ -197,9 +233,21 @@ mod tests {
             reason: "TemplateNotFound".into(),
             message: "no template 4242".into(),
         };
-        let (next, event, terminal) = failure_report(&Progressing::default(), &err, 3, "t");
+        let (next, event, terminal) =
+            failure_report(&Progressing::default(), &err, 3, Some("v1"), "t");
         assert!(terminal);
         assert_eq!(next.failed_generation, Some(3));
+        assert_eq!(next.failed_credentials.as_deref(), Some("v1"));
+        assert_eq!(
+            still_failing(&next, Some(3), false),
+            Failed::UnlessChanged("v1".into())
+        );
+        assert_eq!(
+            still_failing(&next, Some(4), false),
+            Failed::No,
+            "a new spec"
+        );
+        assert_eq!(still_failing(&next, Some(3), true), Failed::No, "deleting");
         assert_eq!(next.phase.as_deref(), Some("TemplateNotFound"));
         assert_eq!(next.conditions[0].reason, "TemplateNotFound");
         let event = event.unwrap();
@@ -208,10 +256,44 @@ mod tests {
             &Progressing::default(),
             &Error::Transient("503".into()),
             3,
+            Some("v1"),
             "t",
         );
         assert!(!terminal && event.is_none() && next.failed_generation.is_none());
         assert_eq!(next.conditions[0].reason, "TransientError");
         assert_eq!(next.conditions[0].message, "503");
+        assert_eq!(still_failing(&next, Some(3), false), Failed::No);
+    }
+
+    #[test]
+    fn credentials_that_cannot_be_used_show_their_reason_and_are_retried() {
+        let err = Error::Credentials {
+            reason: "CredentialsNotFound".into(),
+            message: "credentials Secret hp/pve not found".into(),
+        };
+        let (next, event, terminal) = failure_report(&Progressing::default(), &err, 1, None, "t");
+        assert!(!terminal && event.is_none() && next.failed_generation.is_none());
+        assert_eq!(next.conditions[0].reason, "CredentialsNotFound");
+        assert_eq!(
+            next.conditions[0].message,
+            "credentials Secret hp/pve not found"
+        );
+    }
+
+    #[test]
+    fn a_call_that_found_every_slot_busy_is_retried() {
+        let busy = CallError::Busy {
+            plugin: "p".into(),
+            call: "machine.delete",
+            message: "maximum concurrent component instance limit of 9 reached".into(),
+        };
+        match of::<Option<crate::runtime::bindings::types::Progress>>(
+            "p",
+            "machine.delete",
+            Err(busy),
+        ) {
+            Outcome::Failed(e @ Error::Call(_)) => assert_eq!(e.metric_label(), "plugin_call"),
+            _ => panic!("a busy pool is not terminal"),
+        }
     }
 }

@@ -358,6 +358,8 @@ fn classify(err: reqwest::Error) -> HttpError {
         HttpError::ConnectionTimeout
     } else if detail.contains("certificate") || detail.contains("fingerprint") {
         tracing::warn!(error = %detail, "TLS verification of the plugin endpoint failed");
+        // wasi:http's TLS error codes carry no detail; guest-kit's HTTP helper knows this
+        // prefix and makes it a TLS failure (terminal), not transport trouble.
         HttpError::InternalError(Some(format!("TLS verification failed: {detail}")))
     } else if err.is_connect() {
         tracing::debug!(error = %detail, "connect failed");

@@ -584,44 +584,18 @@ mod identity {
 mod tenants {
     use std::collections::BTreeMap;
 
-    use hyperplug::controller::{self, ManagerOptions};
-    use hyperplug::metrics::Metrics;
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::Event;
     use kube::ResourceExt;
     use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 
     use super::*;
+    use crate::support::controllers::{
+        Controllers, hostile_cluster, machine, options, start, warning_events,
+    };
     use crate::support::world::{World, condition};
 
     const OWNERSHIP: &str = "infrastructure.hyperplug.dev/ownership-id";
     const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
-
-    /// Controllers for `plugin` against `world`, with `options`, until dropped.
-    struct Controllers(tokio::task::JoinHandle<()>);
-
-    impl Drop for Controllers {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-
-    fn start(world: &World, plugin: Plugin, options: ManagerOptions) -> Controllers {
-        let client = world.plane.client();
-        Controllers(tokio::spawn(async move {
-            controller::run(client, vec![plugin], options, Arc::new(Metrics::default()))
-                .await
-                .expect("controllers")
-        }))
-    }
-
-    fn options(world: &World) -> ManagerOptions {
-        ManagerOptions {
-            resync: Duration::from_secs(5),
-            claims_namespace: world.ns.clone(),
-            ..ManagerOptions::default()
-        }
-    }
 
     fn ready_reason(o: &DynamicObject) -> Option<String> {
         condition(o, "Ready").and_then(|c| c["reason"].as_str().map(str::to_string))
@@ -665,87 +639,7 @@ spec:
         )
     }
 
-    /// A Machine of cluster `cluster` and its infrastructure machine of `kind` (owned as
-    /// CAPI owns it), with `annotations` and `spec` (YAML flow maps).
-    async fn machine(
-        world: &World,
-        cluster: &str,
-        kind: &str,
-        name: &str,
-        annotations: &str,
-        spec: &str,
-    ) {
-        world
-            .apply(&format!(
-                r##"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Machine
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-spec:
-  clusterName: {cluster}
-  bootstrap:
-    dataSecretName: {name}-bootstrap
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: {kind}
-    name: {name}
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: {name}-bootstrap
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-type: cluster.x-k8s.io/secret
-stringData:
-  value: "#cloud-config\n"
-  format: cloud-config
-"##
-            ))
-            .await;
-        let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
-        let uid = machines.get(name).await.unwrap().uid().unwrap();
-        world
-            .apply(&format!(
-                r#"
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: {kind}
-metadata:
-  name: {name}
-  annotations: {annotations}
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-  ownerReferences:
-  - apiVersion: cluster.x-k8s.io/v1beta2
-    kind: Machine
-    name: {name}
-    uid: {uid}
-spec: {spec}
-"#
-            ))
-            .await;
-    }
-
     const PROXMOX_SPEC: &str = "{sourceNode: pve1, templateID: 9000, numCores: 1, memoryMiB: 1024, network: {default: {bridge: vmbr0}}}";
-
-    async fn warning_events(world: &World, name: &str, reason: &str) -> usize {
-        let events: Api<Event> = Api::namespaced(world.plane.client(), &world.ns);
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|e| {
-                e.involved_object.name.as_deref() == Some(name)
-                    && e.reason.as_deref() == Some(reason)
-                    && e.type_.as_deref() == Some("Warning")
-            })
-            .count()
-    }
 
     async fn set_annotation(api: &Api<DynamicObject>, name: &str, value: &str) {
         api.patch(
@@ -969,30 +863,6 @@ stringData: {url: "http://127.0.0.1:1", token: t, secret: s}
             .await;
         let controllers = start(&world, plugin, options(&world));
         (world, controllers, runtime, store)
-    }
-
-    fn hostile_cluster(name: &str, spec: &str) -> String {
-        format!(
-            r#"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata:
-  name: {name}
-spec:
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: HostileCluster
-    name: {name}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: HostileCluster
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {name}
-spec: {spec}
-"#
-        )
     }
 
     async fn leases(world: &World) -> Vec<Lease> {

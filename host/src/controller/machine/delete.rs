@@ -57,6 +57,6 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
                 progress.requeue_after_ms.unwrap_or(2_000).max(50),
             )))
         }
-        Outcome::Failed(err) => outcome::fail(ctx, &o.own, &o.obj, err).await,
+        Outcome::Failed(err) => outcome::fail(ctx, &o.own, &o.obj, err, Some(&o.credentials)).await,
     }
 }

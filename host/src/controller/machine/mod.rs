@@ -41,7 +41,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     .await?;
     let status = match call(&ctx, &o).await {
         Outcome::Done(status) => status,
-        Outcome::Failed(err) => return outcome::fail(&ctx, &o.own, &o.obj, err).await,
+        Outcome::Failed(err) => {
+            return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
+        }
     };
     // The plugin's state is saved before anything else is done for its report.
     persist(&ctx, &o, &status).await?;

@@ -14,10 +14,11 @@ use super::super::context::{Context, finalizer};
 use super::super::error::{Error, Result};
 use super::super::ipam::MachineClaims;
 use super::super::objects::{self, api, capi_cluster, capi_machine, str_field};
-use super::super::outcome;
+use super::super::outcome::{self, Failed};
 use super::super::ownership::{self, Ownership};
 use super::super::{credentials, patch};
 use crate::runtime::bindings::machine::{BootstrapData, MachineRequest};
+use crate::status::{Progressing, Status};
 
 /// A machine ready for its plugin call.
 pub struct Observed {
@@ -29,6 +30,8 @@ pub struct Observed {
     pub provisioned: bool,
     pub cluster_name: String,
     pub infra_cluster_name: String,
+    /// The version of the credentials the call is made with (`CallCredentials::version`).
+    pub credentials: String,
     /// The ownership annotation to write with the finalizer, when it is not stored yet.
     pub write_id: Option<String>,
     pub claims: MachineClaims,
@@ -76,8 +79,10 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         .await?;
         return Ok(Step::Done(Action::await_change()));
     }
-    // Failed for good on this generation: nothing more to read until the spec changes.
-    if !deleting && objects::failed_this_generation(&obj) {
+    // Failed for good on this generation: nothing more to read until the spec changes
+    // (or, at the resync period, the credentials it was called with).
+    let failed = outcome::still_failing(&Progressing::of(&obj), obj.metadata.generation, deleting);
+    if failed == Failed::Stop {
         return Ok(Step::Done(Action::await_change()));
     }
 
@@ -154,14 +159,35 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             MachineClaims::read(ctx, &obj).await
         }
     };
-    let (creds, read) = tokio::join!(credentials::for_cluster(ctx, &infra_cluster), async {
-        tokio::try_join!(machine, claims)
-    });
+    let creds = match failed {
+        // Only the credentials decide whether to go on.
+        Failed::UnlessChanged(version) => {
+            match credentials::for_cluster(ctx, &infra_cluster).await {
+                Ok(creds) if creds.version == version => {
+                    return Ok(Step::Done(Action::requeue(ctx.options.resync)));
+                }
+                read => Some(read),
+            }
+        }
+        _ => None,
+    };
+    let creds = async {
+        match creds {
+            Some(read) => read,
+            None => credentials::for_cluster(ctx, &infra_cluster).await,
+        }
+    };
+    let (creds, read) = tokio::join!(creds, async { tokio::try_join!(machine, claims) });
     let ((machine, bootstrap), claims) = read?;
     let creds = match creds {
         Ok(creds) => creds,
-        Err(e) => return outcome::fail(ctx, &own, &obj, e).await.map(Step::Done),
+        Err(e) => {
+            return outcome::fail(ctx, &own, &obj, e, None)
+                .await
+                .map(Step::Done);
+        }
     };
+    let version = creds.version.clone();
     let request = MachineRequest {
         machine: objects::object_ref(&obj, &machine_id),
         cluster: objects::object_ref(&infra_cluster, &cluster_id),
@@ -178,6 +204,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         more_credentials: creds.more,
     };
     Ok(Step::Call(Box::new(Observed {
+        credentials: version,
         infra_cluster_name: infra_cluster.name_any(),
         obj,
         own,

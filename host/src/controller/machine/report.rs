@@ -99,6 +99,7 @@ pub fn after_call(
     p.details = s.details.iter().cloned().collect();
     p.observed_generation = Some(generation);
     p.failed_generation = None;
+    p.failed_credentials = None;
     if s.ready {
         next.initialization = Initialization::provisioned();
         next.addresses = s

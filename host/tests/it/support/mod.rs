@@ -1,5 +1,6 @@
 //! What the host's integration tests share: the built plugins and request builders.
 pub mod conformance;
+pub mod controllers;
 pub mod drive;
 pub mod junit;
 pub mod sushy;
