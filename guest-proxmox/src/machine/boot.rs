@@ -44,6 +44,8 @@ pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStat
             }
         }
     }
+    // Ours, and where it is now (it may have migrated).
+    cx.owned_config(st, "starting the VM")?;
     let current = cx
         .pve
         .get(&format!("{}/status/current", cx.config_path(st)))
@@ -52,7 +54,6 @@ pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStat
         st.step = Step::WaitingForGuestAgent;
         return Ok(None);
     }
-    cx.owned_config(st, "starting the VM")?;
     let v = cx
         .pve
         .post(&format!("{}/status/start", cx.config_path(st)), &[])
@@ -72,6 +73,8 @@ pub(super) fn waiting_for_agent(
         st.step = Step::Ready;
         return Ok(None);
     }
+    // Ours, and where it is now (it may have migrated): the agent answers on that node.
+    let config = cx.owned_config(st, "reading the VM's NICs")?;
     let base = cx.config_path(st);
     let wait = |st: &State, msg: String| {
         Ok(Some(cx.status(
@@ -97,7 +100,6 @@ pub(super) fn waiting_for_agent(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let config = cx.owned_config(st, "reading the VM's NICs")?;
     let mut dhcp = BTreeMap::new();
     for nic in cx.nics.iter().filter(|n| n.dhcp4 || n.dhcp6) {
         let Some(mac) = str_of(&config, &nic.device).and_then(|n| mac_of(&n)) else {

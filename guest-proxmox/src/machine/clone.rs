@@ -1,4 +1,10 @@
 //! Adopting or cloning the VM, and following the clone task.
+//!
+//! The VMID is chosen in one call and the clone started in the next, so the host has
+//! saved it before PVE sees it: whatever happens to a call's result afterwards, the next
+//! call looks at that VMID first and finds its own clone there rather than making a
+//! second one. A VMID another client takes first (refused at once, or lost inside the
+//! clone task, as PVE lets two clones race for one ID) is replaced by another.
 
 use std::collections::BTreeSet;
 
@@ -7,17 +13,18 @@ use guest_kit::types::PluginError;
 use guest_kit::{log, terminal, transient};
 
 use super::context::Ctx;
-use super::ownership::description;
+use super::ownership::{Located, description};
 use super::properties::{str_of, uuid_of};
-use super::scheduler::pick_node;
-use super::state::{State, Step};
+use super::scheduler::{Source as Placement, pick_node};
+use super::state::{Source, State, Step};
 use super::tasks::{poll, task_failed, upid_of};
-use super::template::resolve_template;
+use super::template::{resolve_template, template_reach};
 use super::vmid::{next_vmid, vmid_taken};
-use super::{RETRY_MS, SHORT_MS, VMID_TRIES};
+use super::{RETRY_MS, SHORT_MS};
 use crate::api::percent_encode;
 
-/// No VM recorded: adopt ours if it exists, else pick a node and a VMID and clone.
+/// No VM recorded: adopt ours if it exists, else pick the template, a node it can be
+/// cloned to, and a VMID, and record them.
 pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some((node, vmid, config)) = cx.find_owned()? {
         log::info(
@@ -28,6 +35,7 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         st.vmid = Some(vmid);
         st.uuid = uuid_of(&config);
         st.upid = None;
+        st.awaiting = None;
         st.step = if str_of(&config, "lock").as_deref() == Some("clone") {
             Step::Cloning
         } else {
@@ -46,9 +54,168 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         return Ok(None);
     }
     let (src_node, template) = resolve_template(cx)?;
-    let node = pick_node(cx)?;
+    // A clone of this template in its first phase shows no owner yet and may be this
+    // machine's (a call whose result was lost): wait for the ones seen now to show theirs.
+    let unreadable = cx.unreadable_clones(&src_node)?;
+    let waiting: BTreeSet<u32> = match &st.awaiting {
+        None => unreadable,
+        Some(seen) => seen.intersection(&unreadable).copied().collect(),
+    };
+    if !waiting.is_empty() {
+        let ids: Vec<String> = waiting.iter().map(u32::to_string).collect();
+        st.awaiting = Some(waiting);
+        return Ok(Some(cx.status(
+            st,
+            "Pending",
+            format!(
+                "VM {} on {src_node} is being cloned and shows no owner yet; waiting to tell it is not this machine's",
+                ids.join(", ")
+            ),
+            Some(SHORT_MS),
+        )));
+    }
+    st.awaiting = None;
+    let reach = template_reach(cx, &src_node, template)?;
+    let node = pick_node(
+        cx,
+        &Placement {
+            node: &src_node,
+            template,
+            reach: &reach,
+        },
+    )?;
+    let vmid = propose_vmid(cx, st)?;
+    st.source = Some(Source {
+        node: src_node,
+        template,
+    });
+    st.node = Some(node.clone());
+    st.vmid = Some(vmid);
+    st.upid = None;
+    st.step = Step::Cloning;
+    Ok(Some(cx.status(
+        st,
+        "Cloning",
+        format!("cloning template {template} to VM {vmid} on {node}"),
+        Some(0),
+    )))
+}
+
+/// A VMID to clone to (the clone verifies it).
+fn propose_vmid(cx: &Ctx, st: &State) -> Result<u32, PluginError> {
+    next_vmid(cx, st.collisions, &BTreeSet::new())?.ok_or_else(|| {
+        transient(
+            match &cx.spec.vm_id_range {
+                Some(r) => format!("no free VMID in vmIDRange {}-{}", r.start, r.end),
+                None => "no free VMID".into(),
+            },
+            Some(RETRY_MS),
+        )
+    })
+}
+
+/// The recorded VMID is someone else's: record another one.
+fn another_vmid(
+    cx: &Ctx,
+    st: &mut State,
+    why: String,
+) -> Result<Option<MachineStatus>, PluginError> {
+    let taken = st.vmid.unwrap_or_default();
+    st.collisions += 1;
+    let vmid = propose_vmid(cx, st)?;
+    log::debug(
+        "VMID taken, trying another",
+        &[("vmid", taken.to_string()), ("next", vmid.to_string())],
+    );
+    st.vmid = Some(vmid);
+    st.upid = None;
+    Ok(Some(cx.status(
+        st,
+        "Cloning",
+        format!("{why}; cloning to VM {vmid} instead"),
+        Some(0),
+    )))
+}
+
+pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    let vmid = st.vmid.unwrap_or_default();
+    if let Some(upid) = st.upid.clone() {
+        match poll(&cx.pve, &upid, "following the clone task")? {
+            Ok(false) => {
+                return Ok(Some(cx.status(
+                    st,
+                    "Cloning",
+                    "clone task running",
+                    Some(SHORT_MS),
+                )));
+            }
+            Ok(true) => st.upid = None,
+            Err(msg) => {
+                if let Some(e) = task_failed("clone task failed", &msg) {
+                    return Err(e);
+                }
+                // Lost the VMID to another clone, or failed: what VM N is decides next.
+                st.upid = None;
+                return Ok(Some(cx.status(
+                    st,
+                    "Cloning",
+                    format!(
+                        "clone to VM {vmid} failed ({msg}); checking VM {vmid} before going on"
+                    ),
+                    Some(SHORT_MS),
+                )));
+            }
+        }
+    }
+    match cx.locate(st)? {
+        Located::Ours(c) if str_of(&c, "lock").as_deref() == Some("clone") => Ok(Some(cx.status(
+            st,
+            "Cloning",
+            "VM still locked by its clone",
+            Some(SHORT_MS),
+        ))),
+        Located::Ours(c) => {
+            st.uuid = uuid_of(&c);
+            st.source = None;
+            st.collisions = 0;
+            st.step = Step::Configuring;
+            Ok(None)
+        }
+        Located::Cloning => Ok(Some(cx.status(
+            st,
+            "Cloning",
+            format!("VM {vmid} is being cloned; its owner shows once its first disk is copied"),
+            Some(SHORT_MS),
+        ))),
+        Located::Foreign(c) => another_vmid(
+            cx,
+            st,
+            format!(
+                "VMID {vmid} is taken by another VM ({})",
+                str_of(&c, "name").unwrap_or_default()
+            ),
+        ),
+        Located::Gone => post_clone(cx, st),
+    }
+}
+
+/// Starts the clone to the recorded node and VMID.
+fn post_clone(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    let Source {
+        node: src_node,
+        template,
+    } = match st.source.clone() {
+        Some(s) => s,
+        None => {
+            let (node, template) = resolve_template(cx)?;
+            Source { node, template }
+        }
+    };
+    let vmid = st.vmid.unwrap_or_default();
+    let node = st.node.clone().unwrap_or_else(|| src_node.clone());
     let full = cx.spec.full.unwrap_or(true);
     let mut form: Vec<(&str, String)> = vec![
+        ("newid", vmid.to_string()),
         ("name", cx.req.machine.name.clone()),
         ("description", description(&cx.spec, cx.req)),
         ("full", if full { "1" } else { "0" }.into()),
@@ -74,110 +241,35 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         form.push(("snapname", s.clone()));
     }
     let path = format!("/nodes/{}/qemu/{template}/clone", percent_encode(&src_node));
-    let mut tried = BTreeSet::new();
-    for attempt in 0..VMID_TRIES {
-        let Some(vmid) = next_vmid(cx, attempt, &tried)? else {
-            break;
-        };
-        tried.insert(vmid);
-        let mut f = form.clone();
-        f.push(("newid", vmid.to_string()));
-        match cx.pve.post(&path, &f) {
-            Ok(v) => {
-                log::info(
-                    "cloning",
-                    &[
-                        ("vmid", vmid.to_string()),
-                        ("node", node.clone()),
-                        ("template", template.to_string()),
-                    ],
-                );
-                st.node = Some(node);
-                st.vmid = Some(vmid);
-                st.upid = upid_of(v);
-                st.step = Step::Cloning;
-                return Ok(None);
-            }
-            Err(e) if vmid_taken(&e) => {
-                log::debug("VMID taken, trying another", &[("vmid", vmid.to_string())]);
-                continue;
-            }
-            Err(e) if e.is_not_found() && e.to_string().contains(&format!("/{template}.conf")) => {
-                return Err(terminal(
-                    "TemplateNotFound",
-                    format!("cloning template {template} on {src_node}: {e}"),
-                ));
-            }
-            Err(e) => return Err(e.classify(&format!("cloning template {template} to VM {vmid}"))),
-        }
-    }
-    Err(transient(
-        format!(
-            "no free VMID after {} tries ({})",
-            tried.len(),
-            match &cx.spec.vm_id_range {
-                Some(r) => format!("vmIDRange {}-{}", r.start, r.end),
-                None => "cluster nextid".into(),
-            }
-        ),
-        Some(RETRY_MS),
-    ))
-}
-
-pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
-    if let Some(upid) = st.upid.clone() {
-        match poll(&cx.pve, &upid, "following the clone task")? {
-            Ok(false) => {
-                return Ok(Some(cx.status(
-                    st,
-                    "Cloning",
-                    "clone task running",
-                    Some(SHORT_MS),
-                )));
-            }
-            Ok(true) => {}
-            Err(msg) => {
-                if let Some(e) = task_failed("clone task failed", &msg) {
-                    return Err(e);
-                }
-                let vmid = st.vmid.unwrap_or_default();
-                *st = State::default();
-                return Ok(Some(cx.status(
-                    st,
-                    "Cloning",
-                    format!("clone to VM {vmid} failed ({msg}); retrying with a new clone"),
-                    Some(RETRY_MS),
-                )));
-            }
-        }
-    }
-    // Adopted mid-clone (or the task is done): the VM is ready once the lock is gone.
-    match cx.get_config(st) {
-        Ok(c) if str_of(&c, "lock").as_deref() == Some("clone") => {
-            st.upid = None;
+    match cx.pve.post(&path, &form) {
+        Ok(v) => {
+            log::info(
+                "cloning",
+                &[
+                    ("vmid", vmid.to_string()),
+                    ("node", node.clone()),
+                    ("template", template.to_string()),
+                ],
+            );
+            st.source = Some(Source {
+                node: src_node,
+                template,
+            });
+            st.upid = upid_of(v);
             Ok(Some(cx.status(
                 st,
                 "Cloning",
-                "VM still locked by its clone",
+                format!("cloning template {template} to VM {vmid} on {node}"),
                 Some(SHORT_MS),
             )))
         }
-        Ok(c) => {
-            st.uuid = uuid_of(&c);
-            st.upid = None;
-            st.step = Step::Configuring;
-            Ok(None)
+        Err(e) if vmid_taken(&e) => another_vmid(cx, st, format!("VMID {vmid} is taken")),
+        Err(e) if e.is_not_found() && e.to_string().contains(&format!("/{template}.conf")) => {
+            Err(terminal(
+                "TemplateNotFound",
+                format!("cloning template {template} on {src_node}: {e}"),
+            ))
         }
-        Err(e) if e.is_not_found() => {
-            // The clone failed and PVE removed the VM: start over.
-            *st = State::default();
-            Ok(Some(cx.status(
-                st,
-                "Cloning",
-                "the cloned VM is gone; cloning again",
-                Some(SHORT_MS),
-            )))
-        }
-        Err(e) => Err(e.classify("reading the cloned VM")),
+        Err(e) => Err(e.classify(&format!("cloning template {template} to VM {vmid}"))),
     }
 }

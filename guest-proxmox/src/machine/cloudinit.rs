@@ -2,7 +2,7 @@
 
 use guest_kit::machine::MachineStatus;
 use guest_kit::types::PluginError;
-use guest_kit::{terminal, transient};
+use guest_kit::{log, terminal, transient};
 use serde_json::Value;
 
 use super::context::Ctx;
@@ -122,7 +122,6 @@ pub(super) fn seed(
 }
 
 pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
-    let node = st.node.clone().unwrap_or_default();
     if let Some(upid) = st.upid.clone() {
         match poll(&cx.pve, &upid, "following the ISO upload")? {
             Ok(false) => {
@@ -172,6 +171,7 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
         ));
     }
     let config = cx.owned_config(st, "building the NoCloud ISO")?;
+    let node = st.node.clone().unwrap_or_default();
     let uuid = uuid_of(&config)
         .ok_or_else(|| transient("the VM has no smbios1 uuid yet", Some(SHORT_MS)))?;
     st.uuid = Some(uuid.clone());
@@ -203,12 +203,21 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
             .any(|(_, v)| v.as_str().is_some_and(|s| s.starts_with(&volid)));
         if attached {
             st.iso = Some(volid);
+            st.iso_node = Some(node);
             st.step = Step::Attaching;
             return Ok(None);
         }
+        // Its removal is a task: upload once it is gone (a later call sees it gone).
         delete_volume(&cx.pve, &node, &volid)?;
+        return Ok(Some(cx.status(
+            st,
+            "UploadingCloudInit",
+            format!("removing an earlier {volid} before uploading this one"),
+            Some(SHORT_MS),
+        )));
     }
     st.iso = Some(volid);
+    st.iso_node = Some(node.clone());
     let v = cx
         .pve
         .upload(&node, &storage, "iso", &name, &image)
@@ -220,7 +229,12 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     Ok(None)
 }
 
-pub(super) fn delete_volume(pve: &Pve, node: &str, volid: &str) -> Result<(), PluginError> {
+/// Deletes a volume; the UPID of PVE's `imgdel` task, or `None` when it is gone already.
+pub(super) fn delete_volume(
+    pve: &Pve,
+    node: &str,
+    volid: &str,
+) -> Result<Option<String>, PluginError> {
     let storage = volid.split(':').next().unwrap_or_default();
     match pve.delete(
         &format!(
@@ -231,14 +245,58 @@ pub(super) fn delete_volume(pve: &Pve, node: &str, volid: &str) -> Result<(), Pl
         ),
         &[],
     ) {
-        Ok(_) => Ok(()),
-        Err(e) if e.to_string().contains("does not exist") => Ok(()),
+        Ok(v) => Ok(upid_of(v)),
+        Err(e) if e.to_string().contains("does not exist") => Ok(None),
         Err(e) => Err(e.classify(&format!("deleting {volid}"))),
+    }
+}
+
+/// Follows the ISO's `imgdel` task in `st.upid`: `Some(status)` while it runs; when it
+/// failed, the deletion is tried again.
+pub(super) fn following_iso_removal(
+    cx: &Ctx,
+    st: &mut State,
+    phase: &str,
+) -> Result<Option<MachineStatus>, PluginError> {
+    let Some(upid) = st.upid.clone() else {
+        return Ok(None);
+    };
+    match poll(&cx.pve, &upid, "following the ISO removal")? {
+        Ok(false) => Ok(Some(cx.status(
+            st,
+            phase,
+            "removing the NoCloud ISO",
+            Some(SHORT_MS),
+        ))),
+        Ok(true) => {
+            st.upid = None;
+            st.iso = None;
+            st.iso_node = None;
+            Ok(None)
+        }
+        Err(msg) => {
+            log::warn(
+                "removing the NoCloud ISO failed; trying again",
+                &[("error", msg)],
+            );
+            st.upid = None;
+            Ok(None)
+        }
     }
 }
 
 pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
     let config = cx.owned_config(st, "attaching the NoCloud ISO")?;
+    // Migrated since the upload: the ISO is on the old node's storage; upload it again.
+    if let (Some(volid), Some(old)) = (st.iso.clone(), st.iso_node.clone())
+        && st.node.as_ref() != Some(&old)
+    {
+        delete_volume(&cx.pve, &old, &volid)?;
+        st.iso = None;
+        st.iso_node = None;
+        st.step = Step::UploadingCloudInit;
+        return Ok(());
+    }
     let slot = st.cd_slot.clone().unwrap_or_else(|| "ide2".into());
     let volid = st.iso.clone().unwrap_or_default();
     let mut form = vec![(slot.as_str(), format!("{volid},media=cdrom"))];
@@ -253,10 +311,17 @@ pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
 }
 
 /// Booted: eject the ISO (media change works on a running VM) and delete it.
-pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
-    let node = st.node.clone().unwrap_or_default();
+pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    if let Some(s) = following_iso_removal(cx, st, "WaitingForGuestAgent")? {
+        return Ok(Some(s));
+    }
     if let Some(volid) = st.iso.clone() {
         let config = cx.owned_config(st, "ejecting the NoCloud ISO")?;
+        let node = st
+            .iso_node
+            .clone()
+            .or_else(|| st.node.clone())
+            .unwrap_or_default();
         let slot = st.cd_slot.clone().unwrap_or_else(|| "ide2".into());
         if str_of(&config, &slot).is_some_and(|v| v.starts_with(&volid)) {
             cx.pve
@@ -266,11 +331,20 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
                 )
                 .map_err(|e| e.classify("ejecting the NoCloud ISO"))?;
         }
-        delete_volume(&cx.pve, &node, &volid)?;
+        if let Some(upid) = delete_volume(&cx.pve, &node, &volid)? {
+            st.upid = Some(upid);
+            return Ok(Some(cx.status(
+                st,
+                "WaitingForGuestAgent",
+                "removing the NoCloud ISO",
+                Some(SHORT_MS),
+            )));
+        }
         st.iso = None;
+        st.iso_node = None;
     }
     st.step = Step::Ready;
-    Ok(())
+    Ok(None)
 }
 
 #[cfg(test)]

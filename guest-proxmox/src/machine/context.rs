@@ -1,8 +1,8 @@
 //! What one call works with: the parsed specs, the planned NICs and the PVE client.
 
 use guest_kit::machine::{MachineRequest, MachineStatus};
-use guest_kit::parse_spec;
 use guest_kit::types::{PluginError, Progress};
+use guest_kit::{parse_spec, transient};
 use serde_json::Value;
 
 use super::nics::{Nic, plan_nics};
@@ -18,6 +18,8 @@ pub(super) struct Ctx<'a> {
     pub(super) cluster: ClusterSpec,
     pub(super) nics: Vec<Nic>,
     pub(super) pve: Pve,
+    /// `GET /cluster/resources`, read at most once per call.
+    pub(super) resources: std::cell::OnceCell<Vec<Value>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -36,7 +38,38 @@ impl<'a> Ctx<'a> {
             cluster,
             nics,
             pve: Pve::new(&req.credentials),
+            resources: Default::default(),
         })
+    }
+
+    /// Every node, VM and storage of the cluster (`GET /cluster/resources`), read once
+    /// per call.
+    pub(super) fn resources(&self) -> Result<&[Value], PluginError> {
+        if let Some(r) = self.resources.get() {
+            return Ok(r);
+        }
+        let all = self
+            .pve
+            .get("/cluster/resources")
+            .map_err(|e| e.classify("reading cluster resources"))?;
+        let list = match all {
+            Value::Array(items) => items,
+            other => {
+                return Err(transient(
+                    format!("unreadable cluster resources: {other}"),
+                    None,
+                ));
+            }
+        };
+        Ok(self.resources.get_or_init(|| list))
+    }
+
+    /// The cluster's VMs (not containers), templates included.
+    pub(super) fn qemu_vms(&self) -> Result<impl Iterator<Item = &Value>, PluginError> {
+        Ok(self
+            .resources()?
+            .iter()
+            .filter(|v| v.get("type").and_then(Value::as_str) == Some("qemu")))
     }
 
     pub(super) fn uid(&self) -> &str {

@@ -63,7 +63,11 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
                     return Ok(s);
                 }
             }
-            Step::Ejecting => ejecting(&cx, &mut st)?,
+            Step::Ejecting => {
+                if let Some(s) = ejecting(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
             Step::Ready => {
                 let mut s = cx.status(&st, "Ready", ready_message(&st), None);
                 // What describe reports of a running VM, so the first describe after

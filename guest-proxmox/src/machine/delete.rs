@@ -4,9 +4,9 @@ use guest_kit::log;
 use guest_kit::machine::MachineRequest;
 use guest_kit::types::{PluginError, Progress};
 
-use super::cloudinit::delete_volume;
+use super::cloudinit::{delete_volume, following_iso_removal};
 use super::context::Ctx;
-use super::ownership::owned_by;
+use super::ownership::Located;
 use super::properties::str_of;
 use super::state::{DeleteStep, State};
 use super::tasks::{poll, task_failed, upid_of};
@@ -29,6 +29,7 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
             cluster: ClusterSpec::default(),
             nics: vec![],
             pve,
+            resources: Default::default(),
         },
     };
     let mut st: State = guest_kit::state::load(req.state.as_deref())?;
@@ -43,36 +44,45 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
     for _ in 0..6 {
         match st.delete {
             None => {
-                // Locate this machine's VM: the recorded one if it is ours, else by marker.
-                let recorded = match (st.vmid, &st.node) {
-                    (Some(vmid), Some(_)) => match cx.get_config(&st) {
-                        Ok(c) if owned_by(&c, cx.uid()) => true,
-                        Ok(c) => {
-                            log::warn(
-                                "the recorded VMID belongs to another VM; leaving it alone",
-                                &[
-                                    ("vmid", vmid.to_string()),
-                                    ("name", str_of(&c, "name").unwrap_or_default()),
-                                ],
-                            );
-                            false
-                        }
-                        Err(e) if e.is_not_found() => false,
-                        Err(e) => return Err(e.classify("reading the VM to delete")),
-                    },
-                    _ => false,
-                };
-                if !recorded {
-                    match cx.find_owned()? {
-                        Some((node, vmid, _)) => {
-                            st.node = Some(node);
-                            st.vmid = Some(vmid);
-                        }
-                        None => {
-                            st.vmid = None;
-                            st.delete = Some(DeleteStep::RemovingIso);
-                            continue;
-                        }
+                // A task create was following is not ours to follow.
+                st.upid = None;
+                // Locate this machine's VM: the recorded one (followed to another node
+                // if it migrated) if it is ours, else by marker.
+                match cx.locate(&mut st)? {
+                    Located::Ours(_) => {
+                        st.delete = Some(DeleteStep::Stopping);
+                        continue;
+                    }
+                    // Maybe this machine's clone, before PVE writes its config: wait.
+                    Located::Cloning => {
+                        return progress(
+                            &st,
+                            "Stopping",
+                            format!(
+                                "VM {} is still being cloned; waiting to see whose it is",
+                                st.vmid.unwrap_or_default()
+                            ),
+                            SHORT_MS,
+                        );
+                    }
+                    Located::Foreign(c) => log::warn(
+                        "the recorded VMID belongs to another VM; leaving it alone",
+                        &[
+                            ("vmid", st.vmid.unwrap_or_default().to_string()),
+                            ("name", str_of(&c, "name").unwrap_or_default()),
+                        ],
+                    ),
+                    Located::Gone => {}
+                }
+                match cx.find_owned()? {
+                    Some((node, vmid, _)) => {
+                        st.node = Some(node);
+                        st.vmid = Some(vmid);
+                    }
+                    None => {
+                        st.vmid = None;
+                        st.delete = Some(DeleteStep::RemovingIso);
+                        continue;
                     }
                 }
                 st.delete = Some(DeleteStep::Stopping);
@@ -118,7 +128,7 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
                     st.delete = Some(DeleteStep::Deleting);
                     continue;
                 }
-                cx.owned_config(&st, "stopping the VM")?;
+                cx.owned_config(&mut st, "stopping the VM")?;
                 let v = cx
                     .pve
                     .post(&format!("{}/status/stop", cx.config_path(&st)), &[])
@@ -158,15 +168,13 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
                         }
                     }
                 }
-                match cx.owned_config(&st, "destroying the VM") {
-                    Ok(_) => {}
-                    Err(PluginError::Transient(_))
-                        if cx.get_config(&st).is_err_and(|e| e.is_not_found()) =>
-                    {
+                match cx.locate(&mut st)? {
+                    Located::Ours(_) => {}
+                    // Gone (or the VMID is someone else's now): confirm.
+                    _ => {
                         st.delete = Some(DeleteStep::Confirming);
                         continue;
                     }
-                    Err(e) => return Err(e),
                 }
                 let v = cx
                     .pve
@@ -181,25 +189,30 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
                 st.upid = upid_of(v);
                 return progress(&st, "Deleting", "destroying the VM".into(), SHORT_MS);
             }
-            Some(DeleteStep::Confirming) => match cx.get_config(&st) {
-                Err(e) if e.is_not_found() => st.delete = Some(DeleteStep::RemovingIso),
-                Ok(c) if !owned_by(&c, cx.uid()) => st.delete = Some(DeleteStep::RemovingIso),
-                Ok(_) => {
-                    st.delete = Some(DeleteStep::Deleting);
+            // Gone from its node, and not ours on another one (a migration mid-delete).
+            Some(DeleteStep::Confirming) => match cx.locate(&mut st)? {
+                Located::Ours(_) => {
+                    st.delete = Some(DeleteStep::Stopping);
                     return progress(
                         &st,
                         "Deleting",
-                        "the VM is still there; destroying again".into(),
+                        "the VM is still there; stopping and destroying it again".into(),
                         SHORT_MS,
                     );
                 }
-                Err(e) => return Err(e.classify("confirming the VM is gone")),
+                _ => st.delete = Some(DeleteStep::RemovingIso),
             },
             Some(DeleteStep::RemovingIso) => {
-                if let (Some(volid), Some(node)) = (st.iso.clone(), st.node.clone()) {
-                    delete_volume(&cx.pve, &node, &volid)?;
+                if let Some(p) = following_iso_removal(&cx, &mut st, "Deleting")? {
+                    return Ok(Some(p.progress));
                 }
-                st.iso = None;
+                let node = st.iso_node.clone().or_else(|| st.node.clone());
+                if let (Some(volid), Some(node)) = (st.iso.clone(), node)
+                    && let Some(upid) = delete_volume(&cx.pve, &node, &volid)?
+                {
+                    st.upid = Some(upid);
+                    return progress(&st, "Deleting", "removing the NoCloud ISO".into(), SHORT_MS);
+                }
                 return Ok(None);
             }
         }

@@ -6,8 +6,8 @@ use guest_kit::types::PluginError;
 
 use super::context::Ctx;
 use super::create::ready_message;
-use super::ownership::{marker, owned_by};
-use super::properties::{str_of, u64_of, uuid_of};
+use super::ownership::{Located, marker};
+use super::properties::{str_of, uuid_of};
 use super::state::{State, Step};
 
 // ---------------------------------------------------------------------------------
@@ -42,48 +42,40 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             None => Ok(cx.status(&st, phase, "no VM yet", None)),
         };
     };
-    let config = match cx.get_config(&st) {
-        Ok(c) => c,
-        Err(e) if e.is_not_found() => {
-            // Moved to another node (migration)?
-            let moved = cx
-                .pve
-                .get("/cluster/resources?type=vm")
-                .map_err(|e| e.classify("listing VMs"))?
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|v| u64_of(v, "vmid") == Some(u64::from(vmid)))
-                .and_then(|v| str_of(v, "node"));
-            match moved {
-                Some(n) => {
-                    st.node = Some(n);
-                    cx.get_config(&st)
-                        .map_err(|e| e.classify("reading the VM"))?
-                }
-                None => {
-                    let s = cx.status(&st, phase, String::new(), None);
-                    let text = format!(
-                        "VM {vmid} no longer exists on {} nor on another node",
-                        st.node.as_deref().unwrap_or_default()
-                    );
-                    return Ok(drift::report(s, "VMMissing", Drift::Missing(text)));
-                }
-            }
+    match cx.locate(&mut st)? {
+        Located::Ours(_) => {}
+        // The VMID is chosen before the clone starts: until it has, no VM is missing.
+        _ if st.step == Step::Cloning => {
+            let mut s = cx.status(&st, phase, format!("VM {vmid} is not cloned yet"), None);
+            s.ready = false;
+            return Ok(s);
         }
-        Err(e) => return Err(e.classify("reading the VM")),
+        Located::Gone => {
+            let s = cx.status(&st, phase, String::new(), None);
+            let text = format!(
+                "VM {vmid} no longer exists on {} nor on another node",
+                st.node.as_deref().unwrap_or_default()
+            );
+            return Ok(drift::report(s, "VMMissing", Drift::Missing(text)));
+        }
+        // Mid-clone, before PVE writes the clone's config: nothing to judge yet.
+        Located::Cloning => {
+            let mut s = cx.status(&st, phase, format!("VM {vmid} is being cloned"), None);
+            s.ready = false;
+            return Ok(s);
+        }
+        Located::Foreign(config) => {
+            let mut s = cx.status(&st, phase, String::new(), None);
+            s.provider_id = None;
+            s.addresses = vec![];
+            let text = format!(
+                "VM {vmid} belongs to someone else: it does not carry {}, its name is {}",
+                marker(cx.uid()),
+                str_of(&config, "name").unwrap_or_default()
+            );
+            return Ok(drift::report(s, "VMForeign", Drift::Foreign(text)));
+        }
     };
-    if !owned_by(&config, cx.uid()) {
-        let mut s = cx.status(&st, phase, String::new(), None);
-        s.provider_id = None;
-        s.addresses = vec![];
-        let text = format!(
-            "VM {vmid} belongs to someone else: it does not carry {}, its name is {}",
-            marker(cx.uid()),
-            str_of(&config, "name").unwrap_or_default()
-        );
-        return Ok(drift::report(s, "VMForeign", Drift::Foreign(text)));
-    }
     let current = cx
         .pve
         .get(&format!("{}/status/current", cx.config_path(&st)))

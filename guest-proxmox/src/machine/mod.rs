@@ -9,7 +9,9 @@
 //! `WaitingForGuestAgent` → `Ready`; delete walks `Stopping` → `Deleting` → `Deleted`.
 //! A step whose PVE task failed is retried from its start (the message says why); a
 //! synchronous PVE error is returned as the plugin error it classifies to, and the host
-//! retries with the previous state, so every step is idempotent.
+//! retries with the previous state, so every step is idempotent. PVE's lock timeouts
+//! ("can't lock file '/var/lock/qemu-server/lock-N.conf' - got timeout", in a config write
+//! or inside a task) and "VM is locked (…)" are transient: retried, never terminal.
 //!
 //! The VM is cloned and configured before the bootstrap data exists (cloning is the slow
 //! part); only the NoCloud ISO needs it, so the machine waits in
@@ -24,25 +26,49 @@
 //! ending in a marker line `hyperplug.machine-uid=<machine UID>`; tags `hyperplug` and
 //! `hp-<UID>` follow in the first config write. The description marker is the proof of
 //! ownership: no stop, destroy or config write touches a VM whose description does not
-//! carry this machine's UID. Because the marker is written atomically with the VM's
-//! creation, a state lost right after the clone call (the host crashed before saving it)
-//! is recovered by adoption: with no VMID in the state, create first lists the cluster's
-//! VMs, checks those named like the machine or tagged with its UID, and adopts the one
-//! whose marker matches, never cloning a second one.
+//! carry this machine's UID. PVE writes it with the clone's config once the first disk
+//! is copied; until then the new VM holds a temporary config (`lock: clone` alone) that
+//! shows no owner. So:
+//!
+//! * the VMID is chosen in one call and recorded in the state, and the clone is asked
+//!   for in the next one: a result lost after the clone call (the host replays the state
+//!   before) looks at that VMID first, waits while it is an unreadable clone, and adopts
+//!   it once it shows the marker;
+//! * with no state at all (a first call, `clusterctl move`), create lists the cluster's
+//!   VMs and adopts the one named like the machine or tagged with its UID whose marker
+//!   matches; clones of the template still unreadable at that moment are waited for first
+//!   (one of them may be this machine's), never later ones;
+//! * delete and describe treat an unreadable clone at the recorded VMID as "not known
+//!   yet" (delete waits), never as someone else's or as gone.
+//!
+//! A VM someone migrated to another node (PVE 9.2's load balancer, an admin) is followed
+//! by its marker: when it is not on the recorded node, the node the cluster lists its
+//! VMID on is checked for the marker and recorded; it is never reported missing, cloned
+//! again, or left undestroyed.
 //!
 //! # VMID allocation
 //!
 //! `GET /cluster/nextid` does not reserve anything, and two clusters (or two machines)
 //! asking at once get the same answer. The one atomic step PVE offers is the clone
-//! itself: it refuses a `newid` whose config file exists ("unable to create VM N: config
-//! file already exists", checked and created under PVE's cluster-wide lock). So the
-//! plugin proposes an ID and lets the clone verify it: with `vmIDRange` it starts at an
-//! offset derived from the machine UID (spreading concurrent machines over the range)
-//! and walks the IDs the cluster does not list as used; without a range it asks
-//! `nextid` and, after a collision, adds a UID-derived offset. On "already exists" it
-//! tries the next candidate (a few per call). Two machines can therefore never share a
-//! VM: the loser of a race is refused by PVE, and the winner's VM carries the winner's
-//! marker.
+//! itself: one config file per VMID. So the plugin proposes an ID and lets the clone
+//! verify it: with `vmIDRange` it starts at an offset derived from the machine UID
+//! (spreading concurrent machines over the range) and walks the IDs the cluster does not
+//! list as used; without a range it asks `nextid` and, after a collision, adds a
+//! UID-derived offset. PVE refuses a taken `newid` at once ("unable to create VM N: config
+//! file already exists"), or, when two clones race for it, accepts both and fails the
+//! loser inside its task (the same words, or a lock timeout on the VMID's config lock).
+//! Either way the plugin looks at VM N: its own clone is adopted, an unreadable clone is
+//! waited for, anyone else's makes it record another VMID (and clone in the next call).
+//! Two machines can therefore never share a VM, and one machine never gets two.
+//!
+//! # Placement
+//!
+//! PVE clones a template whose drives are not all on shared storage (CD-ROM images and
+//! the cloud-init drive count) only on its own node ("can't clone VM to node 'X' (VM uses
+//! local storage)"). The scheduler picks among the nodes the template reaches: a failure
+//! domain it cannot reach (CAPI spreads machines over every node the cluster reports when
+//! `allowedNodes` is unset) gives way to one it can, and `allowedNodes` that leave out the
+//! template's node are a terminal `TemplateOnLocalStorage` saying how to fix it.
 //!
 //! # Layout
 //!
@@ -92,8 +118,6 @@ const SHORT_MS: u64 = 1_000;
 const BOOT_MS: u64 = 2_000;
 const RETRY_MS: u64 = 5_000;
 const BOOTSTRAP_MS: u64 = 10_000;
-/// How many VMIDs one call tries before returning.
-const VMID_TRIES: u32 = 8;
 const MIB: u64 = 1 << 20;
 
 impl Guest for Plugin {

@@ -1,14 +1,16 @@
 //! The ownership marker and adoption (see the module doc of `machine`).
 
+use std::collections::BTreeSet;
+
 use guest_kit::machine::MachineRequest;
 use guest_kit::types::PluginError;
-use guest_kit::{terminal, transient};
+use guest_kit::{log, terminal, transient};
 use serde_json::Value;
 
-use super::RETRY_MS;
 use super::context::Ctx;
 use super::properties::{str_of, u64_of};
 use super::state::State;
+use super::{RETRY_MS, SHORT_MS};
 use crate::api::percent_encode;
 use crate::spec::MachineSpec;
 
@@ -56,41 +58,111 @@ pub(super) fn description(spec: &MachineSpec, req: &MachineRequest) -> String {
     d
 }
 
+/// What a recorded VMID holds now.
+pub(super) enum Located {
+    /// This machine's VM (the state's node follows it when it migrated).
+    Ours(Value),
+    /// A clone in its first phase: PVE's temporary config (`lock: clone` alone) shows
+    /// no owner until the first disk is copied.
+    Cloning,
+    /// Another VM.
+    Foreign(Value),
+    /// No VM with this VMID (or none that is ours on another node).
+    Gone,
+}
+
+/// PVE's temporary clone config: locked, and nothing else yet.
+pub(super) fn is_unreadable_clone(config: &Value) -> bool {
+    str_of(config, "lock").as_deref() == Some("clone") && config.get("name").is_none()
+}
+
 impl<'a> Ctx<'a> {
-    /// The VM's config, or an error when it is gone or not ours.
-    pub(super) fn owned_config(&self, st: &State, context: &str) -> Result<Value, PluginError> {
+    fn located(&self, config: Value) -> Located {
+        if owned_by(&config, self.uid()) {
+            Located::Ours(config)
+        } else if is_unreadable_clone(&config) {
+            Located::Cloning
+        } else {
+            Located::Foreign(config)
+        }
+    }
+
+    /// The recorded VM, on its recorded node or, when it is not there (migrated, or still
+    /// on its template's node mid-clone), where the cluster lists its VMID. The state's
+    /// node follows this machine's VM; another VM elsewhere with the VMID is not followed.
+    pub(super) fn locate(&self, st: &mut State) -> Result<Located, PluginError> {
+        let Some(vmid) = st.vmid else {
+            return Ok(Located::Gone);
+        };
         match self.get_config(st) {
-            Ok(c) if owned_by(&c, self.uid()) => Ok(c),
-            Ok(_) => Err(terminal(
+            Ok(c) => return Ok(self.located(c)),
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.classify("reading the VM")),
+        }
+        let listed = self
+            .qemu_vms()?
+            .find(|v| u64_of(v, "vmid") == Some(u64::from(vmid)))
+            .and_then(|v| str_of(v, "node"));
+        let Some(node) = listed.filter(|n| Some(n) != st.node.as_ref()) else {
+            return Ok(Located::Gone);
+        };
+        let path = format!("/nodes/{}/qemu/{vmid}/config", percent_encode(&node));
+        let config = match self.pve.get(&path) {
+            Ok(c) => c,
+            Err(e) if e.is_not_found() => return Ok(Located::Gone),
+            Err(e) => return Err(e.classify("reading the VM on its new node")),
+        };
+        match self.located(config) {
+            Located::Ours(c) => {
+                log::info(
+                    "following the VM to the node it is on now",
+                    &[
+                        ("vmid", vmid.to_string()),
+                        ("from", st.node.clone().unwrap_or_default()),
+                        ("to", node.clone()),
+                    ],
+                );
+                st.node = Some(node);
+                Ok(Located::Ours(c))
+            }
+            Located::Foreign(_) => Ok(Located::Gone),
+            other => Ok(other),
+        }
+    }
+
+    /// The VM's config, or an error when it is gone or not ours.
+    pub(super) fn owned_config(&self, st: &mut State, context: &str) -> Result<Value, PluginError> {
+        let vmid = st.vmid.unwrap_or_default();
+        match self.locate(st)? {
+            Located::Ours(c) => Ok(c),
+            Located::Foreign(_) => Err(terminal(
                 "VMNotOwned",
                 format!(
-                    "{context}: VM {} on {} does not carry this machine's marker ({}); not touching it",
-                    st.vmid.unwrap_or_default(),
+                    "{context}: VM {vmid} on {} does not carry this machine's marker ({}); not touching it",
                     st.node.as_deref().unwrap_or_default(),
                     marker(self.uid())
                 ),
             )),
-            Err(e) if e.is_not_found() => Err(transient(
-                format!("{context}: the VM disappeared: {e}"),
+            Located::Cloning => Err(transient(
+                format!("{context}: VM {vmid} is still being cloned"),
+                Some(SHORT_MS),
+            )),
+            Located::Gone => Err(transient(
+                format!(
+                    "{context}: VM {vmid} is gone from {} and not found on another node",
+                    st.node.as_deref().unwrap_or_default()
+                ),
                 Some(RETRY_MS),
             )),
-            Err(e) => Err(e.classify(context)),
         }
     }
 
     /// This machine's VM anywhere in the cluster, found by its marker.
     pub(super) fn find_owned(&self) -> Result<Option<(String, u32, Value)>, PluginError> {
-        let vms = self
-            .pve
-            .get("/cluster/resources?type=vm")
-            .map_err(|e| e.classify("listing VMs"))?;
         let tag = uid_tag(self.uid());
         let name = &self.req.machine.name;
-        let candidates: Vec<(String, u32)> = vms
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|v| v.get("type").and_then(Value::as_str) != Some("lxc"))
+        let candidates: Vec<(String, u32)> = self
+            .qemu_vms()?
             .filter(|v| u64_of(v, "template") != Some(1))
             .filter(|v| {
                 str_of(v, "name").as_deref() == Some(name.as_str())
@@ -108,6 +180,19 @@ impl<'a> Ctx<'a> {
             }
         }
         Ok(None)
+    }
+
+    /// Clones on `node` still in their first phase (no owner readable yet).
+    pub(super) fn unreadable_clones(&self, node: &str) -> Result<BTreeSet<u32>, PluginError> {
+        Ok(self
+            .qemu_vms()?
+            .filter(|v| str_of(v, "node").as_deref() == Some(node))
+            .filter(|v| str_of(v, "lock").as_deref() == Some("clone"))
+            .filter_map(|v| {
+                let vmid = u64_of(v, "vmid")? as u32;
+                (str_of(v, "name") == Some(format!("VM {vmid}"))).then_some(vmid)
+            })
+            .collect())
     }
 }
 

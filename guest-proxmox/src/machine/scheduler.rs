@@ -1,38 +1,77 @@
 //! Choosing the node for a new VM.
 
 use guest_kit::types::PluginError;
-use guest_kit::{terminal, transient};
+use guest_kit::{log, terminal, transient};
 use serde_json::Value;
 
 use super::context::Ctx;
 use super::properties::{str_of, u64_of};
+use super::template::Reach;
 use super::{MIB, RETRY_MS};
 
-/// The node for a new VM: CAPI's failure domain if given, else the allowed node with
-/// the most free memory (node memory × memoryAdjustment% minus the memory of its VMs;
-/// 0 disables the check) that has at least as many CPUs as the VM.
-pub(super) fn pick_node(cx: &Ctx) -> Result<String, PluginError> {
+/// The template a VM is cloned from, and where PVE lets it be cloned to.
+pub(super) struct Source<'a> {
+    pub(super) node: &'a str,
+    pub(super) template: u32,
+    pub(super) reach: &'a Reach,
+}
+
+/// The node for a new VM, among those the template can be cloned to (`reach`): CAPI's
+/// failure domain if given and reachable, else the node `choose_node` picks. A failure
+/// domain the template cannot reach (CAPI spreads machines over every node when
+/// `allowedNodes` is unset) gives way to a node it can.
+pub(super) fn pick_node(cx: &Ctx, source: &Source) -> Result<String, PluginError> {
     if let Some(fd) = &cx.req.failure_domain
         && !fd.is_empty()
     {
-        return Ok(fd.clone());
+        if source.reach.allows(fd, source.node) {
+            return Ok(fd.clone());
+        }
+        log::info(
+            "the failure domain's node cannot take a clone of the template (local storage); placing the VM on a node that can",
+            &[
+                ("failureDomain", fd.clone()),
+                ("template", source.template.to_string()),
+                ("templateNode", source.node.to_string()),
+            ],
+        );
     }
-    let resources = cx
-        .pve
-        .get("/cluster/resources")
-        .map_err(|e| e.classify("reading cluster resources"))?;
-    choose_node(cx, &resources)
+    choose_node(cx, cx.resources()?, source)
 }
 
-/// The node `pick_node` chooses among `resources` (what `GET /cluster/resources`
-/// answered: nodes and their VMs).
-pub(super) fn choose_node(cx: &Ctx, resources: &Value) -> Result<String, PluginError> {
+/// The allowed node the template reaches with the most free memory (node memory ×
+/// memoryAdjustment% minus the memory of its VMs; 0 disables the check) that has at least
+/// as many CPUs as the VM, among `resources` (what `GET /cluster/resources` answered:
+/// nodes and their VMs). Allowed nodes that exclude every node the template reaches are a
+/// configuration error.
+pub(super) fn choose_node(
+    cx: &Ctx,
+    resources: &[Value],
+    source: &Source,
+) -> Result<String, PluginError> {
     let allowed: Vec<String> = if !cx.spec.allowed_nodes.is_empty() {
         cx.spec.allowed_nodes.clone()
     } else {
         cx.cluster.allowed_nodes.clone()
     };
-    let items: Vec<&Value> = resources.as_array().into_iter().flatten().collect();
+    let Source {
+        node: template_node,
+        template,
+        reach,
+    } = source;
+    if let Reach::OwnNode(local) = reach
+        && !allowed.is_empty()
+        && !allowed.iter().any(|n| n == template_node)
+    {
+        return Err(terminal(
+            "TemplateOnLocalStorage",
+            format!(
+                "template {template} on {template_node} is cloned from or to node-local storage ({}), so Proxmox clones it only on {template_node}, which allowedNodes {allowed:?} leaves out: allow {template_node}, use a template per node (templateSelector), or use shared storage for the template's disks and spec.storage",
+                local.join(", ")
+            ),
+        ));
+    }
+    let items: Vec<&Value> = resources.iter().collect();
     let adjustment = cx
         .cluster
         .scheduler_hints
@@ -50,7 +89,7 @@ pub(super) fn choose_node(cx: &Ctx, resources: &Value) -> Result<String, PluginE
         let Some(name) = str_of(n, "node") else {
             continue;
         };
-        if !allowed.is_empty() && !allowed.contains(&name) {
+        if !allowed.is_empty() && !allowed.contains(&name) || !reach.allows(&name, template_node) {
             continue;
         }
         if str_of(n, "status").as_deref() != Some("online") {
@@ -125,7 +164,12 @@ mod tests {
             machine[k] = v.clone();
         }
         let req = request(machine, cluster);
-        choose_node(&ctx(&req), &resources)
+        let source = Source {
+            node: "pve1",
+            template: 9000,
+            reach: &Reach::Anywhere,
+        };
+        choose_node(&ctx(&req), resources.as_array().unwrap(), &source)
     }
 
     #[test]
@@ -230,9 +274,62 @@ mod tests {
     }
 
     #[test]
-    fn the_failure_domain_cluster_api_chose_is_taken_as_is() {
+    fn the_failure_domain_cluster_api_chose_is_taken_as_is_when_the_template_reaches_it() {
         let mut req = request(template_spec(), json!({}));
         req.failure_domain = Some("pve7".into());
-        assert_eq!(pick_node(&ctx(&req)).unwrap(), "pve7");
+        let source = Source {
+            node: "pve1",
+            template: 9000,
+            reach: &Reach::Anywhere,
+        };
+        assert_eq!(pick_node(&ctx(&req), &source).unwrap(), "pve7");
+    }
+
+    fn local_template() -> Reach {
+        Reach::OwnNode(vec!["local-lvm".into()])
+    }
+
+    #[test]
+    fn a_template_on_local_storage_is_cloned_on_its_node_though_others_have_more_room() {
+        let resources = json!([
+            node("pve1", "online", 8, 16),
+            node("pve2", "online", 8, 64),
+            vm("pve1", 8),
+        ]);
+        let req = request(template_spec(), json!({}));
+        let reach = local_template();
+        let source = Source {
+            node: "pve1",
+            template: 9000,
+            reach: &reach,
+        };
+        let chosen = choose_node(&ctx(&req), resources.as_array().unwrap(), &source);
+        assert_eq!(chosen.unwrap(), "pve1");
+    }
+
+    #[test]
+    fn allowed_nodes_without_the_local_templates_node_say_how_to_fix_it() {
+        let resources = json!([node("pve1", "online", 8, 64), node("pve2", "online", 8, 64)]);
+        let req = request(template_spec(), json!({"allowedNodes": ["pve2"]}));
+        let reach = local_template();
+        let source = Source {
+            node: "pve1",
+            template: 9000,
+            reach: &reach,
+        };
+        match choose_node(&ctx(&req), resources.as_array().unwrap(), &source) {
+            Err(PluginError::Terminal(t)) => {
+                assert_eq!(t.reason, "TemplateOnLocalStorage");
+                for part in [
+                    "local-lvm",
+                    "allow pve1",
+                    "templateSelector",
+                    "shared storage",
+                ] {
+                    assert!(t.message.contains(part), "{part}: {}", t.message);
+                }
+            }
+            other => panic!("expected TemplateOnLocalStorage, got {other:?}"),
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The persisted state: what the host hands back on the next call.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +30,30 @@ pub(super) struct State {
     /// Delete progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) delete: Option<DeleteStep>,
+    /// The template the VMID in `vmid` is to be cloned from (recorded before the clone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) source: Option<Source>,
+    /// VMIDs found taken so far (spreads the next proposals).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(super) collisions: u32,
+    /// Clones seen in their first phase (no owner readable yet) by a call without a VM:
+    /// waited for before cloning, as one may be this machine's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) awaiting: Option<BTreeSet<u32>>,
+    /// The node the NoCloud ISO was uploaded to (the VM's, unless it migrated since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) iso_node: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A template: where it is and its VMID.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub(super) struct Source {
+    pub(super) node: String,
+    pub(super) template: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use guest_kit::terminal;
 use guest_kit::types::PluginError;
 
 use super::context::Ctx;
-use super::properties::{str_of, u64_of};
+use super::properties::{is_drive_key, str_of, u64_of};
 use crate::api::percent_encode;
 
 /// (node, VMID) of the template to clone.
@@ -28,14 +28,8 @@ pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
         .as_ref()
         .map(|s| s.match_tags.clone())
         .unwrap_or_default();
-    let vms = cx
-        .pve
-        .get("/cluster/resources?type=vm")
-        .map_err(|e| e.classify("listing templates"))?;
-    let mut found: Vec<(String, u32)> = vms
-        .as_array()
-        .into_iter()
-        .flatten()
+    let mut found: Vec<(String, u32)> = cx
+        .qemu_vms()?
         .filter(|v| u64_of(v, "template") == Some(1))
         .filter(|v| {
             let have: BTreeSet<String> = str_of(v, "tags")
@@ -72,4 +66,67 @@ pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
             ),
         )),
     }
+}
+
+/// Where a template can be cloned to.
+pub(super) enum Reach {
+    /// Every volume is on shared storage: any node.
+    Anywhere,
+    /// Its own node only; the non-shared storages that pin it there.
+    OwnNode(Vec<String>),
+}
+
+impl Reach {
+    pub(super) fn allows(&self, node: &str, template_node: &str) -> bool {
+        matches!(self, Reach::Anywhere) || node == template_node
+    }
+}
+
+/// The nodes PVE clones a template to: any node when all its drives (CD-ROM images and
+/// the cloud-init drive included) are on shared storage, else only its own ("can't clone
+/// VM to node 'X' (VM uses local storage)"); and only its own when a full clone goes to
+/// a `storage` that is not shared ("can't clone to non-shared storage 'X'").
+pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reach, PluginError> {
+    let n = percent_encode(node);
+    let config = cx
+        .pve
+        .get(&format!("/nodes/{n}/qemu/{template}/config"))
+        .map_err(|e| e.classify(&format!("reading template {template} on {node}")))?;
+    let storages = cx
+        .pve
+        .get(&format!("/nodes/{n}/storage"))
+        .map_err(|e| e.classify(&format!("listing the storages of {node}")))?;
+    let shared: BTreeSet<String> = storages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| u64_of(s, "shared") == Some(1))
+        .filter_map(|s| str_of(s, "storage"))
+        .collect();
+    let mut local: Vec<String> = config
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| is_drive_key(k))
+        .filter_map(|(_, v)| v.as_str()?.split(',').next().map(str::to_string))
+        .filter(|file| file != "none" && file != "cdrom")
+        .map(|file| match file.split_once(':') {
+            Some((sid, _)) => sid.to_string(),
+            None => file,
+        })
+        .filter(|sid| !shared.contains(sid))
+        .collect();
+    if cx.spec.full.unwrap_or(true)
+        && let Some(target) = &cx.spec.storage
+        && !shared.contains(target)
+    {
+        local.push(target.clone());
+    }
+    local.sort();
+    local.dedup();
+    Ok(if local.is_empty() {
+        Reach::Anywhere
+    } else {
+        Reach::OwnNode(local)
+    })
 }

@@ -90,15 +90,11 @@ pub(super) fn after_next_id(base: u32, spread: u64, attempt: u32, tried: &BTreeS
     id
 }
 
+/// VMIDs of every VM and container.
 pub(super) fn used_vmids(cx: &Ctx) -> Result<BTreeSet<u32>, PluginError> {
-    let vms = cx
-        .pve
-        .get("/cluster/resources?type=vm")
-        .map_err(|e| e.classify("listing VMs"))?;
-    Ok(vms
-        .as_array()
-        .into_iter()
-        .flatten()
+    Ok(cx
+        .resources()?
+        .iter()
         .filter_map(|v| u64_of(v, "vmid").map(|n| n as u32))
         .collect())
 }

@@ -3,7 +3,7 @@
 //! the invariants (the hostile test plugin, behaving) makes it exit 1 and name the cases.
 use std::path::{Path, PathBuf};
 
-use pve_sim::{Config, RunningSim};
+use pve_sim::{Config, FaultKind, FaultRule, Faults, RunningSim};
 
 use crate::support::{conformance, sim_with};
 
@@ -29,12 +29,78 @@ async fn the_proxmox_plugin_passes_against_pve_sim() {
 /// task is still running, and the plugin must adopt a VM that is locked mid-clone.
 #[tokio::test]
 async fn the_proxmox_plugin_passes_with_pve_task_durations() {
-    let cases = passes_against(Config::default()).await;
+    let (cases, _) = passes_against(Config::default()).await;
     let midway = cases.iter().find(|c| c.0 == "adoption-mid-way").unwrap();
     assert_eq!(midway.1, "pass");
 }
 
-async fn passes_against(config: Config) -> Vec<(String, &'static str, String)> {
+/// Against a simulator failing the way PVE does, with its task durations: clones that lose
+/// their VMID to another client inside the task, lock timeouts in config writes and in
+/// the clone, start and destroy tasks, 503s while polling.
+#[tokio::test]
+async fn the_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
+    // Fixed points (skip, then at most max) so every kind fires, whatever the timing.
+    let rule = |endpoint: &str, kind: FaultKind, skip: u64, max: u64| FaultRule {
+        endpoint: endpoint.into(),
+        kind,
+        skip,
+        max_count: Some(max),
+        status: 503,
+        ..FaultRule::default()
+    };
+    let faults = Faults {
+        rules: vec![
+            rule(
+                "POST /nodes/{node}/qemu/{vmid}/clone",
+                FaultKind::VmidRace,
+                1,
+                2,
+            ),
+            rule(
+                "PUT /nodes/{node}/qemu/{vmid}/config",
+                FaultKind::LockTimeout,
+                0,
+                2,
+            ),
+            rule(
+                "POST /nodes/{node}/qemu/{vmid}/status/start",
+                FaultKind::LockTimeout,
+                1,
+                1,
+            ),
+            rule(
+                "DELETE /nodes/{node}/qemu/{vmid}",
+                FaultKind::LockTimeout,
+                0,
+                1,
+            ),
+            FaultRule {
+                probability: 0.05,
+                ..rule(
+                    "GET /nodes/{node}/tasks/{upid}/status",
+                    FaultKind::Http,
+                    0,
+                    10,
+                )
+            },
+        ],
+        ..Faults::default()
+    };
+    let config = Config {
+        seed: Some(15),
+        faults,
+        ..Config::default()
+    };
+    let (_, hits) = passes_against(config).await;
+    for rule in hits.as_array().unwrap() {
+        assert!(rule["fired"].as_u64().unwrap() > 0, "never fired: {rule}");
+    }
+}
+
+/// Runs the suite; its cases, and the simulator's fault rule hits.
+async fn passes_against(
+    config: Config,
+) -> (Vec<(String, &'static str, String)>, serde_json::Value) {
     let sim = sim_with(config).await;
     let dir = tempfile::tempdir().unwrap();
     let creds = credentials(dir.path(), &sim);
@@ -86,15 +152,32 @@ async fn passes_against(config: Config) -> Vec<(String, &'static str, String)> {
             "no-leaks",
         ],
     );
-    // Nothing the suite made is left on the simulator.
-    let left: Vec<_> = sim
+    // Nothing the suite made is left on the simulator; the VMs other clients made when
+    // they won a VMID race stay, untouched.
+    let (others, left): (Vec<_>, Vec<_>) = sim
         .state()
         .vms()
         .into_iter()
         .filter(|v| v["template"] != serde_json::json!(true))
-        .collect();
+        .partition(|v| {
+            v["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("vmid-race-"))
+        });
     assert!(left.is_empty(), "VMs left behind: {left:?}");
-    cases
+    let raced = sim.state().fault_hits().as_array().map_or(0, |rules| {
+        rules
+            .iter()
+            .filter(|r| r["kind"] == "vmid_race")
+            .map(|r| r["fired"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    });
+    assert_eq!(
+        others.len() as u64,
+        raced,
+        "every race's winner is still there"
+    );
+    (cases, sim.state().fault_hits())
 }
 
 #[tokio::test]

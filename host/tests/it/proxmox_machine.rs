@@ -16,7 +16,7 @@ use hyperplug::runtime::bindings::machine::{
     AddressType, AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
 };
 use hyperplug::runtime::{Credentials, Limits, Plugin, PluginError};
-use pve_sim::{Config, EndpointError, Faults};
+use pve_sim::{Config, FaultRule, Faults};
 use serde_json::{Value, json};
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - [kubeadm, join, '--config', /run/kubeadm/kubeadm-join-config.yaml]\n";
@@ -524,8 +524,25 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
     }
 }
 
+/// Calls create until the clone has been asked of PVE (the VMID is recorded one call
+/// before); returns that call's status.
+async fn create_until_cloning(plugin: &Plugin, req: &mut MachineRequest) -> MachineStatus {
+    for _ in 0..5 {
+        let s = plugin.create_machine(req).await.unwrap().unwrap();
+        req.state = Some(s.progress.state.clone());
+        if s.progress.state.contains("UPID:") {
+            return s;
+        }
+    }
+    panic!("no clone was started in 5 calls");
+}
+
+/// PVE writes a clone's config (name, description with the marker) only once its first
+/// disk is copied; until then the VM holds a temporary `lock: clone` alone. A result lost
+/// between the clone call and the host's save (the host replays the state before), and a
+/// state lost entirely (`clusterctl move`), both end on the one VM.
 #[tokio::test]
-async fn a_state_lost_between_clone_and_save_adopts_the_vm() {
+async fn a_state_lost_mid_clone_adopts_the_vm_instead_of_cloning_again() {
     let mut config = Config::fast();
     config.task_ms.insert("qmclone".into(), 300);
     let sim = sim_with(config).await;
@@ -535,35 +552,79 @@ async fn a_state_lost_between_clone_and_save_adopts_the_vm() {
     let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
     req.bootstrap = Some(bootstrap());
 
-    let first = plugin.create_machine(&req).await.unwrap().unwrap();
-    assert_eq!(first.progress.phase, "Cloning");
-    let vmid = vmid_of(&first);
-    assert!(sim.state().vm(vmid).is_some());
-    // The host crashed before saving: the next call has no state, mid-clone.
-    req.state = None;
+    // 1. The VMID is recorded before the clone is asked for.
+    let intent = plugin.create_machine(&req).await.unwrap().unwrap();
+    let vmid = vmid_of(&intent);
+    assert!(
+        non_templates(&sim).is_empty(),
+        "no clone before the VMID is saved"
+    );
+    // 2. The clone is asked for, and the host loses the result: it replays the intent.
+    let mut lost = req.clone();
+    lost.state = Some(intent.progress.state.clone());
+    let posted = plugin.create_machine(&lost).await.unwrap().unwrap();
+    assert!(posted.progress.state.contains("UPID:"));
+    let vm = sim.state().vm(vmid).expect("cloning");
+    assert_eq!(vm["config"]["lock"], "clone");
+    req.state = Some(intent.progress.state.clone());
     let again = plugin.create_machine(&req).await.unwrap().unwrap();
-    assert_eq!(vmid_of(&again), vmid, "adopted, not cloned again");
-    assert_eq!(again.progress.phase, "Cloning", "waits for the clone lock");
+    assert_eq!(
+        vmid_of(&again),
+        vmid,
+        "the recorded VMID is looked at first"
+    );
+    assert_eq!(again.progress.phase, "Cloning");
     req.state = Some(again.progress.state.clone());
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     assert_eq!(vmid_of(&status), vmid);
 
-    // Lost again once ready: still the same VM, still one.
+    // 3. A second machine loses its whole state while its clone shows no owner yet.
+    let mut other = request(&sim, "m2", "c1", req_spec(&req), dhcp_cluster());
+    other.bootstrap = Some(bootstrap());
+    let cloning = create_until_cloning(&plugin, &mut other).await;
+    let other_vmid = vmid_of(&cloning);
+    assert!(
+        sim.state().vm(other_vmid).unwrap()["config"]
+            .get("name")
+            .is_none(),
+        "the temporary config shows no owner"
+    );
+    other.state = None;
+    let wait = plugin.create_machine(&other).await.unwrap().unwrap();
+    assert_eq!(wait.progress.phase, "Pending", "{}", wait.progress.message);
+    assert!(
+        wait.progress.message.contains(&other_vmid.to_string()),
+        "{}",
+        wait.progress.message
+    );
+    other.state = Some(wait.progress.state.clone());
+    let (status, _) = drive_create(&plugin, &mut other).await.unwrap();
+    assert_eq!(
+        vmid_of(&status),
+        other_vmid,
+        "adopted once its owner showed"
+    );
+
+    // Lost again once ready: still the same VM, still one each.
     req.state = None;
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     assert_eq!(vmid_of(&status), vmid);
-    assert_eq!(non_templates(&sim).len(), 1);
+    assert_eq!(non_templates(&sim).len(), 2);
     let counters = sim.state().counters();
     assert_eq!(
         counters.get("POST /nodes/{node}/qemu/{vmid}/clone"),
-        Some(&1),
-        "{counters:?}"
+        Some(&2),
+        "one clone per machine: {counters:?}"
     );
     assert_eq!(
         counters.get("POST /nodes/{node}/storage/{storage}/upload"),
-        Some(&1),
+        Some(&2),
         "a running adopted VM gets no second seed: {counters:?}"
     );
+}
+
+fn req_spec(req: &MachineRequest) -> Value {
+    serde_json::from_str(&req.spec).unwrap()
 }
 
 #[tokio::test]
@@ -612,9 +673,21 @@ async fn delete_with_a_stale_vmid_leaves_the_other_machines_vm_alone() {
 async fn errors_are_classified_and_keep_the_pve_message() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    // Up to the clone call (the VMID is recorded one call before it).
     let call = async |spec: Value| {
-        let req = request(&sim, "m1", "c1", spec, dhcp_cluster());
-        plugin.create_machine(&req).await.expect("call completes")
+        let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+        let mut last = None;
+        for _ in 0..3 {
+            let r = plugin.create_machine(&req).await.expect("call completes");
+            match &r {
+                Ok(s) if !s.progress.state.contains("UPID:") => {
+                    req.state = Some(s.progress.state.clone());
+                    last = Some(r);
+                }
+                _ => return r,
+            }
+        }
+        last.expect("a result")
     };
     let base = json!({"sourceNode": "pve1", "templateID": 9000});
     let with = |patch: Value| {
@@ -684,11 +757,11 @@ async fn errors_are_classified_and_keep_the_pve_message() {
     }
 
     let inject = |status: u16, message: &str| Faults {
-        errors: vec![EndpointError {
+        rules: vec![FaultRule {
             endpoint: "POST /nodes/{node}/qemu/{vmid}/clone".into(),
-            rate: 1.0,
             status,
             message: Some(message.into()),
+            ..FaultRule::default()
         }],
         ..Faults::default()
     };
@@ -728,17 +801,23 @@ async fn errors_are_classified_and_keep_the_pve_message() {
         Err(PluginError::Transient(e)) => assert!(e.message.contains("595"), "{}", e.message),
         other => panic!("expected transient, got {other:?}"),
     }
-    // Transient: a lock timeout on the template's config lock.
+    // Not terminal: a lock timeout on the template's config lock, inside the clone task
+    // (where PVE's clone worker takes its locks).
     sim.state().set_faults(Faults {
         lock_timeout_rate: 1.0,
         ..Faults::default()
     });
-    match call(base.clone()).await {
-        Err(PluginError::Transient(e)) => {
-            assert!(e.message.contains("got timeout"), "{}", e.message)
-        }
-        other => panic!("expected transient lock timeout, got {other:?}"),
-    }
+    let mut req = request(&sim, "m1", "c1", base.clone(), dhcp_cluster());
+    create_until_cloning(&plugin, &mut req).await;
+    let s = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert_eq!(s.progress.phase, "Cloning");
+    assert!(
+        s.progress
+            .message
+            .contains("can't lock file '/var/lock/qemu-server/lock-9000.conf' - got timeout"),
+        "{}",
+        s.progress.message
+    );
     sim.state().set_faults(Faults::default());
     // Transient: network (nothing listens).
     let mut req = request(&sim, "m1", "c1", base.clone(), dhcp_cluster());
@@ -769,6 +848,7 @@ async fn a_failed_clone_task_is_retried_and_a_missing_vm_is_drift() {
         json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
     let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
     req.bootstrap = Some(bootstrap());
+    create_until_cloning(&plugin, &mut req).await;
     let s = plugin.create_machine(&req).await.unwrap().unwrap();
     assert_eq!(s.progress.phase, "Cloning");
     assert!(
@@ -776,7 +856,7 @@ async fn a_failed_clone_task_is_retried_and_a_missing_vm_is_drift() {
         "{}",
         s.progress.message
     );
-    assert!(non_templates(&sim).is_empty());
+    assert!(non_templates(&sim).is_empty(), "PVE removes a failed clone");
     sim.state().set_faults(Faults::default());
     req.state = Some(s.progress.state.clone());
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
@@ -906,12 +986,12 @@ async fn scheduling_checks_memory_with_the_adjustment_and_cpus() {
         other => panic!("expected a transient scheduling error, got {other:?}"),
     }
     // ... fits at 200 % (overcommit).
-    let req = request(&sim, "m2", "c1", big.clone(), cluster(200));
-    let s = plugin.create_machine(&req).await.unwrap().unwrap();
+    let mut req = request(&sim, "m2", "c1", big.clone(), cluster(200));
+    let s = create_until_cloning(&plugin, &mut req).await;
     assert!(vmid_of(&s) >= 100);
     // ... and 0 disables the memory check.
-    let req = request(&sim, "m3", "c1", big, cluster(0));
-    assert!(plugin.create_machine(&req).await.unwrap().is_ok());
+    let mut req = request(&sim, "m3", "c1", big, cluster(0));
+    create_until_cloning(&plugin, &mut req).await;
     // More vCPUs than the node has.
     let wide = json!({"sourceNode": "pve1", "templateID": 9000, "numSockets": 2, "numCores": 16});
     let req = request(&sim, "m4", "c1", wide, cluster(0));
@@ -922,8 +1002,6 @@ async fn scheduling_checks_memory_with_the_adjustment_and_cpus() {
     assert_eq!(non_templates(&sim).len(), 2);
 }
 
-/// Real-ish durations (clone 300 ms, start 200 ms, boot and agent 500 ms each): every
-/// wait is returned as progress, none is slept through inside a call.
 /// Answers with the next address of 192.168.1.0/24 for net0 from the IPv4 pool, and
 /// the bootstrap data.
 struct FromRange {
@@ -947,6 +1025,8 @@ impl Answers for FromRange {
     }
 }
 
+/// Real-ish durations (clone 300 ms, start 200 ms, boot and agent 500 ms each): every
+/// wait is returned as progress, none is slept through inside a call.
 #[tokio::test]
 async fn with_pve_task_durations_every_wait_is_a_requeue() {
     let sim = sim_with(Config::default()).await;
@@ -998,10 +1078,14 @@ async fn delete_during_the_clone_waits_for_the_lock() {
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
     let spec = json!({"sourceNode": "pve1", "templateID": 9000});
     let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
-    let first = plugin.create_machine(&req).await.unwrap().unwrap();
+    let first = create_until_cloning(&plugin, &mut req).await;
     assert_eq!(first.progress.phase, "Cloning");
     let vmid = vmid_of(&first);
-    req.state = Some(first.progress.state.clone());
+    assert_eq!(
+        sim.state().vm(vmid).unwrap()["config"]["lock"],
+        "clone",
+        "the clone has not written its config yet"
+    );
     let phases = drive_delete(&plugin, &mut req).await.unwrap();
     assert_eq!(
         phases.first().map(String::as_str),
@@ -1100,4 +1184,319 @@ async fn the_failure_domain_is_the_node_the_vm_lands_on() {
     assert_eq!(details.get("node").map(String::as_str), Some("pve2"));
     drive_delete(&plugin, &mut req).await.unwrap();
     assert!(non_templates(&sim).is_empty());
+}
+
+/// Plays the host through transient errors: create until ready, retrying what is
+/// transient; returns the ready status and the transient messages seen.
+async fn drive_create_through_transients(
+    plugin: &Plugin,
+    req: &mut MachineRequest,
+    max: usize,
+) -> (MachineStatus, Vec<String>) {
+    let mut transients = vec![];
+    for _ in 0..max {
+        match plugin.create_machine(req).await.expect("call completes") {
+            Ok(s) => {
+                req.state = Some(s.progress.state.clone());
+                if s.ready {
+                    return (s, transients);
+                }
+                if s.needs_bootstrap {
+                    req.bootstrap = Some(bootstrap());
+                }
+                let wait = s.progress.requeue_after_ms.unwrap_or(0).min(50);
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
+            Err(PluginError::Transient(t)) => {
+                transients.push(t.message);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("not transient: {e:?} (transient before: {transients:?})"),
+        }
+    }
+    panic!("create did not converge in {max} calls; transient errors: {transients:?}");
+}
+
+/// Three nodes where pve1, the template's node, has the least free memory.
+fn pve1_smallest() -> Config {
+    let mut config = Config::fast();
+    config.nodes[0].memory = 16 << 30;
+    config
+}
+
+fn cluster_without_allowed_nodes() -> Value {
+    json!({"controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443}})
+}
+
+/// PVE clones a template on local storage only on its own node ("can't clone VM to node
+/// 'pve2' (VM uses local storage)"): without `allowedNodes`, the scheduler picks among
+/// the nodes the template reaches, and a failure domain it cannot reach (CAPI spreads
+/// machines over every node the cluster reports) gives way.
+#[tokio::test]
+async fn without_allowed_nodes_a_local_template_is_cloned_on_its_own_node() {
+    let sim = sim_with(pve1_smallest()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut a = request(
+        &sim,
+        "a",
+        "c1",
+        spec.clone(),
+        cluster_without_allowed_nodes(),
+    );
+    a.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut a).await.unwrap();
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    assert_eq!(vm["node"], "pve1", "pve2 and pve3 have more free memory");
+    assert_eq!(vm["status"], "running");
+
+    let mut b = request(
+        &sim,
+        "b",
+        "c1",
+        spec.clone(),
+        cluster_without_allowed_nodes(),
+    );
+    b.bootstrap = Some(bootstrap());
+    b.failure_domain = Some("pve3".into());
+    let (status, _) = drive_create(&plugin, &mut b).await.unwrap();
+    assert_eq!(status.failure_domain.as_deref(), Some("pve1"));
+    assert_eq!(sim.state().vm(vmid_of(&status)).unwrap()["node"], "pve1");
+    assert_eq!(
+        sim.state().counters()["POST /nodes/{node}/qemu/{vmid}/clone"],
+        2,
+        "no clone was refused"
+    );
+
+    // Allowed nodes that leave the template's node out cannot work: say why, once.
+    let mut spec_c = spec.clone();
+    spec_c["allowedNodes"] = json!(["pve2", "pve3"]);
+    let mut c = request(&sim, "c", "c1", spec_c, cluster_without_allowed_nodes());
+    match plugin.create_machine(&c).await.unwrap() {
+        Err(PluginError::Terminal(e)) => {
+            assert_eq!(e.reason, "TemplateOnLocalStorage");
+            for part in [
+                "template 9000 on pve1",
+                "local-lvm",
+                "allowedNodes",
+                "shared storage",
+            ] {
+                assert!(e.message.contains(part), "{part}: {}", e.message);
+            }
+        }
+        other => panic!("expected TemplateOnLocalStorage, got {other:?}"),
+    }
+    c.state = None;
+    assert_eq!(non_templates(&sim).len(), 2);
+}
+
+/// A template on shared storage reaches every node, but a full clone to a `storage` that
+/// is not shared does not ("can't clone to non-shared storage 'local-lvm'"): such clones
+/// stay on the template's node, whatever the failure domain.
+#[tokio::test]
+async fn a_full_clone_to_node_local_storage_stays_on_the_templates_node() {
+    let mut config = pve1_smallest();
+    config.storages.push(pve_sim::StorageConfig {
+        id: "shared".into(),
+        kind: pve_sim::StorageType::Dir,
+        content: vec!["images".into()],
+        shared: true,
+        ..pve_sim::StorageConfig::default()
+    });
+    if let Some(t) = config.vms.iter_mut().find(|v| v.vmid == 9000) {
+        t.config.insert(
+            "scsi0".into(),
+            "shared:9000/base-9000-disk-0.raw,size=10G".into(),
+        );
+        t.config.insert(
+            "ide2".into(),
+            "shared:9000/vm-9000-cloudinit.qcow2,media=cdrom".into(),
+        );
+    }
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let cluster = json!({"allowedNodes": ["pve1", "pve2"],
+                         "controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443}});
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000, "full": true, "storage": "local-lvm",
+                      "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "w", "c1", spec.clone(), cluster.clone());
+    req.bootstrap = Some(bootstrap());
+    req.failure_domain = Some("pve2".into());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vm = sim.state().vm(vmid_of(&status)).unwrap();
+    assert_eq!(vm["node"], "pve1");
+    assert!(
+        cfg(&vm, "scsi0").starts_with("local-lvm:"),
+        "{}",
+        cfg(&vm, "scsi0")
+    );
+    // on shared storage, the failure domain is honoured
+    let mut shared = spec;
+    shared["storage"] = json!("shared");
+    let mut req = request(&sim, "v", "c1", shared, cluster);
+    req.bootstrap = Some(bootstrap());
+    req.failure_domain = Some("pve2".into());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    assert_eq!(sim.state().vm(vmid_of(&status)).unwrap()["node"], "pve2");
+}
+
+/// Two clones racing for one VMID can both be accepted; the loser's task fails with
+/// "unable to create VM N: config file already exists". The machine clones again to
+/// another VMID; the winner's VM is left as it is.
+#[tokio::test]
+async fn a_clone_that_loses_the_vmid_race_in_its_task_clones_again_elsewhere() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    sim.state().set_faults(Faults {
+        rules: vec![FaultRule {
+            endpoint: "POST /nodes/{node}/qemu/{vmid}/clone".into(),
+            kind: pve_sim::FaultKind::VmidRace,
+            max_count: Some(1),
+            ..FaultRule::default()
+        }],
+        ..Faults::default()
+    });
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000, "vmIDRange": {"start": 600, "end": 601},
+                      "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    let first = create_until_cloning(&plugin, &mut req).await;
+    let lost = vmid_of(&first);
+    let winner = sim.state().vm(lost).expect("the other client's VM");
+    let s = plugin.create_machine(&req).await.unwrap().unwrap();
+    assert!(
+        s.progress.message.contains(&format!(
+            "unable to create VM {lost}: config file already exists"
+        )),
+        "{}",
+        s.progress.message
+    );
+    req.state = Some(s.progress.state.clone());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vmid = vmid_of(&status);
+    assert_ne!(vmid, lost);
+    assert!((600..=601).contains(&vmid));
+    let ours = sim.state().vm(vmid).unwrap();
+    assert!(cfg(&ours, "description").contains("hyperplug.machine-uid=uid-m1"));
+    let after = sim.state().vm(lost).expect("the winner's VM stays");
+    assert_eq!(after["digest"], winner["digest"], "and is not touched");
+    assert_eq!(non_templates(&sim).len(), 2, "one VM each");
+    assert_eq!(
+        sim.state().counters()["POST /nodes/{node}/qemu/{vmid}/clone"],
+        2
+    );
+    assert_eq!(sim.state().fault_hits()[0]["fired"], 1);
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(
+        sim.state().vm(lost).is_some(),
+        "delete leaves the other VM alone"
+    );
+}
+
+/// PVE's lock timeouts ("can't lock file '/var/lock/qemu-server/lock-N.conf' - got
+/// timeout") pass: in a config write (synchronous), in the clone, start, stop and destroy
+/// tasks. Each is retried, none is terminal, and create and delete converge.
+#[tokio::test]
+async fn lock_timeouts_are_retried_until_create_and_delete_converge() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let lock_timeout = |endpoint: &str, max: u64| FaultRule {
+        endpoint: endpoint.into(),
+        kind: pve_sim::FaultKind::LockTimeout,
+        max_count: Some(max),
+        ..FaultRule::default()
+    };
+    sim.state().set_faults(Faults {
+        rules: vec![
+            lock_timeout("POST /nodes/{node}/qemu/{vmid}/clone", 1),
+            lock_timeout("PUT /nodes/{node}/qemu/{vmid}/config", 2),
+            lock_timeout("POST /nodes/{node}/qemu/{vmid}/status/start", 1),
+            lock_timeout("POST /nodes/{node}/qemu/{vmid}/status/stop", 1),
+            lock_timeout("DELETE /nodes/{node}/qemu/{vmid}", 1),
+        ],
+        ..Faults::default()
+    });
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    let (status, transients) = drive_create_through_transients(&plugin, &mut req, 100).await;
+    assert!(status.ready);
+    assert_eq!(transients.len(), 2, "the two config writes: {transients:?}");
+    for t in &transients {
+        assert!(t.contains("got timeout"), "{t}");
+    }
+    let vmid = vmid_of(&status);
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(sim.state().vm(vmid).is_none());
+    assert!(non_templates(&sim).is_empty());
+    let hits = sim.state().fault_hits();
+    for (i, rule) in hits.as_array().unwrap().iter().enumerate() {
+        assert!(
+            rule["fired"].as_u64().unwrap() >= 1,
+            "rule {i} never fired: {hits}"
+        );
+    }
+}
+
+/// A VM migrated by someone else (PVE 9.2's load balancer, an admin) is followed to its
+/// node by its marker: never reported missing, never cloned again, deleted where it is.
+#[tokio::test]
+async fn a_vm_that_migrated_is_followed_to_its_new_node() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let cluster = json!({"allowedNodes": ["pve1", "pve2", "pve3"],
+                         "controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443}});
+    let mut a = request(&sim, "a", "c1", spec.clone(), cluster.clone());
+    a.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut a).await.unwrap();
+    let vmid = vmid_of(&status);
+    sim.state().migrate_vm(vmid, "pve2").unwrap();
+
+    let d = plugin.describe_machine(&a).await.unwrap().unwrap();
+    assert!(d.ready, "{}", d.progress.message);
+    assert!(d.drift.is_none(), "{:?}", d.drift);
+    let details: BTreeMap<_, _> = d.details.iter().cloned().collect();
+    assert_eq!(details.get("node").map(String::as_str), Some("pve2"));
+    assert_eq!(d.failure_domain.as_deref(), Some("pve2"));
+    assert_eq!(d.provider_id, status.provider_id);
+    // create with the state from before the move: the same VM, no clone
+    let (again, _) = drive_create(&plugin, &mut a).await.unwrap();
+    assert_eq!(vmid_of(&again), vmid);
+
+    // Moved mid-create (cloned, configured, stopped, waiting for bootstrap data)
+    let mut b = request(&sim, "b", "c1", spec, cluster);
+    let waiting = loop {
+        let s = plugin.create_machine(&b).await.unwrap().unwrap();
+        b.state = Some(s.progress.state.clone());
+        if s.needs_bootstrap {
+            break s;
+        }
+    };
+    let b_vmid = vmid_of(&waiting);
+    sim.state().migrate_vm(b_vmid, "pve3").unwrap();
+    b.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut b).await.unwrap();
+    assert_eq!(vmid_of(&status), b_vmid);
+    assert_eq!(status.failure_domain.as_deref(), Some("pve3"));
+    let vm = sim.state().vm(b_vmid).unwrap();
+    assert_eq!(
+        (&vm["node"], &vm["status"]),
+        (&json!("pve3"), &json!("running"))
+    );
+    assert_eq!(
+        sim.state().counters()["POST /nodes/{node}/qemu/{vmid}/clone"],
+        2,
+        "no VM was cloned twice"
+    );
+
+    // Moved again, then deleted with the state from before: found and destroyed.
+    sim.state().migrate_vm(b_vmid, "pve1").unwrap();
+    drive_delete(&plugin, &mut b).await.unwrap();
+    drive_delete(&plugin, &mut a).await.unwrap();
+    assert!(non_templates(&sim).is_empty());
+    assert!(iso_volumes(&sim).is_empty());
 }

@@ -1,17 +1,32 @@
 #!/usr/bin/env python3
-"""Derive schema/params.json from the official PVE API schema subset.
+"""Derive schema/params.json from the official PVE API schema.
 
-Keeps, per PVE version and endpoint, only what parameter validation needs
-(type, format, enum, bounds, pattern, optional, default_key, aliases), the
-permission check expression, and the value types of `GET .../config` returns. Run from the repository root:
+Sources: the shared subset (`shared/reference/pve/pve-api-schema-capi-subset.json`, found
+in a parent directory of this repository) and `schema/official-extra.json` (the
+endpoints pve-sim serves beyond it, see extract-schema.py). Keeps, per PVE version and
+endpoint, only what parameter validation needs (type, format, enum, bounds, pattern,
+optional, default_key, aliases, array items), the permission check expression, and the
+value types of `GET .../config` returns. Run from anywhere:
     python3 tests/pve-sim/scripts/trim-schema.py
 """
 import json, os
 
-SRC = os.path.join(os.path.dirname(__file__), "../../../../shared/reference/pve/pve-api-schema-capi-subset.json")
-DST = os.path.join(os.path.dirname(__file__), "../schema/params.json")
+HERE = os.path.dirname(os.path.abspath(__file__))
+DST = os.path.join(HERE, "../schema/params.json")
+EXTRA = os.path.join(HERE, "../schema/official-extra.json")
 KEEP = ["type", "enum", "minimum", "maximum", "maxLength", "minLength", "pattern",
         "optional", "default_key", "alias", "keyAlias"]
+
+
+def shared_subset():
+    d = HERE
+    while d != os.path.dirname(d):
+        p = os.path.join(d, "shared/reference/pve/pve-api-schema-capi-subset.json")
+        if os.path.exists(p):
+            return p
+        d = os.path.dirname(d)
+    raise SystemExit("shared/reference/pve/pve-api-schema-capi-subset.json not found above " + HERE)
+
 
 def trim(p):
     out = {k: p[k] for k in KEEP if k in p}
@@ -20,21 +35,23 @@ def trim(p):
         out["format"] = f
     elif isinstance(f, dict):
         out["format"] = {k: trim(v) for k, v in f.items()}
+    if isinstance(p.get("items"), dict):
+        out["items"] = trim(p["items"])
     return out
 
-src = json.load(open(SRC))
+
 res = {}
-for ver, eps in src["endpoints"].items():
-    r = {}
-    for name, ep in eps.items():
-        params = ep.get("parameters", {}) or {}
-        props = params.get("properties", {}) or {}
-        e = {"properties": {k: trim(v) for k, v in props.items()}}
-        perms = ep.get("permissions") or {}
-        if "check" in perms:
-            e["permission_check"] = perms["check"]
-        if name == "GET /nodes/{node}/qemu/{vmid}/config":
-            e["return_types"] = {k: v.get("type", "string") for k, v in ep["returns"]["properties"].items()}
-        r[name] = e
-    res[ver] = r
+for src in [shared_subset(), EXTRA]:
+    for ver, eps in json.load(open(src))["endpoints"].items():
+        r = res.setdefault(ver, {})
+        for name, ep in eps.items():
+            params = ep.get("parameters", {}) or {}
+            props = params.get("properties", {}) or {}
+            e = {"properties": {k: trim(v) for k, v in props.items()}}
+            perms = ep.get("permissions") or {}
+            if "check" in perms:
+                e["permission_check"] = perms["check"]
+            if name == "GET /nodes/{node}/qemu/{vmid}/config":
+                e["return_types"] = {k: v.get("type", "string") for k, v in ep["returns"]["properties"].items()}
+            r[name] = e
 json.dump(res, open(DST, "w"), sort_keys=True, separators=(",", ":"))

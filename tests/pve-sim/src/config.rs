@@ -43,7 +43,8 @@ pub struct Config {
     /// Users that may log in with `POST /access/ticket`: `userid -> password`.
     pub users: BTreeMap<String, String>,
     /// Task durations in milliseconds, by task type (`qmclone`, `qmstart`, `qmstop`,
-    /// `qmshutdown`, `qmreboot`, `qmdestroy`, `resize`, `qmconfig`, `imgcopy`, `imgdel`).
+    /// `qmshutdown`, `qmreboot`, `qmdestroy`, `resize`, `qmconfig`, `qmcreate`, `qmigrate`,
+    /// `imgcopy`, `imgdel`), scaled by `time_scale`.
     /// Types not listed use `default_task_ms`.
     pub task_ms: BTreeMap<String, u64>,
     /// Duration of task types not in `task_ms`.
@@ -53,13 +54,23 @@ pub struct Config {
     /// Delay before answering a failed authentication (PVE waits about 3 s; default 0).
     pub auth_failure_delay_ms: u64,
     /// How long an operation waits for a VM's config file lock held by a running task
-    /// before failing with "can't lock file ... - got timeout" (PVE: 10 s).
+    /// before failing with "can't lock file ... - got timeout" (PVE: 10 s for config
+    /// writes, start, stop, ...).
     pub lock_wait_ms: u64,
+    /// How long a clone task waits for the config file locks of its source and target
+    /// (PVE's `qmclone` worker: 1 s each).
+    pub clone_lock_wait_ms: u64,
+    /// Multiplies every duration and wait of the simulator: task durations, boot, agent
+    /// and cloud-init delays, lock waits (`0.1` = ten times faster than configured).
+    pub time_scale: f64,
     /// Milliseconds from the end of a start task until the guest has booted and holds its
     /// addresses.
     pub boot_delay_ms: u64,
     /// Further milliseconds after boot until the QEMU guest agent answers.
     pub agent_delay_ms: u64,
+    /// Milliseconds from boot until cloud-init has finished (`cloud-init status` says
+    /// `running` before, `done` after).
+    pub cloud_init_delay_ms: u64,
     /// Refuse to start a VM whose memory does not fit in its node's free memory (real PVE
     /// overcommits and fails only when the host really runs out; off by default).
     pub strict_memory: bool,
@@ -285,6 +296,7 @@ pub fn default_task_ms() -> BTreeMap<String, u64> {
         ("qmreboot", 300),
         ("qmdestroy", 100),
         ("qmcreate", 100),
+        ("qmigrate", 500),
         ("resize", 100),
         ("qmconfig", 20),
         ("imgcopy", 50),
@@ -370,9 +382,12 @@ impl Default for Config {
             default_task_ms: 50,
             node_task_concurrency: 4,
             lock_wait_ms: 10_000,
+            clone_lock_wait_ms: 1_000,
+            time_scale: 1.0,
             auth_failure_delay_ms: 0,
             boot_delay_ms: 500,
             agent_delay_ms: 500,
+            cloud_init_delay_ms: 1_000,
             strict_memory: false,
             dhcp: DhcpConfig::default(),
             faults: Faults::default(),
@@ -397,6 +412,7 @@ impl Config {
         self.default_task_ms = 0;
         self.boot_delay_ms = 0;
         self.agent_delay_ms = 0;
+        self.cloud_init_delay_ms = 0;
         self
     }
 
@@ -405,12 +421,43 @@ impl Config {
         Ok(toml::from_str(text)?)
     }
 
-    /// Duration of a task type in milliseconds.
+    /// `ms` scaled by `time_scale`.
+    pub fn scaled(&self, ms: u64) -> u64 {
+        let scale = if self.time_scale.is_finite() && self.time_scale >= 0.0 {
+            self.time_scale
+        } else {
+            1.0
+        };
+        (ms as f64 * scale).round() as u64
+    }
+
+    /// Duration of a task type in milliseconds (scaled).
     pub fn task_duration_ms(&self, task_type: &str) -> u64 {
-        self.task_ms
-            .get(task_type)
-            .copied()
-            .unwrap_or(self.default_task_ms)
+        self.scaled(
+            self.task_ms
+                .get(task_type)
+                .copied()
+                .unwrap_or(self.default_task_ms),
+        )
+    }
+
+    /// The wait for a config file lock held by another task (scaled).
+    pub fn lock_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.scaled(self.lock_wait_ms))
+    }
+
+    /// The clone task's wait for its source's and target's locks (scaled).
+    pub fn clone_lock_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.scaled(self.clone_lock_wait_ms))
+    }
+
+    /// Start task end -> guest booted; -> agent answers; -> cloud-init done (scaled).
+    pub fn guest_delays(&self) -> crate::state::GuestDelays {
+        crate::state::GuestDelays {
+            boot_ms: self.scaled(self.boot_delay_ms),
+            agent_ms: self.scaled(self.agent_delay_ms),
+            cloud_init_ms: self.scaled(self.cloud_init_delay_ms),
+        }
     }
 
     /// `(major, minor)` of `pve_version`.

@@ -34,6 +34,11 @@ pub type ApiResult<T = Value> = Result<T, ApiError>;
 pub enum Data {
     Value(Value),
     Serialized(Vec<u8>),
+    /// A page of a longer list, with PVE's `total` next to `data` (task logs and lists).
+    Page {
+        data: Value,
+        total: usize,
+    },
 }
 
 impl From<Value> for Data {
@@ -53,6 +58,9 @@ impl Data {
 pub fn ok_data(data: Data) -> Resp {
     match data {
         Data::Value(v) => ok(v),
+        Data::Page { data, total } => {
+            json_response(200, None, &json!({ "data": data, "total": total }))
+        }
         Data::Serialized(bytes) => {
             let mut body = Vec::with_capacity(bytes.len() + 10);
             body.extend_from_slice(b"{\"data\":");

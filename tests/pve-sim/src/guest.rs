@@ -133,8 +133,101 @@ pub fn guest_view(w: &mut World, vm: &Vm) -> (Vec<GuestIface>, String) {
     (ifaces, hostname)
 }
 
+/// A process started through the guest agent (`agent/exec`).
+#[derive(Debug, Clone)]
+pub struct Process {
+    /// When it exits.
+    pub exits_at: std::time::Instant,
+    pub exitcode: i64,
+    pub out: String,
+    pub err: String,
+}
+
+/// What a guest answers to a command run through its agent, as of `now`; `Err` when
+/// nothing can be started (qemu-ga's "Failed to execute child process").
+///
+/// Simulated: `cloud-init status` (`--wait`, `--long`, `--format json`; `running` until
+/// the guest's cloud-init is done, then `done`), `hostname`, `cat /etc/hostname`, `true`,
+/// `false`.
+pub fn run_command(
+    argv: &[String],
+    hostname: &str,
+    now: std::time::Instant,
+    cloud_init_done: std::time::Instant,
+) -> Result<Process, String> {
+    let ok = |out: String| Process {
+        exits_at: now,
+        exitcode: 0,
+        out,
+        err: String::new(),
+    };
+    let program = argv.first().map(String::as_str).unwrap_or_default();
+    let args: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
+    match (
+        program.rsplit('/').next().unwrap_or(program),
+        args.as_slice(),
+    ) {
+        ("cloud-init", ["status", opts @ ..]) => {
+            let wait = opts.contains(&"--wait") || opts.contains(&"-w");
+            let at = if wait { now.max(cloud_init_done) } else { now };
+            let status = if at >= cloud_init_done {
+                "done"
+            } else {
+                "running"
+            };
+            let json = opts.windows(2).any(|w| w == ["--format", "json"])
+                || opts.contains(&"--format=json");
+            let out = if json {
+                serde_json::json!({
+                    "status": status, "extended_status": status,
+                    "boot_status_code": "enabled-by-generator",
+                    "detail": "DataSourceNoCloud [seed=/dev/sr0]",
+                    "errors": [], "recoverable_errors": {},
+                })
+                .to_string()
+                    + "\n"
+            } else if opts.contains(&"--long") || opts.contains(&"-l") {
+                format!(
+                    "status: {status}\nextended_status: {status}\nboot_status_code: enabled-by-generator\ndetail: DataSourceNoCloud [seed=/dev/sr0]\nerrors: []\nrecoverable_errors: {{}}\n"
+                )
+            } else {
+                format!("status: {status}\n")
+            };
+            Ok(Process {
+                exits_at: at,
+                ..ok(out)
+            })
+        }
+        ("hostname", []) | ("cat", ["/etc/hostname"]) => Ok(ok(format!("{hostname}\n"))),
+        ("true", _) => Ok(ok(String::new())),
+        ("false", _) => Ok(Process {
+            exitcode: 1,
+            ..ok(String::new())
+        }),
+        _ => Err(format!(
+            "Failed to execute child process \u{201c}{program}\u{201d} (No such file or directory)"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cloud_init_status_is_running_until_done_and_waits_with_wait() {
+        let now = std::time::Instant::now();
+        let later = now + std::time::Duration::from_secs(5);
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let p = super::run_command(&argv(&["cloud-init", "status"]), "h", now, later).unwrap();
+        assert_eq!(
+            (p.out.as_str(), p.exitcode, p.exits_at),
+            ("status: running\n", 0, now)
+        );
+        let p = super::run_command(&argv(&["cloud-init", "status", "--wait"]), "h", now, later)
+            .unwrap();
+        assert_eq!((p.out.as_str(), p.exits_at), ("status: done\n", later));
+        assert!(super::run_command(&argv(&["nope"]), "h", now, later).is_err());
+    }
+
     #[test]
     fn link_local_is_eui64() {
         assert_eq!(

@@ -5,10 +5,12 @@
 //! | `GET /_sim/vms` | every VM: node, status, lock, pool, config (with digest), guest addresses |
 //! | `GET /_sim/vms/{vmid}` | one VM (404 if absent) |
 //! | `POST /_sim/vms/{vmid}/crash` | the VM stops at once, without a task (a guest crash) |
+//! | `POST /_sim/vms/{vmid}/migrate?target=NODE` | the VM moves to NODE at once, as a finished migration by someone else (HA's load balancer); 409 with the reason if PVE would refuse |
 //! | `GET /_sim/state` | everything: nodes, storages and volumes, VMs, pools, tasks, counters, faults, leases |
 //! | `GET /_sim/counters` | requests per endpoint, `{"METHOD /path/template": n}` |
 //! | `POST /_sim/counters/reset` | zero the counters |
 //! | `GET /_sim/faults`, `PUT /_sim/faults` | read / replace the fault injection (JSON, see `Faults`) |
+//! | `GET /_sim/faults/hits` | per rule: how many requests it matched, skipped and faulted |
 //! | `GET /_sim/tasks` | every task's status, oldest first |
 //! | `GET /_sim/endpoints` | the API endpoints served |
 
@@ -51,6 +53,7 @@ pub fn vm_json(w: &World, vm: &Vm) -> Value {
         "status": vm.status(),
         "template": vm.is_template(),
         "lock": vm.lock(),
+        "flock": w.flocks.get(&vm.vmid),
         "pool": w.pool_of(vm.vmid),
         "digest": vm.digest(),
         "config": vm.config,
@@ -94,6 +97,7 @@ pub fn dump(w: &World) -> Value {
         "tasks": w.task_order.iter().filter_map(|u| w.tasks.get(u)).map(|t| t.inspect_json()).collect::<Vec<_>>(),
         "counters": w.counters,
         "faults": w.faults,
+        "fault_hits": w.fault_hits_json(),
         "leases": w.leases.iter().map(|(m, ip)| (m.clone(), ip.to_string())).collect::<std::collections::BTreeMap<_, _>>(),
     })
 }
@@ -111,10 +115,11 @@ pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
             raw_json(200, &json!({"ok": true}))
         }
         ("GET", "/_sim/faults") => raw_json(200, &json!(shared.lock().faults)),
+        ("GET", "/_sim/faults/hits") => raw_json(200, &shared.lock().fault_hits_json()),
         ("PUT", "/_sim/faults") | ("POST", "/_sim/faults") => {
             match serde_json::from_slice::<Faults>(&body) {
                 Ok(f) => {
-                    shared.lock().faults = f.clone();
+                    shared.lock().set_faults(f.clone());
                     raw_json(200, &json!(f))
                 }
                 Err(e) => raw_json(400, &json!({"error": e.to_string()})),
@@ -143,6 +148,28 @@ pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
                 None => raw_json(404, &json!({"error": "no such VM"})),
             }
         }
+        ("POST", p) if p.starts_with("/_sim/vms/") && p.ends_with("/migrate") => {
+            let id: Option<u32> = p["/_sim/vms/".len()..p.len() - "/migrate".len()]
+                .parse()
+                .ok();
+            let query = crate::params::decode_urlencoded(parts.uri.query().unwrap_or(""));
+            let target = query.get("target").cloned().or_else(|| {
+                serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|v| v["target"].as_str().map(String::from))
+            });
+            let (Some(id), Some(target)) = (id, target) else {
+                return raw_json(
+                    400,
+                    &json!({"error": "a VMID and ?target=NODE are required"}),
+                );
+            };
+            let mut w = shared.lock();
+            match migrate_now(&mut w, id, &target) {
+                Ok(log) => raw_json(200, &json!({"ok": true, "node": target, "log": log})),
+                Err((status, e)) => raw_json(status, &json!({"error": e})),
+            }
+        }
         ("GET", p) if p.starts_with("/_sim/vms/") => {
             let id: Option<u32> = p["/_sim/vms/".len()..].parse().ok();
             let w = shared.lock();
@@ -156,4 +183,23 @@ pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
             &json!({"error": format!("unknown inspection route {method} {path}")}),
         ),
     }
+}
+
+/// Moves a VM to `target` at once (no task), as a migration done by someone else; refused
+/// (409) while the VM is locked or a task holds its config lock, or when PVE would refuse
+/// the migration.
+pub fn migrate_now(w: &mut World, vmid: u32, target: &str) -> Result<Vec<String>, (u16, String)> {
+    let Some(vm) = w.vms.get(&vmid) else {
+        return Err((404, "no such VM".into()));
+    };
+    if vm.node == target {
+        return Err((409, format!("VM {vmid} is already on {target}")));
+    }
+    if let Some(l) = vm.lock() {
+        return Err((409, format!("VM is locked ({l})")));
+    }
+    if !w.flock_free(vmid) {
+        return Err((409, format!("a task holds the config lock of VM {vmid}")));
+    }
+    crate::api::qemu::move_vm(w, vmid, target, false).map_err(|e| (409, e))
 }

@@ -3,8 +3,8 @@
 //! It serves the subset of the PVE API (`/api2/json`) that a Cluster API provider uses,
 //! over HTTPS with a CA generated at start (or plain HTTP), with PVE's envelope, errors,
 //! asynchronous tasks (UPIDs), locks, digests, guest-agent behaviour, NoCloud ISOs, DHCP
-//! leases and fault injection. See `README.md` in this crate for what is simulated and
-//! what is not.
+//! leases, migration and fault injection. See `README.md` in this crate for what is
+//! simulated and what is not.
 //!
 //! # Library API
 //!
@@ -35,7 +35,8 @@
 //! * [`RunningSim`]: `base_url()`, `addr()`, `ca_pem()`, `ca_path()`, `fingerprint()`,
 //!   `state()`, `shutdown().await`; stops when dropped.
 //! * [`StateHandle`]: `vms()`, `vm(id)`, `counters()`, `reset_counters()`, `faults()`,
-//!   `set_faults(f)`, `tasks()`, `dump()`.
+//!   `set_faults(f)`, `fault_hits()`, `tasks()`, `crash_vm(id)`, `migrate_vm(id, node)`,
+//!   `dump()`.
 //! * [`nocloud::build_cidata_iso`] builds a NoCloud ISO for tests.
 //!
 //! The same inspection is served unauthenticated under `/_sim/` (see [`inspect`]).
@@ -52,7 +53,8 @@
 //! | [`params`] | PVE-style form decoding, schema-based validation |
 //! | [`perms`] | ACLs and the official permission checks |
 //! | [`state`] | the world model: nodes, storages, volumes, VMs, pools, leases |
-//! | [`tasks`] | UPIDs, durations, per-node concurrency, config-file locks |
+//! | [`tasks`] | UPIDs, durations, per-node concurrency, task workers |
+//! | [`locks`] | config file locks (flock): shared/exclusive, waits, timeouts |
 //! | [`guest`] | what a booted guest reports: interfaces, addresses, hostname |
 //! | [`nocloud`] | reading (and building) NoCloud `cidata` ISO images |
 //! | [`faults`] | fault injection settings |
@@ -64,6 +66,7 @@ pub mod envelope;
 pub mod faults;
 pub mod guest;
 pub mod inspect;
+pub mod locks;
 pub mod nocloud;
 pub mod params;
 pub mod perms;
@@ -76,5 +79,5 @@ pub use config::{
     AclEntry, Config, DEFAULT_ROOT_PASSWORD, DEFAULT_TOKEN, DEFAULT_TOKEN_SECRET, DhcpConfig,
     NodeConfig, StorageConfig, StorageType, VmSeed, VmSet,
 };
-pub use faults::{EndpointError, Faults};
+pub use faults::{FaultKind, FaultRule, Faults};
 pub use server::{ListenOpts, RunningSim, Simulator, StateHandle};

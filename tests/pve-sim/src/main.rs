@@ -30,25 +30,32 @@ use pve_sim::{Config, ListenOpts, Simulator};
 ///   [[acls]]               path, principal (user or token), role, privs = [..],
 ///                          propagate; principals without entries are unrestricted
 ///   [task_ms]              per task type: qmclone, qmstart, qmstop, qmshutdown, qmreboot,
-///                          qmdestroy, resize, qmconfig, qmcreate, imgcopy, imgdel (ms)
+///                          qmdestroy, resize, qmconfig, qmcreate, qmigrate, imgcopy,
+///                          imgdel (ms)
 ///   default_task_ms        duration of other task types
 ///   node_task_concurrency  tasks running at once per node (0 = unlimited)
 ///   lock_wait_ms           wait for a VM's config lock held by a task (10000)
+///   clone_lock_wait_ms     a clone task's wait for its source's and target's locks (1000)
+///   time_scale             multiplies every duration, delay and lock wait (1.0)
 ///   auth_failure_delay_ms  delay of 401 answers (PVE: ~3000; default 0)
 ///   boot_delay_ms          start task end -> guest booted with addresses
 ///   agent_delay_ms         boot -> guest agent answers
+///   cloud_init_delay_ms    boot -> `cloud-init status` (agent exec) says done
 ///   strict_memory          refuse starts beyond the node's free memory
 ///   [dhcp]                 start, end, prefix, gateway
 ///   [faults]               latency_ms, latency_jitter_ms, task_failure_rate,
 ///                          task_failure_message, lock_timeout_rate, slow_task_rate,
 ///                          slow_task_factor, unreachable_nodes = [..]
-///   [[faults.errors]]      endpoint = "POST /nodes/{node}/qemu/{vmid}/clone" or "*",
-///                          rate, status = 500|595, message
+///   [[faults.rules]]       name, endpoint = "METHOD PATH" (`*`/`{x}` one segment, `**`
+///                          any; "*" = every request), probability, delay_ms, skip,
+///                          max_count, kind = http|delay|task_failure|lock_timeout|
+///                          vmid_race, status = 500|503|595, message
 ///   seed, max_body_bytes   reproducible randomness; largest request body
 ///
 /// Inspection (unauthenticated, same listener):
 ///   GET /_sim/vms, /_sim/vms/{vmid}, /_sim/state, /_sim/counters, /_sim/tasks,
-///   /_sim/faults, /_sim/endpoints; POST /_sim/counters/reset, /_sim/vms/{vmid}/crash;
+///   /_sim/faults, /_sim/faults/hits, /_sim/endpoints; POST /_sim/counters/reset,
+///   /_sim/vms/{vmid}/crash, /_sim/vms/{vmid}/migrate?target=NODE;
 ///   PUT /_sim/faults (JSON with the keys of [faults]).
 #[derive(Debug, Parser)]
 #[command(name = "pve-sim", version, about, long_about, verbatim_doc_comment)]

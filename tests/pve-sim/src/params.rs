@@ -5,8 +5,9 @@
 //! (the "form encoding trap" of the reference notes).
 //!
 //! Validation uses the parameter definitions of the official API schema
-//! (`schema/params.json`, trimmed from `shared/reference/pve/pve-api-schema-capi-subset.json`
-//! by `scripts/trim-schema.py`) for the PVE version the simulator presents: unknown
+//! (`schema/params.json`, trimmed by `scripts/trim-schema.py` from
+//! `shared/reference/pve/pve-api-schema-capi-subset.json` and `schema/official-extra.json`,
+//! the official entries of the further endpoints pve-sim serves) for the PVE version the simulator presents: unknown
 //! parameters, missing required ones, types, enums, bounds, lengths, patterns, property
 //! strings (`net0`, `scsi0`, `agent`, ...) and the common named formats. Error texts follow
 //! PVE's JSONSchema.pm where known; a few format messages are approximations.
@@ -24,41 +25,9 @@ pub type Params = BTreeMap<String, String>;
 
 const SCHEMA_JSON: &str = include_str!("../schema/params.json");
 
-/// Parameter definitions for endpoints the official subset does not contain.
-const EXTRA_SCHEMA: &str = r#"{
- "POST /nodes/{node}/qemu/{vmid}/status/reboot": {"properties": {
-   "node": {"type": "string", "format": "pve-node"},
-   "vmid": {"type": "integer", "format": "pve-vmid", "minimum": 100, "maximum": 999999999},
-   "timeout": {"type": "integer", "minimum": 0, "optional": 1}}},
- "GET /nodes/{node}/qemu/{vmid}/agent/get-osinfo": {"properties": {
-   "node": {"type": "string", "format": "pve-node"},
-   "vmid": {"type": "integer", "format": "pve-vmid", "minimum": 100, "maximum": 999999999}}},
- "GET /nodes/{node}/qemu/{vmid}/agent/get-host-name": {"properties": {
-   "node": {"type": "string", "format": "pve-node"},
-   "vmid": {"type": "integer", "format": "pve-vmid", "minimum": 100, "maximum": 999999999}}},
- "GET /cluster/status": {"properties": {}},
- "GET /pools": {"properties": {"poolid": {"type": "string", "format": "pve-poolid", "optional": 1},
-   "type": {"type": "string", "enum": ["qemu", "lxc", "storage"], "optional": 1}}},
- "GET /nodes/{node}/tasks": {"properties": {
-   "node": {"type": "string", "format": "pve-node"},
-   "vmid": {"type": "integer", "minimum": 100, "optional": 1},
-   "typefilter": {"type": "string", "optional": 1},
-   "source": {"type": "string", "enum": ["archive", "active", "all"], "optional": 1},
-   "limit": {"type": "integer", "minimum": 0, "optional": 1},
-   "start": {"type": "integer", "minimum": 0, "optional": 1}}},
- "GET /nodes/{node}/qemu/{vmid}/status": {"properties": {
-   "node": {"type": "string", "format": "pve-node"},
-   "vmid": {"type": "integer", "format": "pve-vmid", "minimum": 100, "maximum": 999999999}}}
-}"#;
-
 fn schema() -> &'static Value {
     static S: OnceLock<Value> = OnceLock::new();
     S.get_or_init(|| serde_json::from_str(SCHEMA_JSON).expect("embedded schema parses"))
-}
-
-fn extra_schema() -> &'static Value {
-    static S: OnceLock<Value> = OnceLock::new();
-    S.get_or_init(|| serde_json::from_str(EXTRA_SCHEMA).expect("extra schema parses"))
 }
 
 /// The schema version used for a presented PVE version.
@@ -175,9 +144,7 @@ fn max_index(base: &str) -> u32 {
 /// Validates `params` (path parameters included) against the endpoint's schema.
 /// Endpoints without a definition accept anything.
 pub fn validate(version: (u32, u32), endpoint: &str, params: &Params) -> Result<(), ApiError> {
-    let def = schema()[schema_version(version)]
-        .get(endpoint)
-        .or_else(|| extra_schema().get(endpoint));
+    let def = schema()[schema_version(version)].get(endpoint);
     let Some(props) = def.and_then(|d| d["properties"].as_object()) else {
         return Ok(());
     };
@@ -258,6 +225,13 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 pub fn check_value(p: &Value, v: &str) -> Result<(), String> {
     let ty = p["type"].as_str().unwrap_or("string");
     match ty {
+        // repeated keys (`command=a&command=b`) arrive joined by NUL
+        "array" => {
+            for item in v.split('\0') {
+                check_value(&p["items"], item)?;
+            }
+            return Ok(());
+        }
         "boolean" => {
             if parse_bool(v).is_none() {
                 return Err(format!("type check ('boolean') failed - got '{v}'"));

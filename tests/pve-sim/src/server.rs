@@ -47,6 +47,8 @@ pub struct Shared {
     pub shutdown: watch::Receiver<bool>,
     /// Leaf fingerprint (`ssl_fingerprint` of `/nodes`); empty without TLS.
     pub fingerprint: String,
+    /// Woken whenever a config file lock is released (see `locks`).
+    pub unlocked: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -104,6 +106,7 @@ impl Simulator {
             node_slots,
             shutdown: rx,
             fingerprint: fingerprint.clone(),
+            unlocked: tokio::sync::Notify::new(),
         });
         let accept = tokio::spawn(accept_loop(listener, tls, shared.clone()));
         let scheme = if opts.tls { "https" } else { "http" };
@@ -268,9 +271,13 @@ impl StateHandle {
     pub fn faults(&self) -> Faults {
         self.0.lock().faults.clone()
     }
-    /// Replaces the faults.
+    /// Replaces the faults (and zeroes the rules' hit counters).
     pub fn set_faults(&self, faults: Faults) {
-        self.0.lock().faults = faults;
+        self.0.lock().set_faults(faults);
+    }
+    /// Per fault rule: its pattern and how many requests it matched, skipped and faulted.
+    pub fn fault_hits(&self) -> Value {
+        self.0.lock().fault_hits_json()
     }
     /// Everything: nodes, storages, VMs, pools, tasks, counters, faults.
     pub fn dump(&self) -> Value {
@@ -287,6 +294,13 @@ impl StateHandle {
             }
             _ => false,
         }
+    }
+    /// Moves a VM to `target` at once, as a migration done by someone else (see
+    /// `POST /_sim/vms/{vmid}/migrate`); the error says why it cannot move now.
+    pub fn migrate_vm(&self, vmid: u32, target: &str) -> Result<(), String> {
+        crate::inspect::migrate_now(&mut self.0.lock(), vmid, target)
+            .map(|_| ())
+            .map_err(|(_, e)| e)
     }
     /// All tasks as `/_sim/tasks` shows them (status, queued, log, millisecond timeline),
     /// oldest first.

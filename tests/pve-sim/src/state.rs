@@ -88,6 +88,15 @@ pub struct GuestIface {
     pub ipv6: Vec<(String, u8)>,
 }
 
+/// How long after its start task a guest boots, its agent answers and cloud-init is done
+/// (milliseconds, already scaled).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GuestDelays {
+    pub boot_ms: u64,
+    pub agent_ms: u64,
+    pub cloud_init_ms: u64,
+}
+
 /// Runtime state of a running VM.
 #[derive(Debug, Clone)]
 pub struct RunState {
@@ -96,8 +105,12 @@ pub struct RunState {
     pub pid: u32,
     pub booted_at: Instant,
     pub agent_at: Instant,
+    /// When cloud-init has finished in the guest.
+    pub cloud_init_at: Instant,
     pub interfaces: Vec<GuestIface>,
     pub hostname: String,
+    /// Processes started through the guest agent (`agent/exec`), by guest PID.
+    pub processes: BTreeMap<u32, crate::guest::Process>,
 }
 
 /// A VM or template.
@@ -268,6 +281,8 @@ pub struct World {
     pub pools: BTreeMap<String, BTreeSet<u32>>,
     pub tasks: HashMap<String, Task>,
     pub task_order: Vec<String>,
+    /// How to interrupt a running task's worker, by UPID.
+    pub task_cancel: HashMap<String, std::sync::Arc<tokio::sync::Notify>>,
     pub leases: HashMap<String, Ipv4Addr>,
     /// Leased addresses (as integers), for allocation.
     pub leased: std::collections::HashSet<u32>,
@@ -277,8 +292,10 @@ pub struct World {
     pub faults: Faults,
     pub rng: fastrand::Rng,
     pub tickets: HashMap<String, Ticket>,
-    /// VMs whose config file lock a running task holds.
-    pub flocks: BTreeSet<u32>,
+    /// Config file locks (flock) held by running tasks, by VMID.
+    pub flocks: HashMap<u32, crate::locks::Flock>,
+    /// Per fault rule: requests matched, skipped and faulted (aligned with `faults.rules`).
+    pub fault_hits: Vec<crate::faults::RuleHits>,
     pub next_pid: u32,
     pub boot: Instant,
     pub boot_unix: u64,
@@ -304,6 +321,7 @@ impl World {
             pools: BTreeMap::new(),
             tasks: HashMap::new(),
             task_order: Vec::new(),
+            task_cancel: HashMap::new(),
             leases: HashMap::new(),
             leased: Default::default(),
             macs: Default::default(),
@@ -311,7 +329,8 @@ impl World {
             faults: cfg.faults.clone(),
             rng,
             tickets: HashMap::new(),
-            flocks: BTreeSet::new(),
+            flocks: HashMap::new(),
+            fault_hits: vec![crate::faults::RuleHits::default(); cfg.faults.rules.len()],
             next_pid: 0,
             boot: Instant::now(),
             boot_unix: unix_now(),
@@ -381,10 +400,9 @@ impl World {
                 w.pools.entry(p.clone()).or_default().insert(seed.vmid);
             }
             let running = seed.running && !vm.is_template();
-            let node = vm.node.clone();
             w.vms.insert(seed.vmid, vm);
             if running {
-                w.boot_vm(seed.vmid, 0, 0, &node);
+                w.boot_vm(seed.vmid, GuestDelays::default());
             }
         }
         for set in &cfg.vm_sets {
@@ -467,7 +485,7 @@ impl World {
                 self.pools.entry(p.clone()).or_default().insert(vmid);
             }
             if set.running {
-                self.boot_vm(vmid, 0, 0, &node);
+                self.boot_vm(vmid, GuestDelays::default());
             }
         }
         Ok(())
@@ -649,15 +667,6 @@ impl World {
         self.rng.f64()
     }
 
-    /// Rolls the lock-timeout fault for a VM.
-    pub fn lock_timeout(&mut self, vmid: u32) -> Result<(), String> {
-        let rate = self.faults.lock_timeout_rate;
-        if rate > 0.0 && self.roll() < rate {
-            return Err(crate::tasks::lock_timeout_message(vmid));
-        }
-        Ok(())
-    }
-
     /// Memory used on a node (host + running VMs), bytes.
     pub fn node_mem_used(&self, node: &str) -> u64 {
         let base = self.nodes.get(node).map_or(0, |n| n.base_memory_used);
@@ -670,22 +679,25 @@ impl World {
     }
 
     /// Marks a VM running and computes its guest view (addresses, hostname).
-    pub fn boot_vm(&mut self, vmid: u32, boot_delay_ms: u64, agent_delay_ms: u64, _node: &str) {
+    pub fn boot_vm(&mut self, vmid: u32, delays: GuestDelays) {
         let pid = self.pid();
         let Some(vm) = self.vms.get(&vmid).cloned() else {
             return;
         };
         let (interfaces, hostname) = crate::guest::guest_view(self, &vm);
         let now = Instant::now();
-        let booted_at = now + std::time::Duration::from_millis(boot_delay_ms);
+        let ms = std::time::Duration::from_millis;
+        let booted_at = now + ms(delays.boot_ms);
         let run = RunState {
             since: now,
             started_unix: unix_now(),
             pid,
             booted_at,
-            agent_at: booted_at + std::time::Duration::from_millis(agent_delay_ms),
+            agent_at: booted_at + ms(delays.agent_ms),
+            cloud_init_at: booted_at + ms(delays.cloud_init_ms.max(delays.agent_ms)),
             interfaces,
             hostname,
+            processes: BTreeMap::new(),
         };
         if let Some(vm) = self.vms.get_mut(&vmid) {
             vm.run = Some(run);

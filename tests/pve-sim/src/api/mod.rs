@@ -5,8 +5,9 @@ mod access;
 mod agent;
 mod cloudinit;
 mod cluster;
+mod lxc;
 mod nodes;
-mod qemu;
+pub(crate) mod qemu;
 mod storage;
 mod tasks;
 
@@ -32,6 +33,8 @@ pub struct Call<'a> {
     pub user: String,
     /// The uploaded file of a multipart request: `(filename, contents)`.
     pub file: Option<(String, Bytes)>,
+    /// A fault a rule decided for this request, for the handler or the task it starts.
+    pub fault: Option<crate::faults::TaskFault>,
 }
 
 impl Call<'_> {
@@ -97,10 +100,14 @@ static ROUTES: &[Route] = routes! {
     "POST" "/nodes/{node}/qemu/{vmid}/status/shutdown" => qemu::shutdown,
     "POST" "/nodes/{node}/qemu/{vmid}/status/reboot" => qemu::reboot,
     "DELETE" "/nodes/{node}/qemu/{vmid}" => qemu::destroy,
+    "POST" "/nodes/{node}/qemu/{vmid}/migrate" => qemu::migrate,
     "GET" "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces" => agent::network_get_interfaces,
     "GET" "/nodes/{node}/qemu/{vmid}/agent/get-osinfo" => agent::get_osinfo,
     "GET" "/nodes/{node}/qemu/{vmid}/agent/get-host-name" => agent::get_host_name,
     "POST" "/nodes/{node}/qemu/{vmid}/agent/ping" => agent::ping,
+    "POST" "/nodes/{node}/qemu/{vmid}/agent/exec" => agent::exec,
+    "GET" "/nodes/{node}/qemu/{vmid}/agent/exec-status" => agent::exec_status,
+    "GET" "/nodes/{node}/lxc" => lxc::list,
     "GET" "/nodes/{node}/tasks" => tasks::list,
     "GET" "/nodes/{node}/tasks/{upid}/status" => tasks::status,
     "GET" "/nodes/{node}/tasks/{upid}/log" => tasks::log,
@@ -108,6 +115,7 @@ static ROUTES: &[Route] = routes! {
     "GET" "/nodes/{node}/storage" => storage::list,
     "GET" "/nodes/{node}/storage/{storage}/content" => storage::content,
     "POST" "/nodes/{node}/storage/{storage}/upload" => storage::upload,
+    "GET" "/nodes/{node}/storage/{storage}/content/{volume}" => storage::volume_info,
     "DELETE" "/nodes/{node}/storage/{storage}/content/{volume}" => storage::delete_volume,
 };
 
@@ -179,6 +187,43 @@ enum Auth {
     Ticket { user: String, csrf: String },
 }
 
+/// Checks an API token as PVE's `verify_token` does, with its messages (the 401's reason
+/// phrase): the user must exist, the token exist for it, and the secret match.
+fn verify_token(shared: &Shared, value: &str) -> Result<String, ApiError> {
+    let deny = ApiError::unauthorized;
+    let Some((id, secret)) = value.rsplit_once('=') else {
+        return Err(deny("no tokenid specified"));
+    };
+    let Some((user, token)) = id
+        .split_once('!')
+        .filter(|(u, t)| u.contains('@') && !t.is_empty())
+    else {
+        return Err(deny(&format!(
+            "'{id}' is not a valid token ID - not able to split into user and token parts"
+        )));
+    };
+    let tokens: Vec<(&str, &str)> = shared
+        .config
+        .tokens
+        .iter()
+        .filter_map(|t| parse_token(t))
+        .collect();
+    let user_exists = shared.config.users.contains_key(user)
+        || tokens
+            .iter()
+            .any(|(t, _)| t.split('!').next() == Some(user));
+    if !user_exists {
+        return Err(deny(&format!("no such user ('{user}')")));
+    }
+    let Some((_, expected)) = tokens.iter().find(|(t, _)| *t == id) else {
+        return Err(deny(&format!("no such token '{token}' for user '{user}'")));
+    };
+    if *expected != secret {
+        return Err(deny("invalid token value!"));
+    }
+    Ok(id.to_string())
+}
+
 fn authenticate(shared: &Shared, parts: &Parts) -> Result<Auth, ApiError> {
     if let Some(h) = parts.headers.get(hyper::header::AUTHORIZATION) {
         let h = h.to_str().unwrap_or("");
@@ -186,20 +231,7 @@ fn authenticate(shared: &Shared, parts: &Parts) -> Result<Auth, ApiError> {
             return Err(ApiError::unauthorized("authentication failure"));
         };
         let rest = rest.trim_start_matches(['=', ' ']);
-        let Some((id, secret)) = parse_token(rest) else {
-            return Err(ApiError::unauthorized("authentication failure"));
-        };
-        let ok = shared
-            .config
-            .tokens
-            .iter()
-            .filter_map(|t| parse_token(t))
-            .any(|(tid, tsecret)| tid == id && tsecret == secret);
-        return if ok {
-            Ok(Auth::Token(id.to_string()))
-        } else {
-            Err(ApiError::unauthorized("authentication failure"))
-        };
+        return verify_token(shared, rest).map(Auth::Token);
     }
     for c in parts.headers.get_all(hyper::header::COOKIE) {
         for kv in c.to_str().unwrap_or("").split(';') {
@@ -360,37 +392,24 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
             format!("Unexpected content for method '{method}'"),
         ));
     }
-    // faults
-    let (latency, injected, unreachable) = {
+    // faults: latency, unreachable nodes, rules
+    let (decision, unreachable) = {
         let mut w = shared.lock();
-        let f = w.faults.clone();
-        let jitter = if f.latency_jitter_ms > 0 {
-            w.rng.u64(0..=f.latency_jitter_ms)
-        } else {
-            0
-        };
-        let node = caps.get("node");
-        let unreachable = node.is_some_and(|n| {
-            f.unreachable_nodes.contains(n) || w.nodes.get(n).is_some_and(|n| !n.online)
+        let unreachable = caps.get("node").is_some_and(|n| {
+            w.faults.unreachable_nodes.contains(n) || w.nodes.get(n).is_some_and(|n| !n.online)
         });
-        let injected = f.pick_error(&key, || w.rng.f64()).cloned();
-        (f.latency_ms + jitter, injected, unreachable)
+        let writes_vm =
+            method != "GET" && caps.contains_key("vmid") && !endpoint.contains("/agent/");
+        (w.decide_faults(&method, path, writes_vm), unreachable)
     };
-    if latency > 0 {
-        tokio::time::sleep(Duration::from_millis(latency)).await;
+    if decision.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(decision.delay_ms)).await;
     }
     if unreachable {
         return Err(ApiError::unreachable());
     }
-    if let Some(e) = injected {
-        return Err(if e.status == 595 {
-            ApiError::unreachable()
-        } else {
-            ApiError::with_status(
-                e.status,
-                e.message.unwrap_or_else(|| "simulated failure".into()),
-            )
-        });
+    if let Some(e) = decision.error {
+        return Err(e);
     }
     // parameters
     let ct = header(&parts, "content-type").to_ascii_lowercase();
@@ -416,13 +435,19 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
         check_node(&shared.lock(), node)?;
     }
     crate::perms::check(&shared.lock(), &shared.config.acls, &user, &key, &params)?;
-    // synchronous config writes take the VM's config file lock: wait for running tasks
+    // synchronous config writes hold the VM's config file lock while they write: wait for
+    // the tasks holding it
+    let mut write_lock = None;
     if endpoint == "/nodes/{node}/qemu/{vmid}/config"
         && method != "GET"
         && let Some(vmid) = params.get("vmid").and_then(|v| v.parse().ok())
-        && !crate::tasks::wait_flock_free(shared, vmid).await
     {
-        return Err(ApiError::die(crate::tasks::lock_timeout_message(vmid)));
+        let timeout = decision.task == Some(crate::faults::TaskFault::LockTimeout);
+        let mode = crate::locks::LockMode::Exclusive;
+        if timeout || !crate::locks::flock(shared, vmid, mode, shared.config.lock_wait()).await {
+            return Err(ApiError::die(crate::locks::lock_timeout_message(vmid)));
+        }
+        write_lock = Some((vmid, mode));
     }
     let mut call = Call {
         shared,
@@ -430,8 +455,14 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
         params,
         user,
         file,
+        fault: decision.task,
     };
-    (route.handler)(&mut call)
+    let res = (route.handler)(&mut call);
+    if let Some((vmid, mode)) = write_lock {
+        shared.lock().release_flock(vmid, mode);
+        shared.unlocked.notify_waiters();
+    }
+    res
 }
 
 /// PVE resolves the node name to proxy the request; an unknown node fails that way.

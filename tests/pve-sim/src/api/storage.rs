@@ -7,7 +7,7 @@ use sha2::Digest;
 use super::Call;
 use crate::envelope::{ApiError, ApiResult};
 use crate::state::{Storage, Volume, unix_now};
-use crate::tasks;
+use crate::tasks::{self, TaskSpec};
 
 fn storage_entry(s: &Storage) -> Value {
     let used = s.used();
@@ -172,14 +172,10 @@ pub fn upload(c: &mut Call) -> ApiResult {
         format!("target file: /var/lib/vz/{name}"),
         format!("file size is: {size}"),
     ];
-    let upid = tasks::start(
-        &sh,
-        &mut w,
-        c.node(),
+    let mut spec = TaskSpec::new(
+        c,
         "imgcopy",
         "",
-        &c.user,
-        log,
         Box::new(move |w, inj| {
             if let Some(e) = inj {
                 return Err(e);
@@ -216,7 +212,61 @@ pub fn upload(c: &mut Call) -> ApiResult {
             )])
         }),
     );
+    spec.log = log;
+    let upid = tasks::start(&sh, &mut w, spec);
     Ok(json!(upid))
+}
+
+/// PVE's `real_volume_id`: `STORAGE:NAME` (whose storage must be the path's) or a bare
+/// name on the path's storage; `(storage, name)`.
+fn real_volume_id(sid: &str, volume: &str) -> ApiResult<(String, String)> {
+    match volume.split_once(':') {
+        Some((s, n)) if s == sid => Ok((s.to_string(), n.to_string())),
+        Some((s, _)) => Err(ApiError::param(
+            "volume",
+            format!("storage ID mismatch ({s} != {sid})"),
+        )),
+        None => Ok((sid.to_string(), volume.to_string())),
+    }
+}
+
+/// Where PVE keeps a volume: under the directory storage's path, or a block device.
+fn volume_path(st: &Storage, name: &str) -> String {
+    match st.kind {
+        crate::config::StorageType::Dir => {
+            let root = if st.id == "local" {
+                "/var/lib/vz".to_string()
+            } else {
+                format!("/mnt/pve/{}", st.id)
+            };
+            match name.split_once('/') {
+                Some(("iso", f)) => format!("{root}/template/iso/{f}"),
+                Some(("template", _)) | Some(("import", _)) => format!("{root}/{name}"),
+                _ => format!("{root}/images/{name}"),
+            }
+        }
+        crate::config::StorageType::Lvmthin => format!("/dev/pve/{name}"),
+        crate::config::StorageType::Zfspool => format!("/dev/zvol/rpool/data/{name}"),
+    }
+}
+
+/// `GET /nodes/{node}/storage/{storage}/content/{volume}`: the volume's attributes.
+pub fn volume_info(c: &mut Call) -> ApiResult {
+    let w = c.shared.lock();
+    let st = get_storage(&w, c)?;
+    let (sid, name) = real_volume_id(&st.id, c.p("volume").unwrap_or(""))?;
+    let volid = format!("{sid}:{name}");
+    let Some(v) = st.volumes.get(&name) else {
+        return Err(ApiError::die(format!(
+            "volume_size_info on '{volid}' failed - no format"
+        )));
+    };
+    Ok(json!({
+        "path": volume_path(st, &name),
+        "size": v.size,
+        "used": v.size,
+        "format": v.format,
+    }))
 }
 
 /// `DELETE /nodes/{node}/storage/{storage}/content/{volume}`: an `imgdel` task.
@@ -225,30 +275,16 @@ pub fn delete_volume(c: &mut Call) -> ApiResult {
     let mut w = sh.lock();
     let node = c.node().to_string();
     let st = get_storage(&w, c)?;
-    let sid = st.id.clone();
-    let vol = c.p("volume").unwrap_or("");
-    let name = match vol.split_once(':') {
-        Some((s, n)) if s == sid => n.to_string(),
-        Some((s, _)) => {
-            return Err(ApiError::die(format!(
-                "volume '{vol}' is not on storage '{sid}' ({s})"
-            )));
-        }
-        None => vol.to_string(),
-    };
+    let (sid, name) = real_volume_id(&st.id, c.p("volume").unwrap_or(""))?;
     if !st.volumes.contains_key(&name) {
         return Err(ApiError::die(format!(
             "volume '{sid}:{name}' does not exist"
         )));
     }
-    let upid = tasks::start(
-        &sh,
-        &mut w,
-        c.node(),
+    let spec = TaskSpec::new(
+        c,
         "imgdel",
         &format!("{sid}:{name}"),
-        &c.user,
-        vec![],
         Box::new(move |w, inj| {
             if let Some(e) = inj {
                 return Err(e);
@@ -259,5 +295,6 @@ pub fn delete_volume(c: &mut Call) -> ApiResult {
             Ok(vec![format!("Removed volume '{sid}:{name}'")])
         }),
     );
+    let upid = tasks::start(&sh, &mut w, spec);
     Ok(json!(upid))
 }

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::Call;
-use crate::envelope::{ApiError, ApiResult};
+use crate::envelope::{ApiError, ApiResult, Data};
 use crate::tasks::parse_upid;
 
 fn find_task<'w>(w: &'w crate::state::World, c: &Call) -> ApiResult<&'w crate::tasks::Task> {
@@ -30,26 +30,26 @@ pub fn status(c: &mut Call) -> ApiResult {
     Ok(find_task(&w, c)?.status_json())
 }
 
-/// `GET /nodes/{node}/tasks/{upid}/log?start=&limit=`.
-pub fn log(c: &mut Call) -> ApiResult {
+/// `GET /nodes/{node}/tasks/{upid}/log?start=&limit=`: a page of lines, with the number
+/// of lines in `total`.
+pub fn log(c: &mut Call) -> ApiResult<Data> {
     let w = c.shared.lock();
     let t = find_task(&w, c)?;
     let start: usize = c.p("start").and_then(|s| s.parse().ok()).unwrap_or(0);
     let limit: usize = c.p("limit").and_then(|s| s.parse().ok()).unwrap_or(50);
-    let lines: Vec<&String> = if t.log.is_empty() && t.running() {
-        vec![]
-    } else {
-        t.log.iter().collect()
-    };
-    Ok(Value::Array(
-        lines
-            .into_iter()
+    let data = Value::Array(
+        t.log
+            .iter()
             .enumerate()
             .skip(start)
             .take(limit)
             .map(|(i, l)| json!({"n": i + 1, "t": l}))
             .collect(),
-    ))
+    );
+    Ok(Data::Page {
+        data,
+        total: t.log.len(),
+    })
 }
 
 /// `DELETE /nodes/{node}/tasks/{upid}`: stops a running task.
@@ -60,29 +60,39 @@ pub fn stop(c: &mut Call) -> ApiResult {
     Ok(Value::Null)
 }
 
-/// `GET /nodes/{node}/tasks`: newest first.
-pub fn list(c: &mut Call) -> ApiResult {
+/// `GET /nodes/{node}/tasks`: newest first, a page with the number of matches in
+/// `total`.
+pub fn list(c: &mut Call) -> ApiResult<Data> {
     let w = c.shared.lock();
     let vmid = c.p("vmid");
     let limit: usize = c.p("limit").and_then(|s| s.parse().ok()).unwrap_or(50);
     let start: usize = c.p("start").and_then(|s| s.parse().ok()).unwrap_or(0);
     let source = c.p("source").unwrap_or("archive");
-    Ok(Value::Array(
-        w.task_order
+    let matching: Vec<&crate::tasks::Task> = w
+        .task_order
+        .iter()
+        .rev()
+        .filter_map(|u| w.tasks.get(u))
+        .filter(|t| t.node == c.node())
+        .filter(|t| vmid.is_none_or(|v| t.id == v))
+        .filter(|t| c.p("typefilter").is_none_or(|f| t.kind == f))
+        .filter(|t| c.p("userfilter").is_none_or(|u| t.user.contains(u)))
+        .filter(|t| match source {
+            "active" => t.running(),
+            "all" => true,
+            _ => !t.running(),
+        })
+        .collect();
+    let data = Value::Array(
+        matching
             .iter()
-            .rev()
-            .filter_map(|u| w.tasks.get(u))
-            .filter(|t| t.node == c.node())
-            .filter(|t| vmid.is_none_or(|v| t.id == v))
-            .filter(|t| c.p("typefilter").is_none_or(|f| t.kind == f))
-            .filter(|t| match source {
-                "active" => t.running(),
-                "all" => true,
-                _ => !t.running(),
-            })
             .skip(start)
             .take(limit)
             .map(|t| t.list_json())
             .collect(),
-    ))
+    );
+    Ok(Data::Page {
+        data,
+        total: matching.len(),
+    })
 }

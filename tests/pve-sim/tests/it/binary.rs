@@ -172,7 +172,7 @@ fn the_readme_config_example_parses() {
     let cfg = pve_sim::Config::from_toml(block).expect("README example parses");
     assert_eq!(cfg.vm_sets[0].count, 3000);
     assert_eq!(
-        cfg.faults.errors[0].endpoint,
+        cfg.faults.rules[0].endpoint,
         "POST /nodes/{node}/qemu/{vmid}/clone"
     );
 }

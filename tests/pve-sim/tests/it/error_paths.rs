@@ -370,44 +370,39 @@ async fn power_errors_surface_where_pve_puts_them() {
     assert!(st["exitstatus"].as_str().unwrap().contains("template"));
 }
 
+/// The clone API call's early checks, with qemu-server's texts.
 #[tokio::test]
 async fn clone_refuses_bad_targets_synchronously() {
     let s = start_fast().await;
-    let r = s
-        .call(
-            Method::POST,
-            "/nodes/pve1/qemu/9000/clone",
-            &[("newid", "100"), ("target", "pve2")],
-        )
-        .await;
+    let clone = async |form: &[(&str, &str)]| {
+        let mut f = vec![("newid", "100")];
+        f.extend_from_slice(form);
+        s.call(Method::POST, "/nodes/pve1/qemu/9000/clone", &f)
+            .await
+    };
+    let r = clone(&[("target", "pve2")]).await;
+    assert_eq!(r.status, 500);
     assert_eq!(
         r.reason,
-        "Can't clone VM to node 'pve2' (VM uses local storage)"
+        "can't clone VM to node 'pve2' (VM uses local storage)"
     );
-    let r = s
-        .call(
-            Method::POST,
-            "/nodes/pve1/qemu/9000/clone",
-            &[("newid", "100"), ("pool", "nope")],
-        )
-        .await;
+    let r = clone(&[("target", "pve9")]).await;
+    assert_eq!(r.reason, "no such cluster node 'pve9'");
+    let r = clone(&[("pool", "nope")]).await;
     assert_eq!(r.reason, "pool 'nope' does not exist");
-    let r = s
-        .call(
-            Method::POST,
-            "/nodes/pve1/qemu/9000/clone",
-            &[("newid", "100"), ("storage", "local-lvm")],
-        )
-        .await;
-    assert_eq!(r.status, 400, "storage only with full clones");
-    let r = s
-        .call(
-            Method::POST,
-            "/nodes/pve1/qemu/9000/clone",
-            &[("newid", "100"), ("full", "1"), ("storage", "local")],
-        )
-        .await;
-    assert_eq!(r.reason, "storage 'local' does not support vm images");
+    let r = clone(&[("storage", "local-lvm")]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.reason.as_str()),
+        (500, "parameter 'storage' not allowed for linked clones")
+    );
+    let r = clone(&[("full", "1"), ("storage", "local")]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["errors"]["storage"],
+        "storage 'local' does not support vm images"
+    );
+    let r = clone(&[("full", "1"), ("storage", "local-lvm"), ("target", "pve2")]).await;
+    assert_eq!(r.reason, "can't clone to non-shared storage 'local-lvm'");
     let r = s
         .call(
             Method::POST,

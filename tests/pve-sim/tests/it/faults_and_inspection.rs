@@ -1,18 +1,17 @@
 //! Fault injection (at start and at runtime) and the /_sim inspection routes.
 
 use crate::common::{start, start_fast};
-use pve_sim::{Config, EndpointError, Faults};
+use pve_sim::{Config, FaultRule, Faults};
 use reqwest::Method;
 use serde_json::json;
 
 #[tokio::test]
 async fn endpoint_errors_can_be_injected_at_start_and_at_runtime() {
     let mut cfg = Config::fast();
-    cfg.faults.errors.push(EndpointError {
+    cfg.faults.rules.push(FaultRule {
         endpoint: "GET /nodes".into(),
-        rate: 1.0,
-        status: 500,
         message: Some("boom".into()),
+        ..FaultRule::default()
     });
     let s = start(cfg).await;
     let r = s.get("/nodes").await;
@@ -65,7 +64,7 @@ async fn task_failures_and_lock_timeouts_surface_like_pve() {
             &[("newid", "100")],
         )
         .await;
-    assert_eq!(st["exitstatus"], "simulated task failure");
+    assert_eq!(st["exitstatus"], "clone failed: simulated task failure");
     assert!(
         state.vm(100).is_none(),
         "a failed clone leaves no VM behind"
@@ -87,17 +86,19 @@ async fn task_failures_and_lock_timeouts_surface_like_pve() {
         r.reason,
         "can't lock file '/var/lock/qemu-server/lock-9000.conf' - got timeout"
     );
-    let r = s
-        .call(
+    // the clone takes its locks in its worker: accepted, then the task fails
+    let st = s
+        .task(
             Method::POST,
             "/nodes/pve1/qemu/9000/clone",
             &[("newid", "100")],
         )
         .await;
     assert_eq!(
-        r.reason,
+        st["exitstatus"],
         "can't lock file '/var/lock/qemu-server/lock-9000.conf' - got timeout"
     );
+    assert!(state.vm(100).is_none());
 
     state.set_faults(Faults::default());
     s.task(
@@ -172,7 +173,7 @@ async fn tasks_beyond_the_node_concurrency_limit_queue() {
         .await;
     assert_eq!(r.data(), serde_json::Value::Null);
     let st = s.wait_task(a.as_str().unwrap()).await;
-    assert_eq!(st["exitstatus"], "interrupted by signal");
+    assert_eq!(st["exitstatus"], "clone failed: interrupted by signal");
 }
 
 #[tokio::test]
@@ -313,13 +314,10 @@ async fn slow_tasks_stay_running_and_can_be_stopped() {
     .data();
     assert_eq!(
         s.wait_task(upid).await["exitstatus"],
-        "interrupted by signal"
+        "clone failed: interrupted by signal"
     );
-    // like PVE, an interrupted clone leaves its locked config behind
-    assert_eq!(
-        s.get("/nodes/pve1/qemu/100/config").await.data()["lock"],
-        "clone"
-    );
+    // like PVE's clone worker, the interrupted clone removes what it made
+    assert!(s.sim.state().vm(100).is_none());
 }
 
 #[tokio::test]

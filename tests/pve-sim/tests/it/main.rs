@@ -8,6 +8,7 @@ mod error_paths;
 mod faults_and_inspection;
 mod nocloud_and_addresses;
 mod permissions;
+mod pve_fidelity;
 mod schema_shapes;
 mod tickets_and_csrf;
 mod vm_lifecycle;

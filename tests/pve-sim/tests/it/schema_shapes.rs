@@ -60,6 +60,15 @@ async fn every_served_schema_endpoint_matches_its_declared_returns() {
             .await;
         let up = r.data();
         s.wait_task(up.as_str().unwrap()).await;
+        let exec = s
+            .call(
+                Method::POST,
+                "/nodes/pve1/qemu/100/agent/exec",
+                &[("command", "cloud-init"), ("command", "status")],
+            )
+            .await
+            .data();
+        let pid = exec["pid"].to_string();
 
         let schema = crate::common::schema();
         let endpoints = schema["endpoints"][version].as_object().unwrap();
@@ -81,9 +90,11 @@ async fn every_served_schema_endpoint_matches_its_declared_returns() {
                 .replace("{node}", "pve1")
                 .replace("{vmid}", "100")
                 .replace("{storage}", "local")
+                .replace("{volume}", &enc("local:iso/blank.iso"))
                 .replace("{upid}", &enc(&upid));
             let query: &[(&str, &str)] = match template {
                 "/nodes/{node}/qemu/{vmid}/cloudinit/dump" => &[("type", "network")],
+                "/nodes/{node}/qemu/{vmid}/agent/exec-status" => &[("pid", &pid)],
                 _ => &[],
             };
             let data = s.call(Method::GET, &path, query).await.data();
@@ -101,7 +112,7 @@ async fn every_served_schema_endpoint_matches_its_declared_returns() {
             checked += 1;
         }
         assert!(
-            checked >= 15,
+            checked >= 22,
             "only {checked} GET endpoints checked for {version}"
         );
 
@@ -159,6 +170,7 @@ async fn every_served_schema_endpoint_matches_its_declared_returns() {
                 "POST /nodes/{node}/qemu/{vmid}/agent/ping",
                 json!({"result": {}}),
             ),
+            ("POST /nodes/{node}/qemu/{vmid}/agent/exec", exec.clone()),
         ];
         for (ep, data) in upid_eps {
             let errs = violations(version, ep, &data);
@@ -186,8 +198,20 @@ async fn every_served_schema_endpoint_matches_its_declared_returns() {
             )
             .is_empty()
         );
+        let migrate = s
+            .call(
+                Method::POST,
+                "/nodes/pve1/qemu/555/migrate",
+                &[("target", "pve2")],
+            )
+            .await
+            .data();
+        let ep = "POST /nodes/{node}/qemu/{vmid}/migrate";
+        assert!(violations(version, ep, &migrate).is_empty(), "{migrate}");
+        let st = s.wait_task(migrate.as_str().unwrap()).await;
+        assert_eq!(st["exitstatus"], "OK", "{st}");
         let del = s
-            .call(Method::DELETE, "/nodes/pve1/qemu/555", &[])
+            .call(Method::DELETE, "/nodes/pve2/qemu/555", &[])
             .await
             .data();
         assert!(violations(version, "DELETE /nodes/{node}/qemu/{vmid}", &del).is_empty());

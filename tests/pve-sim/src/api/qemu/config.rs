@@ -8,7 +8,7 @@ use crate::api::{Call, check_lock, vm_on};
 use crate::envelope::{ApiError, ApiResult};
 use crate::params::{format_size, split_indexed};
 use crate::state::{Vm, World, drive_options, drive_string, is_drive_key};
-use crate::tasks;
+use crate::tasks::{self, TaskSpec};
 
 use super::remove_volume;
 
@@ -155,7 +155,6 @@ fn check_config_write(w: &mut World, c: &Call) -> ApiResult<u32> {
         ));
     }
     check_lock(vm, c.flag("skiplock")).map_err(ApiError::die)?;
-    w.lock_timeout(vmid).map_err(ApiError::die)?;
     if let Some(del) = c.p("delete") {
         for key in del.split([',', ';', ' ']).filter(|s| !s.is_empty()) {
             if c.params.contains_key(key) {
@@ -183,16 +182,13 @@ pub fn post_config(c: &mut Call) -> ApiResult {
     let mut w = sh.lock();
     let vmid = check_config_write(&mut w, c)?;
     apply_config(&mut w, c, vmid).map_err(ApiError::die)?;
-    let upid = tasks::start(
-        &sh,
-        &mut w,
-        c.node(),
+    let spec = TaskSpec::new(
+        c,
         "qmconfig",
         &vmid.to_string(),
-        &c.user,
-        vec![],
         Box::new(|_, inj| inj.map_or(Ok(vec![]), Err)),
     );
+    let upid = tasks::start(&sh, &mut w, spec);
     Ok(json!(upid))
 }
 
@@ -236,15 +232,11 @@ pub fn create(c: &mut Call) -> ApiResult {
     w.vms.insert(vmid, vm);
     let pool = c.p("pool").map(String::from);
     let start = c.flag("start");
-    let (boot, agent) = (sh.config.boot_delay_ms, sh.config.agent_delay_ms);
-    let upid = tasks::start(
-        &sh,
-        &mut w,
-        c.node(),
+    let delays = sh.config.guest_delays();
+    let spec = TaskSpec::new(
+        c,
         "qmcreate",
         &vmid.to_string(),
-        &c.user,
-        vec![],
         Box::new(move |w, inj| {
             if let Some(e) = inj {
                 w.vms.remove(&vmid);
@@ -257,10 +249,11 @@ pub fn create(c: &mut Call) -> ApiResult {
                 w.pools.entry(p).or_default().insert(vmid);
             }
             if start {
-                w.boot_vm(vmid, boot, agent, &node);
+                w.boot_vm(vmid, delays);
             }
             Ok(vec![])
         }),
     );
+    let upid = tasks::start(&sh, &mut w, spec);
     Ok(json!(upid))
 }

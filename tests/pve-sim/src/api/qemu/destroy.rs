@@ -6,7 +6,7 @@ use crate::api::{Call, check_lock, vm_on};
 use crate::envelope::{ApiError, ApiResult};
 use crate::params::split_indexed;
 use crate::state::{drive_options, is_drive_key};
-use crate::tasks;
+use crate::tasks::{self, TaskSpec};
 
 use super::{missing_vm, remove_volume};
 
@@ -30,19 +30,14 @@ pub fn destroy(c: &mut Call) -> ApiResult {
     let skiplock = c.flag("skiplock");
     let purge = c.flag("purge");
     let unreferenced = c.flag("destroy-unreferenced-disks");
-    let upid = tasks::start(
-        &sh,
-        &mut w,
-        c.node(),
+    let spec = TaskSpec::new(
+        c,
         "qmdestroy",
         &vmid.to_string(),
-        &c.user,
-        vec![],
         Box::new(move |w, inj| {
             if let Some(e) = inj {
                 return Err(e);
             }
-            w.lock_timeout(vmid)?;
             let vm = w.vms.get(&vmid).ok_or_else(|| missing_vm(&node, vmid))?;
             check_lock(vm, skiplock)?;
             if vm.run.is_some() {
@@ -101,5 +96,6 @@ pub fn destroy(c: &mut Call) -> ApiResult {
             Ok(log)
         }),
     );
+    let upid = tasks::start(&sh, &mut w, spec);
     Ok(json!(upid))
 }

@@ -1,14 +1,17 @@
 //! `/nodes/{node}/qemu...`: listing and reads here; config writes and creation in
-//! `config`, `clone`, power and resize in `power`, destruction in `destroy`.
+//! `config`, `clone`, power and resize in `power`, destruction in `destroy`, migration in
+//! `migrate`.
 
 mod clone;
 mod config;
 mod destroy;
+mod migrate;
 mod power;
 
 pub use clone::clone;
 pub use config::{create, post_config, put_config};
 pub use destroy::destroy;
+pub use migrate::{migrate, move_vm};
 pub use power::{reboot, resize, shutdown, start, stop};
 
 use serde::Serialize;

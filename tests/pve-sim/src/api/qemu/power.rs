@@ -7,7 +7,7 @@ use crate::api::{Call, check_lock, vm_on};
 use crate::envelope::{ApiError, ApiResult};
 use crate::params::{format_size, parse_size};
 use crate::state::{drive_options, drive_string};
-use crate::tasks;
+use crate::tasks::{self, TaskSpec};
 
 use super::missing_vm;
 
@@ -29,19 +29,14 @@ pub fn resize(c: &mut Call) -> ApiResult {
     }
     let skiplock = c.flag("skiplock");
     let digest = c.p("digest").map(String::from);
-    let upid = tasks::start(
-        &sh,
-        &mut w,
-        c.node(),
+    let spec = TaskSpec::new(
+        c,
         "resize",
         &vmid.to_string(),
-        &c.user,
-        vec![],
         Box::new(move |w, inj| {
             if let Some(e) = inj {
                 return Err(e);
             }
-            w.lock_timeout(vmid)?;
             let vm = w.vms.get(&vmid).ok_or_else(|| missing_vm(&node, vmid))?;
             if let Some(d) = digest
                 && d != vm.digest()
@@ -84,6 +79,7 @@ pub fn resize(c: &mut Call) -> ApiResult {
             )])
         }),
     );
+    let upid = tasks::start(&sh, &mut w, spec);
     Ok(json!(upid))
 }
 
@@ -110,22 +106,16 @@ fn power(c: &mut Call, op: Power) -> ApiResult {
         Power::Reboot => "qmreboot",
     };
     let skiplock = c.flag("skiplock");
-    let boot = sh.config.boot_delay_ms;
-    let agent = sh.config.agent_delay_ms;
+    let delays = sh.config.guest_delays();
     let strict_memory = sh.config.strict_memory;
-    let upid = tasks::start(
-        &sh,
-        &mut w,
-        c.node(),
+    let spec = TaskSpec::new(
+        c,
         kind,
         &vmid.to_string(),
-        &c.user,
-        vec![],
         Box::new(move |w, inj| {
             if let Some(e) = inj {
                 return Err(e);
             }
-            w.lock_timeout(vmid)?;
             let vm = w.vms.get(&vmid).ok_or_else(|| missing_vm(&node, vmid))?;
             check_lock(vm, skiplock)?;
             let running = vm.run.is_some();
@@ -150,7 +140,7 @@ fn power(c: &mut Call, op: Power) -> ApiResult {
                     if vm.config.values().any(|v| v.contains("cloudinit")) {
                         log.push("generating cloud-init ISO".into());
                     }
-                    w.boot_vm(vmid, boot, agent, &node);
+                    w.boot_vm(vmid, delays);
                 }
                 Power::Stop => {
                     if let Some(vm) = w.vms.get_mut(&vmid) {
@@ -169,12 +159,13 @@ fn power(c: &mut Call, op: Power) -> ApiResult {
                     if !running {
                         return Err(format!("VM {vmid} not running"));
                     }
-                    w.boot_vm(vmid, boot, agent, &node);
+                    w.boot_vm(vmid, delays);
                 }
             }
             Ok(log)
         }),
     );
+    let upid = tasks::start(&sh, &mut w, spec);
     Ok(json!(upid))
 }
 

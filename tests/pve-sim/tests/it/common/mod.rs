@@ -178,16 +178,40 @@ pub fn enc(s: &str) -> String {
 
 // ---- schema checks ----
 
-fn schema_path() -> PathBuf {
+/// A file of `shared/reference/pve`, found in a parent directory of the repository (the
+/// main checkout and worktrees sit at different depths).
+pub fn reference_path(file: &str) -> PathBuf {
+    let rel = PathBuf::from("shared/reference/pve").join(file);
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/reference/pve/pve-api-schema-capi-subset.json")
+        .ancestors()
+        .map(|d| d.join(&rel))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{} not found above the crate", rel.display()))
 }
 
+pub fn reference(file: &str) -> Value {
+    let text = std::fs::read_to_string(reference_path(file)).expect("reference file");
+    serde_json::from_str(&text).expect("reference JSON")
+}
+
+/// The official schema: the shared subset, plus `schema/official-extra.json` (the same
+/// source's entries for the further endpoints pve-sim serves).
 pub fn schema() -> &'static Value {
     static S: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     S.get_or_init(|| {
-        let text = std::fs::read_to_string(schema_path()).expect("official schema file");
-        serde_json::from_str(&text).expect("schema JSON")
+        let mut all = reference("pve-api-schema-capi-subset.json");
+        let extra: Value =
+            serde_json::from_str(include_str!("../../../schema/official-extra.json"))
+                .expect("official-extra.json");
+        for (version, eps) in extra["endpoints"].as_object().expect("versions") {
+            let into = all["endpoints"][version]
+                .as_object_mut()
+                .expect("version in the subset");
+            for (ep, def) in eps.as_object().expect("endpoints") {
+                into.insert(ep.clone(), def.clone());
+            }
+        }
+        all
     })
 }
 
