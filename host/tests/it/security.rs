@@ -7,10 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{self, credentials, machine_request};
-use hyperplug::runtime::{
-    BlobLimits, BlobStore, CallError, Limits, ObjectRef, Plugin, PluginError, Runtime,
-};
+use crate::support::{self, credentials, machine_request, serve_blobs};
+use hyperplug::runtime::{CallError, Limits, ObjectRef, Plugin, PluginError, Runtime};
 use serde_json::{Value, json};
 
 /// A runtime with production limits and the hostile plugin.
@@ -67,16 +65,6 @@ async fn still_serves(plugin: &Plugin) {
     )
     .await;
     assert_eq!(ok, Ok("ok".to_string()));
-}
-
-/// Serve blobs for `runtime` with the default limits (on a port nothing reads).
-fn serve_blobs(runtime: &Runtime) -> Arc<BlobStore> {
-    let store = Arc::new(BlobStore::new(
-        url::Url::parse("http://127.0.0.1:9").unwrap(),
-        BlobLimits::default(),
-    ));
-    runtime.serve_blobs(store.clone());
-    store
 }
 
 /// An endpoint that accepts connections and never answers; counts what it accepted.
@@ -590,7 +578,7 @@ mod tenants {
 
     use super::*;
     use crate::support::controllers::{
-        Controllers, hostile_cluster, machine, options, start, warning_events,
+        hostile_cluster, hostile_world, machine, options, start, warning_events,
     };
     use crate::support::world::{World, condition};
 
@@ -840,29 +828,6 @@ spec:
         world
             .wait_for(&pcs, "granted", "provisioned", provisioned)
             .await;
-    }
-
-    /// The hostile plugin's kinds on `world`, served by controllers of their own, with
-    /// blobs served.
-    async fn hostile_world() -> (World, Controllers, Runtime, Arc<BlobStore>) {
-        let world = World::start_with(pve_sim::Config::fast(), false).await;
-        let (runtime, plugin) = hostile().await;
-        let store = serve_blobs(&runtime);
-        let crds = hyperplug::crds::crds_yaml(plugin.info()).unwrap();
-        world.plane.install_crds_yaml(&crds).await.unwrap();
-        world
-            .apply(
-                r#"
-apiVersion: v1
-kind: Secret
-metadata:
-  name: hostile-credentials
-stringData: {url: "http://127.0.0.1:1", token: t, secret: s}
-"#,
-            )
-            .await;
-        let controllers = start(&world, plugin, options(&world));
-        (world, controllers, runtime, store)
     }
 
     async fn leases(world: &World) -> Vec<Lease> {

@@ -22,12 +22,6 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
     }
     match attack.as_str() {
         "noop" => Ok(status("ok".into())),
-        // Holds its instance slot this long (milliseconds), doing nothing.
-        "sleep" => {
-            let ms = spec.num("ms", 100);
-            wasip2::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
-            Ok(status(format!("slept {ms} ms")))
-        }
         "read-file" => match std::fs::read(spec.str("path")) {
             Ok(bytes) => Ok(status(format!("read {} bytes", bytes.len()))),
             Err(e) => Err(failed(format!("read-file failed: {e}"))),

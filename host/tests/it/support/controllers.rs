@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::metrics::Metrics;
-use hyperplug::runtime::Plugin;
+use hyperplug::runtime::{BlobStore, Limits, Plugin, Runtime};
 use k8s_openapi::api::core::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -142,4 +142,27 @@ metadata:
 spec: {spec}
 "#
     )
+}
+
+/// The hostile plugin's kinds on `world` (their CRDs, a credentials Secret
+/// `hostile-credentials`), served by controllers of their own, with blobs served.
+pub async fn hostile_world() -> (World, Controllers, Runtime, Arc<BlobStore>) {
+    let world = World::start_with(pve_sim::Config::fast(), false).await;
+    let (runtime, plugin) = super::load("hostile", Limits::default()).await;
+    let store = super::serve_blobs(&runtime);
+    let crds = hyperplug::crds::crds_yaml(plugin.info()).unwrap();
+    world.plane.install_crds_yaml(&crds).await.unwrap();
+    world
+        .apply(
+            r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: hostile-credentials
+stringData: {url: "http://127.0.0.1:1", token: t, secret: s}
+"#,
+        )
+        .await;
+    let controllers = start(&world, plugin, options(&world));
+    (world, controllers, runtime, store)
 }

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use hyperplug::runtime::bindings::{cluster, machine};
-use hyperplug::runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime};
+use std::sync::Arc;
+
+use hyperplug::runtime::{BlobLimits, BlobStore, Credentials, Limits, ObjectRef, Plugin, Runtime};
 use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
 use serde_json::json;
 
@@ -130,4 +132,14 @@ pub fn cluster_request(
         credentials,
         more_credentials: vec![],
     }
+}
+
+/// Serve blobs for `runtime` with the default limits (on a port nothing reads).
+pub fn serve_blobs(runtime: &Runtime) -> Arc<BlobStore> {
+    let store = Arc::new(BlobStore::new(
+        url::Url::parse("http://127.0.0.1:9").unwrap(),
+        BlobLimits::default(),
+    ));
+    runtime.serve_blobs(store.clone());
+    store
 }
