@@ -49,16 +49,24 @@ pub enum HttpError {
 /// carries the detail).
 const TLS_FAILURE: &str = "TLS verification failed";
 
+/// What makes an untrusted certificate pass: the keys of the host's credentials Secret.
+/// Secrets made for other providers often have none of them (some skip verification
+/// when `insecure` is absent; the host verifies unless the Secret says otherwise).
+const TLS_HINT: &str = "the credentials Secret can trust it with `ca.crt` (the CA's PEM) or `fingerprint` (SHA-256 of the certificate), or skip verification with `insecure: \"true\"` (a Secret without `insecure` is verified)";
+
 impl HttpError {
     /// The plugin error this is, `message` saying what failed: a refused destination, a
     /// malformed request and a TLS verification failure will not pass by retrying
-    /// (terminal: `EndpointNotAllowed`, `InvalidEndpoint`, `TLSVerificationFailed`);
-    /// transport trouble is transient (`retry_after_ms` is the hint).
+    /// (terminal: `EndpointNotAllowed`, `InvalidEndpoint`, `TLSVerificationFailed`, the
+    /// last saying how the credentials Secret can make it pass); transport trouble is
+    /// transient (`retry_after_ms` is the hint).
     pub fn classify(&self, message: String, retry_after_ms: Option<u64>) -> PluginError {
         match self {
             HttpError::Denied(_) => terminal("EndpointNotAllowed", message),
             HttpError::Invalid(_) => terminal("InvalidEndpoint", message),
-            HttpError::Tls(_) => terminal("TLSVerificationFailed", message),
+            HttpError::Tls(_) => {
+                terminal("TLSVerificationFailed", format!("{message}; {TLS_HINT}"))
+            }
             HttpError::Transport(_) => transient(message, retry_after_ms),
         }
     }

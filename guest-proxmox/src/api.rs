@@ -399,6 +399,25 @@ mod tests {
     }
 
     #[test]
+    fn an_untrusted_certificate_says_how_the_secret_can_trust_it() {
+        let e = PveError::Http(HttpError::Tls(
+            "TLS verification failed: unknown issuer".into(),
+        ))
+        .classify("checking the Proxmox API");
+        let PluginError::Terminal(t) = e else {
+            panic!("terminal expected");
+        };
+        for key in [
+            "ca.crt",
+            "fingerprint",
+            "insecure: \"true\"",
+            "without `insecure` is verified",
+        ] {
+            assert!(t.message.contains(key), "{key}: {}", t.message);
+        }
+    }
+
+    #[test]
     fn task_exit_texts_that_will_not_pass_by_retrying_have_a_reason() {
         assert_eq!(classify_message("VM is locked (clone)"), None);
         assert_eq!(classify_message("VM 100 already running"), None);

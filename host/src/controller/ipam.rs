@@ -1,7 +1,8 @@
 //! Addresses through Cluster API IPAM: the pools a plugin asks for become in-cluster
 //! IPAM pools owned by the InfraCluster; each address a machine requests (a device and a
 //! pool: a dual-stack NIC asks for two) gets one IPAddressClaim owned by the
-//! InfraMachine; claims go when the machine goes.
+//! InfraMachine, from one of those pools or any pool it names by kind; claims go when
+//! the machine goes.
 //!
 //! A reconcile reads a machine's claims and their addresses once, from the API server's
 //! watch cache ([`MachineClaims::read`]), hands the bound ones to the plugin, and writes
@@ -32,11 +33,55 @@ pub fn pool_name(infra_cluster: &str, pool: &str) -> String {
     format!("{infra_cluster}-{pool}")
 }
 
-/// The claim for `device`'s address from `pool`: `<machine>-<device>-<pool>`, made a
+/// The kind of the pools the host makes from an InfraCluster's `ip-pools`.
+const IN_CLUSTER_POOL: &str = "InClusterIPPool";
+
+/// A Cluster API IPAM pool, as a claim's `spec.poolRef` names it (group
+/// `ipam.cluster.x-k8s.io`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRef {
+    pub kind: String,
+    pub name: String,
+}
+
+impl PoolRef {
+    /// The pool an address request names: one the InfraCluster `infra_cluster`
+    /// reported in its `ip-pools` (`ipv4`: the InClusterIPPool `<infra_cluster>-ipv4`),
+    /// or any pool as `<Kind>/<name>` (e.g. `GlobalInClusterIPPool/shared`).
+    pub fn of(infra_cluster: &str, pool: &str) -> PoolRef {
+        match pool.split_once('/') {
+            Some((kind, name)) => PoolRef {
+                kind: kind.into(),
+                name: name.into(),
+            },
+            None => PoolRef {
+                kind: IN_CLUSTER_POOL.into(),
+                name: pool_name(infra_cluster, pool),
+            },
+        }
+    }
+}
+
+/// The claim names of a machine's requests: `<machine>-<device>`, or, for a device
+/// with several requests (a dual-stack NIC), `<machine>-<device>-<pool>`; each made a
 /// valid object name (lower case, `[a-z0-9.-]`, at most 253 characters: a longer one
 /// ends in a digest of the whole).
-pub fn claim_name(machine: &str, device: &str, pool: &str) -> String {
-    let raw = format!("{machine}-{device}-{pool}");
+pub fn claim_names(machine: &str, requests: &[AddressRequest]) -> Vec<String> {
+    requests
+        .iter()
+        .map(|r| {
+            let shared = requests.iter().filter(|o| o.device == r.device).count() > 1;
+            let raw = if shared {
+                format!("{machine}-{}-{}", r.device, r.pool)
+            } else {
+                format!("{machine}-{}", r.device)
+            };
+            object_name(&raw)
+        })
+        .collect()
+}
+
+fn object_name(raw: &str) -> String {
     let mut name: String = raw
         .chars()
         .map(|c| match c.to_ascii_lowercase() {
@@ -113,7 +158,7 @@ pub struct Claim {
     /// The device it is for.
     pub device: String,
     /// The IPAM pool it names.
-    pub pool: String,
+    pub pool: PoolRef,
     /// Whether it is owned by the machine's current UID (not a stale one).
     pub owned: bool,
     /// The address bound to it, once the IPAM provider has.
@@ -179,11 +224,13 @@ impl MachineClaims {
                         .and_then(|a| allocated(&a, &device)),
                     None => None,
                 };
+                let text = |path: &str| str_field(&claim, path).unwrap_or_default().to_string();
                 Ok::<_, kube::Error>(Claim {
                     name: claim.name_any(),
-                    pool: str_field(&claim, "spec.poolRef.name")
-                        .unwrap_or_default()
-                        .to_string(),
+                    pool: PoolRef {
+                        kind: text("spec.poolRef.kind"),
+                        name: text("spec.poolRef.name"),
+                    },
                     owned: claim.owner_references().iter().any(|o| o.uid == uid),
                     device,
                     address,
@@ -204,7 +251,7 @@ impl MachineClaims {
 
     /// The claim answering `request` from the InfraCluster `infra_cluster`'s pools.
     fn answering(&self, infra_cluster: &str, request: &AddressRequest) -> Option<&Claim> {
-        let pool = pool_name(infra_cluster, &request.pool);
+        let pool = PoolRef::of(infra_cluster, &request.pool);
         self.claims
             .iter()
             .find(|c| c.device == request.device && c.pool == pool)
@@ -235,13 +282,16 @@ impl MachineClaims {
         let ns = machine.namespace().unwrap_or_default();
         let claims = api(&ctx.client, &ip_address_claim(), &ns);
         let to_write = self.to_write(infra_cluster, requests);
-        for req in &to_write {
-            let pool = pool_name(infra_cluster, &req.pool);
+        let names = claim_names(&machine.name_any(), requests);
+        for (req, name) in requests.iter().zip(names) {
+            if !to_write.iter().any(|w| std::ptr::eq(*w, req)) {
+                continue;
+            }
+            let pool = PoolRef::of(infra_cluster, &req.pool);
             // A claim made before, under another name, keeps its name.
             let name = self
                 .answering(infra_cluster, req)
-                .map(|c| c.name.clone())
-                .unwrap_or_else(|| claim_name(&machine.name_any(), &req.device, &req.pool));
+                .map_or(name, |c| c.name.clone());
             let body = json!({
                 "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
                 "kind": "IPAddressClaim",
@@ -253,7 +303,7 @@ impl MachineClaims {
                 },
                 "spec": {
                     "clusterName": cluster_name,
-                    "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": pool},
+                    "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": pool.kind, "name": pool.name},
                 },
             });
             claims
@@ -333,49 +383,86 @@ mod tests {
         Claim {
             name: name.into(),
             device: device.into(),
-            pool: pool.into(),
+            pool: PoolRef::of("demo", pool),
             owned,
             address: None,
         }
     }
 
+    fn names(requests: &[AddressRequest]) -> Vec<String> {
+        claim_names("cp-0", requests)
+    }
+
     #[test]
-    fn a_dual_stack_device_gets_a_claim_per_pool() {
-        assert_eq!(claim_name("cp-0", "net0", "ipv4"), "cp-0-net0-ipv4");
-        assert_eq!(claim_name("cp-0", "net0", "ipv6"), "cp-0-net0-ipv6");
+    fn a_device_with_two_requests_gets_a_claim_per_pool() {
+        let dual = [request("net0", "ipv4"), request("net0", "ipv6")];
+        assert_eq!(names(&dual), ["cp-0-net0-ipv4", "cp-0-net0-ipv6"]);
         let seen = MachineClaims {
-            claims: vec![claim("cp-0-net0-ipv4", "net0", "demo-ipv4", true)],
+            claims: vec![claim("cp-0-net0-ipv4", "net0", "ipv4", true)],
         };
-        let requests = [request("net0", "ipv4"), request("net0", "ipv6")];
-        let to_write = seen.to_write("demo", &requests);
+        let to_write = seen.to_write("demo", &dual);
         assert_eq!(to_write.len(), 1);
         assert_eq!(to_write[0].pool, "ipv6");
+        // A request per device keeps the name `<machine>-<device>`.
+        let apart = [
+            request("net0-00-inet", "ipv4"),
+            request("net0-01-inet", "ipv6"),
+        ];
+        assert_eq!(names(&apart), ["cp-0-net0-00-inet", "cp-0-net0-01-inet"]);
+    }
+
+    #[test]
+    fn a_request_names_a_reported_pool_or_any_pool_by_kind() {
+        assert_eq!(
+            PoolRef::of("demo", "ipv4"),
+            PoolRef {
+                kind: "InClusterIPPool".into(),
+                name: "demo-ipv4".into()
+            }
+        );
+        assert_eq!(
+            PoolRef::of("demo", "GlobalInClusterIPPool/shared"),
+            PoolRef {
+                kind: "GlobalInClusterIPPool".into(),
+                name: "shared".into()
+            }
+        );
     }
 
     #[test]
     fn claims_are_written_only_when_missing_or_not_this_machines() {
         let requests = [request("net0", "ipv4")];
         let owned = MachineClaims {
-            claims: vec![claim("m-net0-ipv4", "net0", "demo-ipv4", true)],
+            claims: vec![claim("m-net0", "net0", "ipv4", true)],
         };
         assert!(owned.to_write("demo", &requests).is_empty());
         let moved = MachineClaims {
-            claims: vec![claim("m-net0-ipv4", "net0", "demo-ipv4", false)],
+            claims: vec![claim("m-net0", "net0", "ipv4", false)],
         };
         assert_eq!(moved.to_write("demo", &requests).len(), 1);
-        // A claim of the old naming (`<machine>-<device>`) answers its request.
-        let legacy = MachineClaims {
-            claims: vec![claim("m-net0", "net0", "demo-ipv4", true)],
+        let other_pool = MachineClaims {
+            claims: vec![claim("m-net0", "net0", "ipv6", true)],
         };
-        assert!(legacy.to_write("demo", &requests).is_empty());
+        assert_eq!(other_pool.to_write("demo", &requests).len(), 1);
     }
 
     #[test]
     fn names_and_labels_stay_valid_whatever_the_plugin_calls_things() {
-        assert_eq!(claim_name("m", "Net_0/A", "IPv4"), "m-net-0-a-ipv4");
-        let long = claim_name(&"m".repeat(250), "net0", "ipv4");
-        assert!(long.len() <= MAX_NAME, "{}", long.len());
-        assert_ne!(long, claim_name(&"m".repeat(250), "net0", "ipv6"));
+        let odd = [
+            request("Net_0/A", "x"),
+            request("Net_0/A", "InClusterIPPool/y"),
+        ];
+        assert_eq!(
+            names(&odd),
+            ["cp-0-net-0-a-x", "cp-0-net-0-a-inclusterippool-y"]
+        );
+        let long = [
+            request(&"n".repeat(250), "ipv4"),
+            request(&"n".repeat(250), "ipv6"),
+        ];
+        let long = names(&long);
+        assert!(long.iter().all(|n| n.len() <= MAX_NAME), "{long:?}");
+        assert_ne!(long[0], long[1]);
         assert_eq!(owner_label("short"), "short");
         let digest = owner_label(&"x".repeat(100));
         assert!(digest.len() <= MAX_LABEL && digest.starts_with("sha256-"));

@@ -160,7 +160,7 @@ async fn a_proxmox_machine_is_provisioned_with_an_ipam_address_and_deleted_vm_fi
     let claims = world
         .api("ipam.cluster.x-k8s.io/v1beta2", "IPAddressClaim")
         .await;
-    let claim = claims.get("cp-0-net0-ipv4").await.unwrap();
+    let claim = claims.get("cp-0-net0-00-inet").await.unwrap();
     assert_eq!(claim.owner_references()[0].kind, "ProxmoxMachine");
     // The VM exists with the requested shape.
     let vm = vm_of(&world, &pm).expect("VM in pve-sim");
@@ -186,13 +186,13 @@ async fn a_proxmox_machine_is_provisioned_with_an_ipam_address_and_deleted_vm_fi
         "the VM must be gone before the object"
     );
     for _ in 0..50 {
-        if claims.get_opt("cp-0-net0-ipv4").await.unwrap().is_none() {
+        if claims.get_opt("cp-0-net0-00-inet").await.unwrap().is_none() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
-        claims.get_opt("cp-0-net0-ipv4").await.unwrap().is_none(),
+        claims.get_opt("cp-0-net0-00-inet").await.unwrap().is_none(),
         "the address claim is released"
     );
 }
@@ -495,8 +495,8 @@ async fn a_dual_stack_nic_gets_a_claim_per_pool_each_written_once() {
         .api("ipam.cluster.x-k8s.io/v1beta2", "IPAddressClaim")
         .await;
     for (name, pool) in [
-        ("ds-0-net0-ipv4", "demo-ipv4"),
-        ("ds-0-net0-ipv6", "demo-ipv6"),
+        ("ds-0-net0-00-inet", "demo-ipv4"),
+        ("ds-0-net0-01-inet", "demo-ipv6"),
     ] {
         let claim = claims.get(name).await.unwrap();
         assert_eq!(claim.owner_references()[0].kind, "ProxmoxMachine");

@@ -175,11 +175,11 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
         .iter()
         .map(|r| (r.device.clone(), r.pool.clone()))
         .collect();
-    assert_eq!(wanted, [("net0".to_string(), "ipv4".to_string())]);
+    assert_eq!(wanted, [("net0-00-inet".to_string(), "ipv4".to_string())]);
     assert!(non_templates(&sim).is_empty(), "no VM before the address");
     req.state = Some(first.progress.state.clone());
     req.addresses.push(AllocatedAddress {
-        device: "net0".into(),
+        device: "net0-00-inet".into(),
         address: "192.168.1.221".into(),
         prefix: 24,
         gateway: Some("192.168.1.1".into()),
@@ -418,9 +418,10 @@ fn check_iso(sim: &pve_sim::RunningSim, vmid: u32, volume: &Value) {
     let user = nc["user_data"].as_str().unwrap();
     assert_eq!(user, CLOUD_CONFIG);
     let meta = nc["meta_data"].as_str().unwrap();
-    assert_eq!(nc["instance_id"], "uid-m1", "{meta}");
-    assert_eq!(nc["hostname"], "m1", "{meta}");
     let uuid = props(cfg(&vm, "smbios1")).get("uuid").cloned().unwrap();
+    // Templates set the kubelet's provider ID from the instance ID: the SMBIOS UUID.
+    assert_eq!(nc["instance_id"], uuid.as_str(), "{meta}");
+    assert_eq!(nc["hostname"], "m1", "{meta}");
     assert!(
         meta.contains(&format!("provider-id: \"proxmox://{uuid}\"")),
         "{meta}"
@@ -438,7 +439,7 @@ fn check_iso(sim: &pve_sim::RunningSim, vmid: u32, volume: &Value) {
     assert_eq!(ifaces[0]["gateway4"], "192.168.1.1", "{net}");
     assert_eq!(ifaces[1]["dhcp4"], true, "{net}");
     assert!(
-        net.contains("nameservers:\n      addresses:\n        - \"192.168.1.1\""),
+        net.contains("nameservers:\n        addresses:\n          - '192.168.1.1'"),
         "{net}"
     );
 
@@ -1010,7 +1011,7 @@ struct FromRange {
 
 impl Answers for FromRange {
     fn address(&mut self, device: &str, pool: &str) -> Result<AllocatedAddress, String> {
-        assert_eq!((device, pool), ("net0", "ipv4"));
+        assert_eq!((device, pool), ("net0-00-inet", "ipv4"));
         self.next += 1;
         Ok(AllocatedAddress {
             device: device.into(),
@@ -1096,10 +1097,11 @@ async fn delete_during_the_clone_waits_for_the_lock() {
     assert!(non_templates(&sim).is_empty());
 }
 
-/// Ignition goes into `user-data` as it is (Ignition's Proxmox VE platform reads the
-/// NoCloud `user-data`); without the guest agent the ISO stays attached.
+/// Ignition goes into `user-data` (Ignition's Proxmox VE platform reads the NoCloud
+/// `user-data`) with the machine's hostname, `/etc/proxmox-env` and its network as
+/// networkd units added; without the guest agent the ISO stays attached.
 #[tokio::test]
-async fn ignition_bootstrap_data_is_the_user_data() {
+async fn ignition_bootstrap_data_is_the_user_data_with_the_machines_files() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
     let spec = json!({"sourceNode": "pve1", "templateID": 9000,
@@ -1126,7 +1128,27 @@ async fn ignition_bootstrap_data_is_the_user_data() {
         "PVE's cloud-init drive removed: {}",
         vm["config"]
     );
-    assert_eq!(isos[0]["nocloud"]["user_data"], ignition);
+    let user_data: Value =
+        serde_json::from_str(isos[0]["nocloud"]["user_data"].as_str().unwrap()).unwrap();
+    assert_eq!(user_data["ignition"]["version"], "3.4.0");
+    let files: Vec<&str> = user_data["storage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "/etc/hostname",
+            "/etc/proxmox-env",
+            "/etc/systemd/network/00-eth0.network"
+        ]
+    );
+    assert_eq!(
+        isos[0]["nocloud"]["network_config"],
+        "version: 1\nconfig: []\n"
+    );
     // DHCP: the address comes from the DHCP lease the guest reports... without the
     // agent, only the hostname is known.
     assert!(status.provider_id.is_some());

@@ -1,21 +1,26 @@
-//! The user-facing API of the Proxmox kinds (`infrastructure.cluster.x-k8s.io/v1alpha1`).
-//!
-//! Field names follow the existing Proxmox provider where the feature is the same, so
-//! manifests move over unchanged. The host adds `spec.providerID`, the InfraCluster's
-//! `spec.credentialsRef` (the Proxmox API token Secret, which it reads itself) and owns
-//! `status`.
-use guest_kit::endpoint::ApiEndpoint;
+//! `infrastructure.cluster.x-k8s.io/v1alpha1`: the API the seed's manifests are written
+//! in, and every field of CAPMOX's deprecated `v1alpha1` (`target`, `cloneSpec`, pool
+//! references, routes, VRFs on the devices). The network is one `default` NIC (`net0`)
+//! plus `additionalDevices`; what it cannot say (zones, queues, which NIC takes the
+//! default addresses, more than one pool per family) is `v1alpha2`'s.
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// ProxmoxCluster `spec`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+use super::common::{
+    ApiEndpoint, Checks, CloudInit, DiskFormat, Disks, IpConfig, MetadataSettings, NicModel,
+    PoolRef, SchedulerHints, TemplateSelector, VmIdRange,
+};
+
+/// ProxmoxCluster `spec`. The host adds `credentialsRef` and `credentialsRefs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {
     /// The workload cluster's API endpoint (e.g. a kube-vip address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
-    /// The control plane endpoint is managed outside this provider.
+    /// The control plane is hosted elsewhere, which sets `controlPlaneEndpoint`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_managed_control_plane: Option<bool>,
     /// Proxmox nodes machines may be placed on; each is a failure domain. Empty: all.
@@ -32,31 +37,28 @@ pub struct ClusterSpec {
     /// DNS servers written into each machine's network configuration.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dns_servers: Vec<String>,
+    /// Accepted for manifests of older ClusterClasses; not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_spec: Option<CloneSpec>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+/// What older ClusterClass variables carried; kept, not used.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SchedulerHints {
-    /// Percent of a node's memory that may be allocated to VMs (100 = no overcommit,
-    /// 0 = no memory check at all).
+pub struct CloneSpec {
+    pub machine_spec: BTreeMap<String, MachineSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_adjustment: Option<u64>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct IpConfig {
-    /// Ranges (`10.0.0.10-10.0.0.20`), CIDRs or single addresses.
-    pub addresses: Vec<String>,
-    #[schemars(range(min = 1, max = 128))]
-    pub prefix: u8,
-    pub gateway: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metric: Option<u32>,
+    pub ssh_authorized_keys: Option<Vec<String>>,
+    #[serde(
+        default,
+        rename = "virtualIPNetworkInterface",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub virtual_ip_network_interface: Option<String>,
 }
 
 /// ProxmoxMachine `spec` (and ProxmoxMachineTemplate `spec.template.spec`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSpec {
     /// Node holding the template to clone.
@@ -68,11 +70,13 @@ pub struct MachineSpec {
         rename = "templateID",
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(range(min = 100, max = 999_999_999))]
     pub template_id: Option<u32>,
-    /// Pick the template carrying all these tags instead of `templateID`.
+    /// Pick the template by its tags instead of `templateID`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_selector: Option<TemplateSelector>,
+    /// The node to clone to (as if `allowedNodes` named only it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// Snapshot of the template to clone from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snap_name: Option<String>,
@@ -90,17 +94,14 @@ pub struct MachineSpec {
     pub pool: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// Extra VM tags (lower-case letters, digits, `-`, `_`, `.`).
+    /// Extra VM tags.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 4))]
     pub num_sockets: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 512))]
     pub num_cores: Option<u32>,
     #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 16))]
     pub memory_mib: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disks: Option<Disks>,
@@ -117,79 +118,66 @@ pub struct MachineSpec {
     /// Where the cloud-init (NoCloud) ISO goes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init: Option<CloudInit>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct TemplateSelector {
-    #[schemars(length(min = 1))]
-    pub match_tags: Vec<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum DiskFormat {
-    Raw,
-    Qcow2,
-    Vmdk,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Disks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_volume: Option<DiskSize>,
-    /// Disks added after cloning.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub additional_volumes: Vec<AdditionalVolume>,
+    pub metadata_settings: Option<MetadataSettings>,
+    /// `proxmox://<SMBIOS UUID>`, set by the provider.
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    /// The VM's ID, as the provider recorded it.
+    #[serde(
+        default,
+        rename = "virtualMachineID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub virtual_machine_id: Option<u64>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DiskSize {
-    /// Device, e.g. `scsi0`.
-    pub disk: String,
-    /// Size in GB; the boot volume only grows.
-    #[schemars(range(min = 5))]
-    pub size_gb: u32,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AdditionalVolume {
-    /// Device, e.g. `scsi1`.
-    pub disk: String,
-    #[schemars(range(min = 1))]
-    pub size_gb: u32,
-    /// Storage for the new disk (default: the clone's storage).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Network {
-    /// The first NIC (`net0`).
+    /// The first NIC (`net0`). Unset: the template's, as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<NetworkDevice>,
     /// Further NICs (`net1`, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub additional_devices: Vec<AdditionalNetworkDevice>,
+    /// VRF devices in the guest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vrfs: Vec<VrfDevice>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkDevice {
     pub bridge: String,
     /// NIC model (default `virtio`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<NicModel>,
+    /// Proxmox's MTU of the NIC (1: the bridge's); virtio guests adopt it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65520))]
     pub mtu: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 4094))]
     pub vlan: Option<u32>,
+    /// Overrides the cluster's DNS servers on this NIC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_servers: Vec<String>,
+    /// An IPv4 pool to take the address from instead of the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv4_pool_ref: Option<PoolRef>,
+    /// An IPv6 pool to take the address from instead of the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6_pool_ref: Option<PoolRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routing_policy: Vec<RoutingPolicySpec>,
+    /// The MTU inside the guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_mtu: Option<u32>,
     /// Take an IPv4 address by DHCP instead of from the cluster's `ipv4Config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhcp4: Option<bool>,
@@ -198,7 +186,7 @@ pub struct NetworkDevice {
     pub dhcp6: Option<bool>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdditionalNetworkDevice {
     /// Device name, `net1` ... `net31`.
@@ -208,41 +196,41 @@ pub struct AdditionalNetworkDevice {
     pub device: NetworkDevice,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum NicModel {
-    E1000,
-    Virtio,
-    Rtl8139,
-    Vmxnet3,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-pub struct VmIdRange {
-    #[schemars(range(min = 100, max = 999_999_999))]
-    pub start: u32,
-    #[schemars(range(min = 100, max = 999_999_999))]
-    pub end: u32,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct Checks {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skip_cloud_init_status: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skip_qemu_guest_agent: Option<bool>,
+pub struct VrfDevice {
+    pub name: String,
+    pub table: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<RouteSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routing_policy: Vec<RoutingPolicySpec>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct CloudInit {
-    /// Storage for the NoCloud ISO; must hold `iso` content. Default: the first
-    /// directory storage of the node with `iso` content, by name.
+pub struct RouteSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iso_storage: Option<String>,
-    /// CD slot for the ISO (default `ide2`).
+    pub to: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^(ide[0-3]|sata[0-5]|scsi([0-9]|[12][0-9]|30))$"))]
-    pub cd_slot: Option<String>,
+    pub via: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingPolicySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u64>,
 }
