@@ -36,11 +36,10 @@ pub use loader::{WIT_PACKAGE, WIT_VERSION};
 
 use bindings::{Plugin as Bindings, PluginPre};
 pub use egress::HttpObserver;
-use egress::{ClientCache, Egress, Origin};
+use egress::{Egress, EndpointCache};
 use memory::PluginBudget;
 use meter::{CallMeter, Metered, Stop};
 use state::{CallLog, CallState, Services};
-use tls::TlsPolicy;
 
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
 const KEEP_RESIDENT: usize = 512 << 10;
@@ -48,7 +47,8 @@ const KEEP_RESIDENT: usize = 512 << 10;
 /// How often the engine's epoch advances: the resolution of the CPU budget.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// The shared engine, linker and HTTP clients of every loaded plugin.
+/// The shared engine, linker and HTTP endpoints (with their clients) of every loaded
+/// plugin.
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<RuntimeInner>,
@@ -59,7 +59,7 @@ struct RuntimeInner {
     linker: Linker<CallState>,
     limits: Limits,
     cache_dir: Option<PathBuf>,
-    clients: Arc<ClientCache>,
+    endpoints: EndpointCache,
     observer: std::sync::OnceLock<HttpObserver>,
     blobs: std::sync::RwLock<Arc<BlobStore>>,
     claims: std::sync::RwLock<Arc<dyn ClaimStore>>,
@@ -107,7 +107,7 @@ impl Runtime {
                 engine,
                 linker,
                 cache_dir,
-                clients: Arc::new(ClientCache::default()),
+                endpoints: EndpointCache::default(),
                 observer: std::sync::OnceLock::new(),
                 blobs: std::sync::RwLock::new(Arc::new(BlobStore::disabled())),
                 claims: std::sync::RwLock::new(Arc::new(MemoryClaims::default())),
@@ -551,22 +551,20 @@ impl Plugin {
     ) -> Result<Egress, CallError> {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
-        let mut allowed = Vec::with_capacity(credentials.len());
-        for c in credentials {
-            let origin = Origin::parse(&c.endpoint).map_err(|message| CallError::Credentials {
-                plugin: self.name.to_string(),
-                message,
-            })?;
-            let tls = TlsPolicy {
-                ca_bundle: c.ca_bundle.clone(),
-                fingerprint: c.fingerprint.clone(),
-                insecure: c.insecure,
-            };
-            allowed.push((origin, tls));
-        }
+        let allowed = credentials
+            .iter()
+            .map(|c| {
+                inner
+                    .endpoints
+                    .endpoint(c)
+                    .map_err(|message| CallError::Credentials {
+                        plugin: self.name.to_string(),
+                        message,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Egress {
             allowed,
-            clients: inner.clients.clone(),
             max_body: limits.http_body_bytes(),
             request_bodies: egress::RequestBodies::new(
                 limits.request_body_bytes(),
