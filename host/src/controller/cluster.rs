@@ -28,7 +28,6 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let Some(obj) = objects::fresh(&own, &obj).await? else {
         return Ok(Action::await_change());
     };
-    let generation = obj.metadata.generation.unwrap_or(0);
     if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
         return Ok(Action::await_change());
     }
@@ -90,26 +89,23 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         Outcome::Done(s) => s,
         Outcome::Failed(err) => return outcome::fail(&ctx, &own, &obj, err, Some(&version)).await,
     };
+    // The endpoint first: the status then describes the generation it makes.
+    let mut generation = obj.metadata.generation;
+    if let Some(ep) = &status.control_plane_endpoint
+        && str_field(&obj, "spec.controlPlaneEndpoint.host").is_none()
+    {
+        let endpoint = json!({"host": ep.host, "port": ep.port});
+        generation = patch::spec_field(&own, &obj, "controlPlaneEndpoint", endpoint).await?;
+    }
     let report = report(
         &InfraClusterStatus::of(&obj),
         &status,
-        generation,
+        generation.unwrap_or(0),
         &conditions::now(),
     );
     patch::status(&own, &obj, &report.status).await?;
     events::publish_all(&ctx, &obj, &report.events).await;
     ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
-    if let Some(ep) = &status.control_plane_endpoint
-        && str_field(&obj, "spec.controlPlaneEndpoint.host").is_none()
-    {
-        patch::spec_field(
-            &own,
-            &obj,
-            "controlPlaneEndpoint",
-            json!({"host": ep.host, "port": ep.port}),
-        )
-        .await?;
-    }
     ctx.backoff.reset(&objects::key(&obj));
     Ok(match status.progress.requeue_after_ms {
         Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),

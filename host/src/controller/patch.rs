@@ -58,23 +58,24 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     }
 }
 
-/// Merge-patch one spec field if it differs.
+/// Merge-patch one spec field if it differs; the object's generation after.
 pub async fn spec_field(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     key: &str,
     value: Value,
-) -> Result<()> {
+) -> Result<Option<i64>> {
     if obj.data.get("spec").and_then(|s| s.get(key)) == Some(&value) {
-        return Ok(());
+        return Ok(obj.metadata.generation);
     }
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {key: value}})),
-    )
-    .await?;
-    Ok(())
+    let patched = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {key: value}})),
+        )
+        .await?;
+    Ok(patched.metadata.generation)
 }
 
 /// Before any plugin call that may create infrastructure: our finalizer, and the

@@ -481,7 +481,9 @@ async fn a_dual_stack_nic_gets_a_claim_per_pool_each_written_once() {
         .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
         .await;
     let pm = world
-        .wait_for(&pms, "ds-0", "provisioned", provisioned)
+        .wait_for(&pms, "ds-0", "provisioned, its provider ID set", |o| {
+            provisioned(o) && o.data["spec"]["providerID"].is_string()
+        })
         .await;
     // Both addresses, from the real in-cluster IPAM provider, each through its own claim.
     let addresses = pm.data["status"]["addresses"].as_array().unwrap();

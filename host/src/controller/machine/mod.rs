@@ -91,21 +91,23 @@ async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
     outcome::of(ctx.plugin.name(), name, result)
 }
 
-/// Write the plugin's report: the status (its state first of all) and the events it
-/// makes, then the provider ID in the spec, which Cluster API reads once provisioned.
+/// Write the plugin's report: the provider ID in the spec once ready (Cluster API reads
+/// it), then the status (its state first of all) describing the generation that makes,
+/// and the events. One status write, not a second one for the new generation.
 async fn persist(ctx: &Context, o: &Observed, status: &MachineStatus) -> Result<()> {
+    let mut generation = o.obj.metadata.generation;
+    if let (true, Some(id)) = (status.ready, &status.provider_id) {
+        generation = patch::spec_field(&o.own, &o.obj, "providerID", json!(id)).await?;
+    }
     let report = report::after_call(
         &InfraMachineStatus::of(&o.obj),
         status,
         o.provisioned,
-        o.obj.metadata.generation.unwrap_or(0),
+        generation.unwrap_or(0),
         &conditions::now(),
     );
     patch::status(&o.own, &o.obj, &report.status).await?;
     events::publish_all(ctx, &o.obj, &report.events).await;
-    if let (true, Some(id)) = (status.ready, &status.provider_id) {
-        patch::spec_field(&o.own, &o.obj, "providerID", json!(id)).await?;
-    }
     if status.ready {
         // Blobs (bootstrap media) are for provisioning only: once provisioned, gone.
         ctx.plugin
