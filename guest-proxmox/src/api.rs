@@ -56,12 +56,7 @@ impl PveError {
     pub fn classify(self, context: &str) -> PluginError {
         let text = format!("{context}: {self}");
         match &self {
-            PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
-            PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
-            PveError::Http(HttpError::Transport(m)) if m.contains("TLS verification failed") => {
-                terminal("TLSVerificationFailed", format!("{text}; {TLS_HINT}"))
-            }
-            PveError::Http(_) => transient(text, None),
+            PveError::Http(e) => e.classify(text, None),
             PveError::BadReply(_) => transient(text, None),
             PveError::Status { status: 401, .. } => terminal("AuthenticationFailed", text),
             PveError::Status { status: 403, .. } => terminal("PermissionDenied", text),
@@ -79,11 +74,6 @@ impl PveError {
         }
     }
 }
-
-/// What makes an untrusted Proxmox certificate pass. Credentials Secrets made for
-/// CAPMOX often have none of these: CAPMOX skips verification when `insecure` is
-/// absent, hyperplug verifies unless the Secret says otherwise.
-const TLS_HINT: &str = "the credentials Secret can trust it with `ca.crt` (the CA's PEM) or `fingerprint` (SHA-256 of the certificate), or skip verification with `insecure: \"true\"` (a Secret without `insecure` is verified)";
 
 /// Terminal reasons for PVE error texts (500s and task exit statuses) that will not go
 /// away by retrying; everything else (lock timeouts, busy VMs, 5xx, 595) is transient.
@@ -401,7 +391,7 @@ mod tests {
             "terminal:InvalidEndpoint"
         );
         assert_eq!(
-            http(HttpError::Transport(
+            http(HttpError::Tls(
                 "TLS verification failed: unknown issuer".into()
             )),
             "terminal:TLSVerificationFailed"
@@ -410,7 +400,7 @@ mod tests {
 
     #[test]
     fn an_untrusted_certificate_says_how_the_secret_can_trust_it() {
-        let e = PveError::Http(HttpError::Transport(
+        let e = PveError::Http(HttpError::Tls(
             "TLS verification failed: unknown issuer".into(),
         ))
         .classify("checking the Proxmox API");

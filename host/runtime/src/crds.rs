@@ -202,93 +202,16 @@ fn string_map() -> Value {
     json!({"type": "object", "additionalProperties": {"type": "string"}})
 }
 
-fn conditions_schema() -> Value {
-    json!({
-        "type": "array",
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": ["type"],
-        "items": {
-            "type": "object",
-            "required": ["type", "status", "lastTransitionTime", "reason"],
-            "properties": {
-                "type": {"type": "string", "maxLength": 316},
-                "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-                "lastTransitionTime": {"type": "string", "format": "date-time"},
-                "reason": {"type": "string", "maxLength": 1024},
-                "message": {"type": "string", "maxLength": 32768},
-            },
-        },
-    })
-}
-
-/// The status every kind of a role gets: the contract's fields plus the host's own.
+/// The status every kind of a role gets: the contract's fields plus the host's own, from
+/// the type the controllers write (`crate::status`).
 fn status_schema(role: KindRole) -> Value {
-    let mut props = json!({
-        "conditions": conditions_schema(),
-        "observedGeneration": {"type": "integer", "format": "int64"},
-        "phase": {"type": "string", "description": "The current step, as the plugin names it."},
-        "details": {
-            "type": "object",
-            "additionalProperties": {"type": "string"},
-            "description": "What the plugin reports about the infrastructure (e.g. where the resource lives and its ID).",
-        },
-        "pluginState": {
-            "type": "string",
-            "description": "Opaque progress the plugin hands back on its next call.",
-        },
-        "failedGeneration": {
-            "type": "integer",
-            "format": "int64",
-            "description": "Generation that failed terminally; retried when the spec changes.",
-        },
-    });
-    let extra = match role {
-        KindRole::InfraMachine => json!({
-            "initialization": {"type": "object", "properties": {"provisioned": {"type": "boolean"}}},
-            "ready": {"type": "boolean"},
-            "addresses": {"type": "array", "items": {
-                "type": "object",
-                "required": ["type", "address"],
-                "properties": {
-                    "type": {"type": "string", "enum": ["Hostname", "ExternalIP", "InternalIP", "ExternalDNS", "InternalDNS"]},
-                    "address": {"type": "string"},
-                },
-            }},
-            "failureDomain": {"type": "string"},
-            "bootstrapDataHash": {"type": "string"},
-        }),
-        KindRole::InfraCluster => json!({
-            "initialization": {"type": "object", "properties": {"provisioned": {"type": "boolean"}}},
-            "ready": {"type": "boolean"},
-            "failureDomains": {"type": "array", "items": {
-                "type": "object",
-                "required": ["name"],
-                "properties": {
-                    "name": {"type": "string"},
-                    "controlPlane": {"type": "boolean"},
-                    "attributes": string_map(),
-                },
-            }},
-        }),
-        KindRole::InfraMachineTemplate => json!({
-            "capacity": {"type": "object", "additionalProperties": {
-                "x-kubernetes-int-or-string": true,
-                "anyOf": [{"type": "integer"}, {"type": "string"}],
-                "pattern": "^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
-            }},
-            "nodeInfo": {"type": "object", "properties": {
-                "architecture": {"type": "string"},
-                "operatingSystem": {"type": "string"},
-            }},
-        }),
-        KindRole::InfraClusterTemplate => json!({}),
-    };
-    let map = props.as_object_mut().expect("object");
-    for (k, v) in extra.as_object().expect("object") {
-        map.insert(k.clone(), v.clone());
+    use crate::status::{self, schema};
+    match role {
+        KindRole::InfraMachine => schema::<status::InfraMachineStatus>(),
+        KindRole::InfraCluster => schema::<status::InfraClusterStatus>(),
+        KindRole::InfraMachineTemplate => schema::<status::InfraMachineTemplateStatus>(),
+        KindRole::InfraClusterTemplate => schema::<status::InfraClusterTemplateStatus>(),
     }
-    json!({"type": "object", "properties": props})
 }
 
 /// `kubectl get` columns the host fills for every plugin; plugin columns go before Age.
@@ -469,6 +392,18 @@ mod tests {
         for crd in &crds {
             let text = crd.to_string();
             assert!(!text.contains("credentialsRef"), "{text}");
+        }
+    }
+
+    #[test]
+    fn every_roles_status_schema_is_structural() {
+        for role in [
+            KindRole::InfraCluster,
+            KindRole::InfraClusterTemplate,
+            KindRole::InfraMachine,
+            KindRole::InfraMachineTemplate,
+        ] {
+            check_structural(&status_schema(role), &format!("{role:?}.status")).unwrap();
         }
     }
 

@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, Limited};
 use tokio::sync::Semaphore;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
+use super::bindings::types::Credentials;
 use super::limits::{Breach, size};
 use super::memory::PluginBudget;
 use super::meter::{CallMeter, Metered};
@@ -83,30 +84,92 @@ impl std::fmt::Display for Origin {
     }
 }
 
-/// HTTP clients shared by all calls, one per TLS policy, so connections are pooled
-/// across calls to the same endpoint.
-#[derive(Default)]
-pub struct ClientCache {
-    clients: Mutex<HashMap<TlsPolicy, reqwest::Client>>,
+/// An endpoint a call may reach: its origin, and the HTTP client of its TLS policy
+/// (shared by every call to it, so connections are pooled across calls).
+pub struct Endpoint {
+    pub origin: Origin,
+    /// The client, or why its TLS policy makes none (a bad CA bundle or fingerprint:
+    /// each request then fails saying so).
+    client: Result<reqwest::Client, String>,
 }
 
-impl ClientCache {
-    pub fn client(&self, policy: &TlsPolicy) -> Result<reqwest::Client, String> {
-        let mut clients = self.clients.lock().expect("client cache poisoned");
-        if let Some(client) = clients.get(policy) {
-            return Ok(client.clone());
+/// Most endpoints kept (past it the cache starts over): credentials are the tenants',
+/// so what they may make the host keep is bounded.
+const MAX_ENDPOINTS: usize = 256;
+
+/// The endpoints of the credentials calls are made with, each parsed once with its
+/// client: a call neither parses its credentials again nor looks a client up per
+/// request.
+#[derive(Default)]
+pub struct EndpointCache {
+    /// By a hash of the endpoint and TLS policy; entries whose key only collides are
+    /// told apart by the key they keep.
+    entries: Mutex<HashMap<u64, Vec<(String, TlsPolicy, Arc<Endpoint>)>>>,
+}
+
+impl EndpointCache {
+    /// The endpoint of `credentials` (its URL and TLS policy), parsed and given its
+    /// client on first use.
+    pub fn endpoint(&self, credentials: &Credentials) -> Result<Arc<Endpoint>, String> {
+        let c = credentials;
+        let key = (
+            c.endpoint.as_str(),
+            c.ca_bundle.as_deref(),
+            c.fingerprint.as_deref(),
+            c.insecure,
+        );
+        let hash = {
+            use std::hash::{DefaultHasher, Hash, Hasher};
+            let mut h = DefaultHasher::new();
+            key.hash(&mut h);
+            h.finish()
+        };
+        let same = |(url, tls, _): &&(String, TlsPolicy, Arc<Endpoint>)| {
+            (
+                url.as_str(),
+                tls.ca_bundle.as_deref(),
+                tls.fingerprint.as_deref(),
+                tls.insecure,
+            ) == key
+        };
+        let mut entries = self.entries.lock().expect("endpoint cache poisoned");
+        if let Some((_, _, endpoint)) = entries.get(&hash).and_then(|list| list.iter().find(same)) {
+            return Ok(endpoint.clone());
         }
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(client_config(policy)?)
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(IDLE_PER_HOST)
-            .build()
-            .map_err(|e| e.to_string())?;
-        clients.insert(policy.clone(), client.clone());
-        Ok(client)
+        let origin = Origin::parse(&c.endpoint)?;
+        let tls = TlsPolicy {
+            ca_bundle: c.ca_bundle.clone(),
+            fingerprint: c.fingerprint.clone(),
+            insecure: c.insecure,
+        };
+        // Endpoints of one TLS policy share its client (and so its connection pool).
+        let client = entries
+            .values()
+            .flatten()
+            .find(|(_, t, _)| *t == tls)
+            .map(|(_, _, e)| e.client.clone())
+            .unwrap_or_else(|| client(&tls));
+        let endpoint = Arc::new(Endpoint { origin, client });
+        if entries.values().map(Vec::len).sum::<usize>() >= MAX_ENDPOINTS {
+            entries.clear();
+        }
+        entries
+            .entry(hash)
+            .or_default()
+            .push((c.endpoint.clone(), tls, endpoint.clone()));
+        Ok(endpoint)
     }
+}
+
+fn client(policy: &TlsPolicy) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(client_config(policy)?)
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(IDLE_PER_HOST)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// The request body bytes one call may have the host buffer, all its requests together
@@ -167,9 +230,8 @@ impl Drop for Held {
 
 /// One call's egress policy and what it observed.
 pub struct Egress {
-    /// The origins this call may reach, each with its TLS policy; the first match wins.
-    pub allowed: Vec<(Origin, TlsPolicy)>,
-    pub clients: Arc<ClientCache>,
+    /// The endpoints this call may reach; the first whose origin matches serves it.
+    pub allowed: Vec<Arc<Endpoint>>,
     /// Largest response body handed to the plugin.
     pub max_body: usize,
     /// Request body bytes the host buffers for all of this call's requests together,
@@ -209,7 +271,7 @@ impl Egress {
         }
         self.denials_left -= 1;
         let target = one_line(&uri.to_string(), MAX_LOGGED_URL);
-        let allowed: Vec<String> = self.allowed.iter().map(|(o, _)| o.to_string()).collect();
+        let allowed: Vec<String> = self.allowed.iter().map(|e| e.origin.to_string()).collect();
         tracing::warn!(
             plugin = %self.plugin,
             target = %target,
@@ -239,12 +301,12 @@ impl WasiHttpHooks for Egress {
             > + Send,
     > {
         drop(fut);
-        let tls = self
+        let client = self
             .allowed
             .iter()
-            .find(|(o, _)| o.matches(request.uri()))
-            .map(|(_, tls)| tls.clone());
-        let Some(tls) = tls else {
+            .find(|e| e.origin.matches(request.uri()))
+            .map(|e| e.client.clone());
+        let Some(client) = client else {
             let denied = self.deny(request.uri());
             return Box::new(async { Err(denied) });
         };
@@ -263,7 +325,6 @@ impl WasiHttpHooks for Egress {
                 request.uri().path(),
             );
         }
-        let client = self.clients.client(&tls);
         let (max_body, bodies) = (self.max_body, self.request_bodies.clone());
         let plugin_slots = self.plugin_in_flight.clone();
         let meter = self.meter.clone();
@@ -358,6 +419,8 @@ fn classify(err: reqwest::Error) -> HttpError {
         HttpError::ConnectionTimeout
     } else if detail.contains("certificate") || detail.contains("fingerprint") {
         tracing::warn!(error = %detail, "TLS verification of the plugin endpoint failed");
+        // wasi:http's TLS error codes carry no detail; guest-kit's HTTP helper knows this
+        // prefix and makes it a TLS failure (terminal), not transport trouble.
         HttpError::InternalError(Some(format!("TLS verification failed: {detail}")))
     } else if err.is_connect() {
         tracing::debug!(error = %detail, "connect failed");
@@ -398,6 +461,45 @@ mod tests {
         let origin = Origin::parse("https://api.example").unwrap();
         assert_eq!(origin.port, 443);
         assert!(origin.matches(&"https://api.example/x".parse().unwrap()));
+    }
+
+    #[test]
+    fn an_endpoint_is_parsed_once_and_shares_its_policys_client() {
+        let cache = EndpointCache::default();
+        let creds = |url: &str| Credentials {
+            endpoint: url.into(),
+            token: "t".into(),
+            secret: "s".into(),
+            ca_bundle: None,
+            fingerprint: None,
+            insecure: false,
+        };
+        let a = cache.endpoint(&creds("https://pve.example:8006")).unwrap();
+        let again = cache.endpoint(&creds("https://pve.example:8006")).unwrap();
+        assert!(Arc::ptr_eq(&a, &again), "parsed once");
+        let b = cache
+            .endpoint(&creds("https://other.example:8006"))
+            .unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(b.origin.host, "other.example");
+        let pinned = Credentials {
+            fingerprint: Some("AA".into()),
+            ..creds("https://pve.example:8006")
+        };
+        let c = cache.endpoint(&pinned).unwrap();
+        assert!(
+            !Arc::ptr_eq(&a, &c),
+            "another TLS policy is another endpoint"
+        );
+        assert!(c.client.is_err(), "a bad fingerprint makes no client");
+        assert!(cache.endpoint(&creds("ftp://x")).is_err());
+        for i in 0..MAX_ENDPOINTS * 2 {
+            cache
+                .endpoint(&creds(&format!("https://h{i}.example")))
+                .unwrap();
+        }
+        let kept: usize = cache.entries.lock().unwrap().values().map(Vec::len).sum();
+        assert!(kept <= MAX_ENDPOINTS, "{kept}");
     }
 
     #[test]

@@ -96,6 +96,15 @@ pub enum CallError {
     Instantiate { plugin: String, message: String },
     #[error("invalid credentials for plugin {plugin}: {message}")]
     Credentials { plugin: String, message: String },
+    /// Every pooled instance slot was in use (worth retrying: slots free up).
+    #[error(
+        "plugin {plugin} found no free instance slot for `{call}` ({message}; --plugin-concurrency)"
+    )]
+    Busy {
+        plugin: String,
+        call: &'static str,
+        message: String,
+    },
 }
 
 impl CallError {
@@ -111,6 +120,7 @@ impl CallError {
             CallError::Trap { .. } => "trap",
             CallError::Instantiate { .. } => "instantiate",
             CallError::Credentials { .. } => "credentials",
+            CallError::Busy { .. } => "busy",
         }
     }
 }

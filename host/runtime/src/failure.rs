@@ -74,6 +74,15 @@ pub(super) fn classify(
             message,
         };
     }
+    // The instance pool is full (the slot semaphore keeps calls within it; a component
+    // with several memories or tables can still fill one kind of slot first).
+    if chain.contains("maximum concurrent") {
+        return CallError::Busy {
+            plugin,
+            call,
+            message: err.root_cause().to_string(),
+        };
+    }
     if chain.contains("instantiat") {
         return CallError::Instantiate {
             plugin,

@@ -20,6 +20,7 @@ mod memory;
 mod meter;
 pub mod overhead;
 mod state;
+pub mod status;
 mod text;
 pub mod tls;
 
@@ -42,11 +43,10 @@ pub use loader::{WIT_PACKAGE, WIT_VERSION};
 
 use bindings::{Plugin as Bindings, PluginPre};
 pub use egress::HttpObserver;
-use egress::{ClientCache, Egress, Origin};
+use egress::{Egress, EndpointCache};
 use memory::PluginBudget;
 use meter::{CallMeter, Metered, Stop};
 use state::{CallLog, CallState, Services};
-use tls::TlsPolicy;
 
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
 const KEEP_RESIDENT: usize = 512 << 10;
@@ -54,7 +54,8 @@ const KEEP_RESIDENT: usize = 512 << 10;
 /// How often the engine's epoch advances: the resolution of the CPU budget.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
-/// The shared engine, linker and HTTP clients of every loaded plugin.
+/// The shared engine, linker and HTTP endpoints (with their clients) of every loaded
+/// plugin.
 #[derive(Clone)]
 pub struct Runtime {
     inner: Arc<RuntimeInner>,
@@ -65,10 +66,13 @@ struct RuntimeInner {
     linker: Linker<CallState>,
     limits: Limits,
     cache_dir: Option<PathBuf>,
-    clients: Arc<ClientCache>,
+    endpoints: EndpointCache,
     observer: Option<HttpObserver>,
     blobs: Arc<BlobStore>,
     claims: Arc<dyn ClaimStore>,
+    /// One permit per pooled instance slot (`--plugin-concurrency`): a call waits for
+    /// one rather than fail because the pool is full.
+    slots: Arc<Semaphore>,
 }
 
 /// How a [`Runtime`] is made: its limits, where compiled plugins are cached, who hears
@@ -146,12 +150,13 @@ impl RuntimeBuilder {
             inner: Arc::new(RuntimeInner {
                 engine,
                 linker,
-                limits,
                 cache_dir: self.cache_dir,
-                clients: Arc::new(ClientCache::default()),
+                endpoints: EndpointCache::default(),
                 observer: self.observer,
                 blobs: self.blobs,
                 claims: self.claims,
+                slots: Arc::new(Semaphore::new(limits.concurrency.max(1) as usize)),
+                limits,
             }),
         })
     }
@@ -479,6 +484,13 @@ impl Plugin {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
         let plugin = self.name.to_string();
+        // Held until the call's store is dropped, at the end of this function.
+        let _slot = inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the slot semaphore is never closed");
         let meter = CallMeter::new(limits.cpu());
         let egress = self.egress_for(credentials, &meter)?;
         let denied = egress.denied.clone();
@@ -585,22 +597,20 @@ impl Plugin {
     ) -> Result<Egress, CallError> {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
-        let mut allowed = Vec::with_capacity(credentials.len());
-        for c in credentials {
-            let origin = Origin::parse(&c.endpoint).map_err(|message| CallError::Credentials {
-                plugin: self.name.to_string(),
-                message,
-            })?;
-            let tls = TlsPolicy {
-                ca_bundle: c.ca_bundle.clone(),
-                fingerprint: c.fingerprint.clone(),
-                insecure: c.insecure,
-            };
-            allowed.push((origin, tls));
-        }
+        let allowed = credentials
+            .iter()
+            .map(|c| {
+                inner
+                    .endpoints
+                    .endpoint(c)
+                    .map_err(|message| CallError::Credentials {
+                        plugin: self.name.to_string(),
+                        message,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Egress {
             allowed,
-            clients: inner.clients.clone(),
             max_body: limits.http_body_bytes(),
             request_bodies: egress::RequestBodies::new(
                 limits.request_body_bytes(),

@@ -125,7 +125,8 @@ pub struct Limits {
         env = "HYPERPLUG_PLUGIN_CLAIM_CALLS"
     )]
     pub claim_calls: u32,
-    /// Most plugin calls in flight at once (instances are pooled up to this number).
+    /// Most plugin calls in flight at once, all plugins together (instances are pooled up
+    /// to this number); more wait for a slot.
     #[arg(
         long = "plugin-concurrency",
         default_value_t = 256,

@@ -101,7 +101,8 @@ pub struct RunArgs {
     /// Reconciles in flight per kind.
     #[arg(long, default_value_t = 16, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
     pub reconcile_concurrency: u16,
-    /// Seconds between drift checks of provisioned objects.
+    /// Seconds between drift checks of provisioned objects (and between checks of whether
+    /// the credentials of a call that failed for good have changed since).
     #[arg(long, default_value_t = 300, env = "HYPERPLUG_RESYNC_SECONDS")]
     pub resync_seconds: u64,
     #[command(flatten)]

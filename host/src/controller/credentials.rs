@@ -20,6 +20,9 @@ use super::objects::{field, str_field};
 pub struct CallCredentials {
     pub primary: Credentials,
     pub more: Vec<NamedCredentials>,
+    /// Which Secrets, at which resource versions, they were read from (a digest): a call
+    /// that failed for good is tried again when it changes (see `outcome`).
+    pub version: String,
 }
 
 /// Most Secrets one InfraCluster may name in `spec.credentialsRefs`.
@@ -27,6 +30,10 @@ const MAX_REFS: usize = 256;
 
 /// Condition reason of a reference to a Secret the InfraCluster may not use.
 pub const NOT_ALLOWED: &str = "CredentialsNotAllowed";
+/// Condition reasons of credentials that are not there or not complete.
+pub const NO_CREDENTIALS: &str = "NoCredentials";
+pub const NOT_FOUND: &str = "CredentialsNotFound";
+pub const INVALID: &str = "InvalidCredentials";
 
 pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
@@ -34,8 +41,8 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
         .and_then(|v| v.as_array())
         .map_or(&[], Vec::as_slice);
     if refs.len() > MAX_REFS {
-        return Err(Error::Terminal {
-            reason: "InvalidCredentials".into(),
+        return Err(Error::Credentials {
+            reason: INVALID.into(),
             message: format!(
                 "spec.credentialsRefs names {} Secrets; at most {MAX_REFS} are allowed",
                 refs.len()
@@ -49,8 +56,8 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             .get("name")
             .and_then(|v| v.as_str())
             .filter(|n| !n.is_empty())
-            .ok_or_else(|| Error::Terminal {
-                reason: "InvalidCredentials".into(),
+            .ok_or_else(|| Error::Credentials {
+                reason: INVALID.into(),
                 message: format!("spec.credentialsRefs[{i}].name is not set"),
             })?;
         let ns = r
@@ -67,13 +74,18 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
         )?;
         named.push((ns, name));
     }
-    let more = futures::future::try_join_all(named.into_iter().map(|(ns, name)| async move {
-        Ok::<_, Error>(NamedCredentials {
-            name: format!("{ns}/{name}"),
-            credentials: read(ctx, ns, name).await?,
-        })
+    let read_more = futures::future::try_join_all(named.into_iter().map(|(ns, name)| async move {
+        let (credentials, version) = read(ctx, ns, name).await?;
+        Ok::<_, Error>((
+            NamedCredentials {
+                name: format!("{ns}/{name}"),
+                credentials,
+            },
+            version,
+        ))
     }))
     .await?;
+    let (more, mut versions): (Vec<_>, Vec<_>) = read_more.into_iter().unzip();
     let (namespace, name) = match str_field(infra_cluster, "spec.credentialsRef.name") {
         Some(name) => {
             let ns = field(infra_cluster, "spec.credentialsRef.namespace")
@@ -95,12 +107,13 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
                 return Ok(CallCredentials {
                     primary: first.credentials.clone(),
                     more,
+                    version: digest(&versions),
                 });
             }
             (None, Some(default)) => default.clone(),
             (None, None) => {
-                return Err(Error::Terminal {
-                    reason: "NoCredentials".into(),
+                return Err(Error::Credentials {
+                    reason: NO_CREDENTIALS.into(),
                     message: format!(
                         "spec.credentialsRef (or spec.credentialsRefs) is not set and the manager has no --default-credentials-secret for plugin {}",
                         ctx.plugin.name()
@@ -109,10 +122,19 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             }
         },
     };
+    let (primary, version) = read(ctx, &namespace, &name).await?;
+    versions.insert(0, version);
     Ok(CallCredentials {
-        primary: read(ctx, &namespace, &name).await?,
+        primary,
         more,
+        version: digest(&versions),
     })
+}
+
+/// A short digest of the Secrets' `namespace/name@resourceVersion`s.
+fn digest(versions: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(versions.join("\n").as_bytes())[..12])
 }
 
 /// Refuse a reference to a Secret outside the InfraCluster's namespace, unless granted.
@@ -120,7 +142,7 @@ fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) ->
     if allowed(&ctx.options.credentials_grants, own, ns) {
         return Ok(());
     }
-    Err(Error::Terminal {
+    Err(Error::Credentials {
         reason: NOT_ALLOWED.into(),
         message: format!(
             "{field} names Secret {ns}/{name}, outside this object's namespace {own}; an InfraCluster may use only Secrets of its own namespace unless the manager is started with --cross-namespace-credentials {own}={ns} (or *={ns})"
@@ -128,14 +150,29 @@ fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) ->
     })
 }
 
-async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials> {
+/// The credentials of a Secret, and `namespace/name@resourceVersion` it was read at.
+async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<(Credentials, String)> {
     let secret = super::objects::read(
         &Api::<Secret>::namespaced(ctx.client.clone(), namespace),
         name,
     )
     .await?
-    .ok_or_else(|| Error::Dependency(format!("credentials Secret {namespace}/{name} not found")))?;
-    from_secret(&secret, &format!("{namespace}/{name}"))
+    .ok_or_else(|| Error::Credentials {
+        reason: NOT_FOUND.into(),
+        message: format!("credentials Secret {namespace}/{name} not found"),
+    })?;
+    let version = format!(
+        "{namespace}/{name}@{}",
+        secret
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+    );
+    Ok((
+        from_secret(&secret, &format!("{namespace}/{name}"))?,
+        version,
+    ))
 }
 
 /// Credentials from a Secret's `data` (the keys `hyperplug conformance` reads from its
@@ -143,8 +180,8 @@ async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials>
 pub fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
     let data = secret.data.as_ref();
     credentials::from_keys(name, |key| Some(data?.get(key)?.0.as_slice())).map_err(|message| {
-        Error::Terminal {
-            reason: "InvalidCredentials".into(),
+        Error::Credentials {
+            reason: INVALID.into(),
             message,
         }
     })

@@ -14,6 +14,7 @@ mod ipam;
 mod machine;
 pub mod objects;
 mod outcome;
+mod output;
 pub mod ownership;
 mod patch;
 mod template;
@@ -303,7 +304,8 @@ async fn timed(obj: Arc<DynamicObject>, ctx: Arc<Context>, f: Reconcile) -> Resu
 
 /// Transient failures come back with exponential backoff and jitter, per object.
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.next(&machine::key(&obj));
-    tracing::warn!(kind = %ctx.kind.kind, object = %machine::key(&obj), error = %err, retry_in = ?delay, "reconcile failed");
+    let key = objects::key(&obj);
+    let delay = ctx.backoff.next(&key);
+    tracing::warn!(kind = %ctx.kind.kind, object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

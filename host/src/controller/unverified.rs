@@ -6,8 +6,10 @@ use kube::runtime::controller::Action;
 use super::conditions::{self, Condition, READY};
 use super::context::{Context, finalizer};
 use super::error::Result;
+use super::events::{self, Event};
 use super::ownership::{OWNERSHIP_UNVERIFIED, RECHECK};
-use super::{events, patch};
+use super::patch;
+use crate::status::{Progressing, Status};
 
 /// React to an object whose ownership does not verify: no plugin call; a `Ready`
 /// condition and a Warning event that say why and what to do. A deleting object keeps
@@ -27,7 +29,8 @@ pub(super) async fn refuse(
     } else {
         message
     };
-    let before = conditions::reason_of(obj.data.get("status"), READY);
+    let before =
+        conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
     patch::conditions(
         own,
         obj,
@@ -36,7 +39,7 @@ pub(super) async fn refuse(
     .await?;
     if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
         tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
-        events::publish(ctx, obj, OWNERSHIP_UNVERIFIED, &message, true).await;
+        events::publish(ctx, obj, &Event::warning(OWNERSHIP_UNVERIFIED, &message)).await;
     }
     Ok(Action::requeue(RECHECK))
 }

@@ -8,10 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{self, credentials, machine_request};
-use hyperplug_runtime::{
-    BlobLimits, BlobStore, CallError, Limits, ObjectRef, Plugin, PluginError, Runtime,
-};
+use hyperplug_runtime::{BlobStore, CallError, Limits, ObjectRef, Plugin, PluginError, Runtime};
 use serde_json::{Value, json};
+
+/// The hostile plugin in a runtime with production limits that serves blobs.
+async fn hostile_serving_blobs() -> (Runtime, Plugin, Arc<BlobStore>) {
+    let store = support::blob_store();
+    let runtime = Runtime::builder(Limits::default()).blobs(store.clone());
+    let (runtime, plugin) = support::load_with("hostile", runtime).await;
+    (runtime, plugin, store)
+}
 
 /// A runtime with production limits and the hostile plugin.
 async fn hostile() -> (Runtime, Plugin) {
@@ -67,22 +73,6 @@ async fn still_serves(plugin: &Plugin) {
     )
     .await;
     assert_eq!(ok, Ok("ok".to_string()));
-}
-
-/// A blob store with the default limits (served on a port nothing reads).
-fn blob_store() -> Arc<BlobStore> {
-    Arc::new(BlobStore::new(
-        url::Url::parse("http://127.0.0.1:9").unwrap(),
-        BlobLimits::default(),
-    ))
-}
-
-/// The hostile plugin in a runtime with production limits that serves blobs.
-async fn hostile_serving_blobs() -> (Runtime, Plugin, Arc<BlobStore>) {
-    let store = blob_store();
-    let runtime = Runtime::builder(Limits::default()).blobs(store.clone());
-    let (runtime, plugin) = support::load_with("hostile", runtime).await;
-    (runtime, plugin, store)
 }
 
 /// An endpoint that accepts connections and never answers; counts what it accepted.
@@ -587,52 +577,18 @@ mod identity {
 mod tenants {
     use std::collections::BTreeMap;
 
-    use hyperplug::controller::claims::LeaseClaims;
-    use hyperplug::controller::{self, ManagerOptions};
-    use hyperplug::metrics::Metrics;
-    use hyperplug_runtime::RuntimeBuilder;
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::Event;
     use kube::ResourceExt;
     use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 
     use super::*;
+    use crate::support::controllers::{
+        hostile_cluster, hostile_world, machine, managed, options, start, warning_events,
+    };
     use crate::support::world::{World, condition};
 
     const OWNERSHIP: &str = "infrastructure.hyperplug.dev/ownership-id";
     const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
-
-    /// Controllers for `plugin` against `world`, with `options`, until dropped.
-    struct Controllers(tokio::task::JoinHandle<()>);
-
-    impl Drop for Controllers {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-
-    fn start(world: &World, plugin: Plugin, options: ManagerOptions) -> Controllers {
-        let client = world.plane.client();
-        Controllers(tokio::spawn(async move {
-            controller::run(client, vec![plugin], options, Arc::new(Metrics::default()))
-                .await
-                .expect("controllers")
-        }))
-    }
-
-    fn options() -> ManagerOptions {
-        ManagerOptions {
-            resync: Duration::from_secs(5),
-            ..ManagerOptions::default()
-        }
-    }
-
-    /// A runtime as `hyperplug run --claims-namespace <the world's>` builds it: claims
-    /// are Leases there.
-    fn managed(world: &World) -> RuntimeBuilder {
-        Runtime::builder(Limits::default())
-            .claims(Arc::new(LeaseClaims::new(world.plane.client(), &world.ns)))
-    }
 
     fn ready_reason(o: &DynamicObject) -> Option<String> {
         condition(o, "Ready").and_then(|c| c["reason"].as_str().map(str::to_string))
@@ -676,87 +632,7 @@ spec:
         )
     }
 
-    /// A Machine of cluster `cluster` and its infrastructure machine of `kind` (owned as
-    /// CAPI owns it), with `annotations` and `spec` (YAML flow maps).
-    async fn machine(
-        world: &World,
-        cluster: &str,
-        kind: &str,
-        name: &str,
-        annotations: &str,
-        spec: &str,
-    ) {
-        world
-            .apply(&format!(
-                r##"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Machine
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-spec:
-  clusterName: {cluster}
-  bootstrap:
-    dataSecretName: {name}-bootstrap
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: {kind}
-    name: {name}
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: {name}-bootstrap
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-type: cluster.x-k8s.io/secret
-stringData:
-  value: "#cloud-config\n"
-  format: cloud-config
-"##
-            ))
-            .await;
-        let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
-        let uid = machines.get(name).await.unwrap().uid().unwrap();
-        world
-            .apply(&format!(
-                r#"
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: {kind}
-metadata:
-  name: {name}
-  annotations: {annotations}
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-  ownerReferences:
-  - apiVersion: cluster.x-k8s.io/v1beta2
-    kind: Machine
-    name: {name}
-    uid: {uid}
-spec: {spec}
-"#
-            ))
-            .await;
-    }
-
     const PROXMOX_SPEC: &str = "{sourceNode: pve1, templateID: 9000, numCores: 1, memoryMiB: 1024, network: {default: {bridge: vmbr0}}}";
-
-    async fn warning_events(world: &World, name: &str, reason: &str) -> usize {
-        let events: Api<Event> = Api::namespaced(world.plane.client(), &world.ns);
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|e| {
-                e.involved_object.name.as_deref() == Some(name)
-                    && e.reason.as_deref() == Some(reason)
-                    && e.type_.as_deref() == Some("Warning")
-            })
-            .count()
-    }
 
     async fn set_annotation(api: &Api<DynamicObject>, name: &str, value: &str) {
         api.patch(
@@ -957,54 +833,6 @@ spec: {spec}
         world
             .wait_for(&pcs, "granted", "provisioned", provisioned)
             .await;
-    }
-
-    /// The hostile plugin's kinds on `world`, served by controllers of their own, with
-    /// blobs served.
-    async fn hostile_world() -> (World, Controllers, Runtime, Arc<BlobStore>) {
-        let world = World::start_with(pve_sim::Config::fast(), false).await;
-        let store = blob_store();
-        let (runtime, plugin) =
-            support::load_with("hostile", managed(&world).blobs(store.clone())).await;
-        let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
-        world.plane.install_crds_yaml(&crds).await.unwrap();
-        world
-            .apply(
-                r#"
-apiVersion: v1
-kind: Secret
-metadata:
-  name: hostile-credentials
-stringData: {url: "http://127.0.0.1:1", token: t, secret: s}
-"#,
-            )
-            .await;
-        let controllers = start(&world, plugin, options());
-        (world, controllers, runtime, store)
-    }
-
-    fn hostile_cluster(name: &str, spec: &str) -> String {
-        format!(
-            r#"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata:
-  name: {name}
-spec:
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: HostileCluster
-    name: {name}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: HostileCluster
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {name}
-spec: {spec}
-"#
-        )
     }
 
     async fn leases(world: &World) -> Vec<Lease> {

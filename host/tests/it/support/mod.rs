@@ -1,14 +1,17 @@
 //! What the host's integration tests share: the built plugins and request builders.
 pub mod conformance;
+pub mod controllers;
 pub mod drive;
 pub mod junit;
 pub mod sushy;
 pub mod world;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use hyperplug_runtime::bindings::{cluster, machine};
-use hyperplug_runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime, RuntimeBuilder};
+use hyperplug_runtime::{
+    BlobLimits, BlobStore, Credentials, Limits, ObjectRef, Plugin, Runtime, RuntimeBuilder,
+};
 use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
 use serde_json::json;
 
@@ -136,4 +139,12 @@ pub fn cluster_request(
         credentials,
         more_credentials: vec![],
     }
+}
+
+/// Serve blobs for `runtime` with the default limits (on a port nothing reads).
+pub fn blob_store() -> Arc<BlobStore> {
+    Arc::new(BlobStore::new(
+        url::Url::parse("http://127.0.0.1:9").unwrap(),
+        BlobLimits::default(),
+    ))
 }

@@ -69,10 +69,21 @@ impl World {
     }
 
     /// The world without controllers (a test runs `hyperplug run` as a process).
-    pub async fn start_with(mut sim_config: Config, in_process: bool) -> World {
+    pub async fn start_with(sim_config: Config, in_process: bool) -> World {
+        World::start_full(sim_config, in_process, false).await
+    }
+
+    /// The world with the controllers running in this process and the API server
+    /// writing an audit log of every write ([`World::writes`]).
+    pub async fn start_audited(sim_config: Config) -> World {
+        World::start_full(sim_config, true, true).await
+    }
+
+    async fn start_full(mut sim_config: Config, in_process: bool, audit: bool) -> World {
         logs();
         let plane = Plane::start(PlaneOpts {
             controller_manager: true,
+            audit_policy: audit.then(|| kube_world::AUDIT_WRITES_POLICY.to_string()),
             ..PlaneOpts::default()
         })
         .await
@@ -273,6 +284,32 @@ impl World {
         );
     }
 
+    /// The writes the API server's audit log holds (a world from
+    /// [`World::start_audited`]): each write's verb, `resource[/subresource]`, object name
+    /// and request URI.
+    pub fn writes(&self) -> Vec<Write> {
+        let log = self.plane.audit_log_path().expect("an audited world");
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .map(|e| {
+                let r = &e["objectRef"];
+                let mut resource = r["resource"].as_str().unwrap_or_default().to_string();
+                if let Some(sub) = r["subresource"].as_str() {
+                    resource = format!("{resource}/{sub}");
+                }
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                Write {
+                    verb: text(&e["verb"]),
+                    resource,
+                    name: text(&r["name"]),
+                    uri: text(&e["requestURI"]),
+                }
+            })
+            .collect()
+    }
+
     /// Poll until the object is gone.
     pub async fn wait_gone(&self, api: &Api<DynamicObject>, name: &str) {
         for _ in 0..300 {
@@ -286,6 +323,16 @@ impl World {
             api.get_opt(name).await.ok().flatten().map(|o| o.data)
         );
     }
+}
+
+/// One write to the API server, from its audit log.
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub verb: String,
+    /// `resource` or `resource/subresource`.
+    pub resource: String,
+    pub name: String,
+    pub uri: String,
 }
 
 /// The condition `type_` of an object's status.
