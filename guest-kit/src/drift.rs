@@ -34,6 +34,8 @@ mod tests {
                 phase: "Ready".into(),
                 message: "VM 103 is running".into(),
                 requeue_after_ms: None,
+                waits: vec![],
+                durable: true,
             },
             ready: true,
             provider_id: Some("x://1".into()),
@@ -43,6 +45,7 @@ mod tests {
             needs_bootstrap: false,
             drift: None,
             details: vec![],
+            plugin_status: None,
         };
         let s = report(
             ready,

@@ -1,58 +1,75 @@
-//! What `identity.info` declares: the kinds a plugin serves and their printer columns.
+//! What `identity.info` declares: the kinds a plugin serves, their API versions and
+//! their printer columns.
 use schemars::JsonSchema;
 
-use crate::identity::{KindInfo, KindRole, PrinterColumn};
+use crate::identity::{KindInfo, KindRole, KindVersion, PrinterColumn};
 use crate::schema::crd_schema;
 
-/// The four kinds of a plugin named `prefix` (e.g. `Example`): `ExampleCluster` and
-/// `ExampleClusterTemplate` with spec `C`, `ExampleMachine` and
-/// `ExampleMachineTemplate` with spec `M`. The columns go on the cluster and machine
-/// kinds (templates get the host's only).
+/// The four kinds of a plugin named `prefix` (e.g. `Example`), each in the one API
+/// version `api_version`: `ExampleCluster` and `ExampleClusterTemplate` with spec `C`,
+/// `ExampleMachine` and `ExampleMachineTemplate` with spec `M`. The columns go on the
+/// cluster and machine kinds (templates get the host's only).
 pub fn kinds<C: JsonSchema, M: JsonSchema>(
     prefix: &str,
+    api_version: &str,
     cluster_columns: Vec<PrinterColumn>,
     machine_columns: Vec<PrinterColumn>,
 ) -> Vec<KindInfo> {
+    let only = |schema: String| vec![version(api_version, schema)];
     vec![
         kind(
             &format!("{prefix}Cluster"),
             KindRole::InfraCluster,
-            crd_schema::<C>(),
+            only(crd_schema::<C>()),
             cluster_columns,
         ),
         kind(
             &format!("{prefix}ClusterTemplate"),
             KindRole::InfraClusterTemplate,
-            crd_schema::<C>(),
+            only(crd_schema::<C>()),
             vec![],
         ),
         kind(
             &format!("{prefix}Machine"),
             KindRole::InfraMachine,
-            crd_schema::<M>(),
+            only(crd_schema::<M>()),
             machine_columns,
         ),
         kind(
             &format!("{prefix}MachineTemplate"),
             KindRole::InfraMachineTemplate,
-            crd_schema::<M>(),
+            only(crd_schema::<M>()),
             vec![],
         ),
     ]
 }
 
-/// One kind of `role` whose `spec` has the schema `spec_schema`.
+/// One kind of `role` in `versions` (oldest first).
 pub fn kind(
     name: &str,
     role: KindRole,
-    spec_schema: String,
+    versions: Vec<KindVersion>,
     columns: Vec<PrinterColumn>,
 ) -> KindInfo {
     KindInfo {
         kind: name.into(),
         role,
-        spec_schema,
+        versions,
         columns,
+    }
+}
+
+/// API version `name` whose `spec` has the schema `spec_schema`: served and stored (a
+/// kind's only version), no status fields of the plugin's own. Set `storage`, `served`,
+/// `status_schema` on the result for a kind of several versions.
+pub fn version(name: &str, spec_schema: String) -> KindVersion {
+    KindVersion {
+        name: name.into(),
+        spec_schema,
+        status_schema: None,
+        served: true,
+        storage: true,
+        deprecation_warning: None,
     }
 }
 
@@ -88,7 +105,7 @@ mod tests {
 
     #[test]
     fn the_four_kinds_are_named_after_the_prefix_one_per_role() {
-        let kinds = kinds::<ClusterSpec, MachineSpec>("Example", vec![], vec![]);
+        let kinds = kinds::<ClusterSpec, MachineSpec>("Example", "v1", vec![], vec![]);
         let named: Vec<(&str, KindRole)> =
             kinds.iter().map(|k| (k.kind.as_str(), k.role)).collect();
         assert_eq!(
@@ -105,9 +122,12 @@ mod tests {
     #[test]
     fn clusters_and_machines_get_their_own_spec_schema_and_columns() {
         let size = column("Size", "integer", ".status.details.size", "Size");
-        let kinds = kinds::<ClusterSpec, MachineSpec>("Example", vec![], vec![size]);
+        let kinds = kinds::<ClusterSpec, MachineSpec>("Example", "v1", vec![], vec![size]);
         let properties = |k: &KindInfo| {
-            let schema: Value = serde_json::from_str(&k.spec_schema).unwrap();
+            assert_eq!(k.versions.len(), 1);
+            assert!(k.versions[0].served && k.versions[0].storage);
+            assert_eq!(k.versions[0].name, "v1");
+            let schema: Value = serde_json::from_str(&k.versions[0].spec_schema).unwrap();
             schema["properties"]
                 .as_object()
                 .unwrap()

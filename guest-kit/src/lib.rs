@@ -2,9 +2,10 @@
 //! besides its own knowledge of one kind of infrastructure. Nothing here knows any.
 //!
 //! - [`bindings`]: the bindings of `wit/provider.wit`, generated once here; a plugin
-//!   implements the three `Guest` traits on one type and exports it with
-//!   [`export!`]. [`types`], [`identity`], [`cluster`], [`machine`],
-//!   [`blobs`] and [`claims`] are short names for their interfaces.
+//!   implements the five `Guest` traits on one type and exports it with
+//!   [`export!`]. [`types`], [`identity`], [`cluster`], [`machine`], [`conversion`],
+//!   [`observer`], [`blobs`], [`claims`] and [`reservations`] are short names for
+//!   their interfaces.
 //! - [`errors`]: the three error classes ([`terminal`], [`transient`], [`invalid`]) and
 //!   [`parse_spec`], which names the field that does not fit.
 //! - [`log`]: structured logs through the host.
@@ -12,7 +13,9 @@
 //!   state that does not read is a terminal `StateUnreadable` error).
 //! - [`drift`]: a describe's report of infrastructure that is gone, someone else's or
 //!   changed, named by a CamelCase reason.
-//! - [`kinds`]: the four kinds of a plugin and their printer columns.
+//! - [`kinds`]: the four kinds of a plugin, their API versions and printer columns;
+//!   [`convert`]: conversion for plugins whose kinds have one version, and
+//!   [`observe`]: the observer of a plugin that names no waits.
 //! - [`endpoint`]: the control-plane endpoint every InfraCluster spec carries.
 //! - [`http`]: the one HTTP helper over `wasi:http`; [`schema`]: CRD-ready schemas.
 //! - [`testing`]: requests as the host sends them, for unit tests.
@@ -37,22 +40,26 @@ pub mod bindings {
 #[doc = include_str!("../../docs/plugin-authors.md")]
 pub struct PluginAuthorsGuide;
 
+pub mod convert;
 pub mod drift;
 pub mod endpoint;
 pub mod errors;
 pub mod http;
 pub mod kinds;
 pub mod log;
+pub mod observe;
 pub mod schema;
 pub mod state;
 pub mod testing;
 
-pub use bindings::exports::hyperplug::provider::{cluster, identity, machine};
-pub use bindings::hyperplug::provider::{blobs, claims, types};
+pub use bindings::exports::hyperplug::provider::{
+    cluster, conversion, identity, machine, observer,
+};
+pub use bindings::hyperplug::provider::{blobs, claims, reservations, types};
 pub use errors::{invalid, parse_spec, terminal, transient};
 
-/// Export `$ty`, which implements the `Guest` traits of [`identity`], [`cluster`] and
-/// [`machine`], as the plugin component: `guest_kit::export!(Plugin);` once in the
+/// Export `$ty`, which implements the `Guest` traits of [`identity`], [`cluster`],
+/// [`machine`], [`conversion`] and [`observer`], as the plugin component: `guest_kit::export!(Plugin);` once in the
 /// plugin crate. Only a `wasm32` build exports anything: natively the plugin is a plain
 /// library, so its unit tests build and link like any other crate's.
 #[macro_export]

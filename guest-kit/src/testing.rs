@@ -38,6 +38,7 @@ pub fn machine_request(
         cluster: object("c1", "c1-uid"),
         spec: spec.into(),
         cluster_spec: cluster_spec.into(),
+        plugin_status: None,
         state: None,
         bootstrap: None,
         failure_domain: None,

@@ -73,12 +73,15 @@ impl Guest for Plugin {
                 phase: phase.into(),
                 message,
                 requeue_after_ms: Some(requeue),
+                waits: vec![],
+                durable: true,
             },
             ready: !waiting,
             control_plane_endpoint: endpoint,
             failure_domains,
             ip_pools: pools,
             details: vec![("pveVersion".into(), release)],
+            plugin_status: None,
         })
     }
 

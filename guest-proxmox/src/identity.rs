@@ -1,11 +1,24 @@
-//! What this plugin serves: the four Proxmox kinds and their spec schemas, in the
-//! version the host serves (`spec::SERVED`).
-use guest_kit::identity::{KindRole, PluginInfo};
-use guest_kit::kinds::{column, kind};
+//! What this plugin serves: the four Proxmox kinds in both API versions, `v1alpha1`
+//! (served) and `v1alpha2` (served and stored, as CAPMOX stores it), with their spec
+//! and status schemas; calls speak `spec::SERVED`.
+use guest_kit::identity::{KindRole, KindVersion, PluginInfo};
+use guest_kit::kinds::{column, kind, version};
 
 use crate::spec::SERVED;
-use crate::spec::convert::Kind;
-use crate::spec::schema::spec_schema;
+use crate::spec::convert::{Kind, Version};
+use crate::spec::schema::{spec_schema, status_schema};
+
+/// Every version of `kind`, oldest first.
+fn versions(kind: Kind) -> Vec<KindVersion> {
+    [Version::V1alpha1, Version::V1alpha2]
+        .into_iter()
+        .map(|v| KindVersion {
+            status_schema: status_schema(kind, v).map(|s| s.to_string()),
+            storage: v == Version::V1alpha2,
+            ..version(v.as_str(), spec_schema(kind, v).to_string())
+        })
+        .collect()
+}
 
 pub fn info() -> PluginInfo {
     let machine_columns = vec![
@@ -17,7 +30,6 @@ pub fn info() -> PluginInfo {
         ),
         column("VMID", "string", ".status.details.vmid", "Proxmox VM ID"),
     ];
-    let schema = |k: Kind| spec_schema(k, SERVED).to_string();
     PluginInfo {
         name: "proxmox".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -27,25 +39,25 @@ pub fn info() -> PluginInfo {
             kind(
                 "ProxmoxCluster",
                 KindRole::InfraCluster,
-                schema(Kind::Cluster),
+                versions(Kind::Cluster),
                 vec![],
             ),
             kind(
                 "ProxmoxClusterTemplate",
                 KindRole::InfraClusterTemplate,
-                schema(Kind::ClusterTemplate),
+                versions(Kind::ClusterTemplate),
                 vec![],
             ),
             kind(
                 "ProxmoxMachine",
                 KindRole::InfraMachine,
-                schema(Kind::Machine),
+                versions(Kind::Machine),
                 machine_columns,
             ),
             kind(
                 "ProxmoxMachineTemplate",
                 KindRole::InfraMachineTemplate,
-                schema(Kind::MachineTemplate),
+                versions(Kind::MachineTemplate),
                 vec![],
             ),
         ],

@@ -4,13 +4,15 @@
 //! plugin shares come from `guest-kit`.
 mod api;
 mod cluster;
+mod conversion;
 mod identity;
 mod machine;
 mod ranges;
 pub mod spec;
 
-/// The plugin: implements `identity`, `cluster` (in `cluster.rs`) and `machine` (in
-/// `machine/`).
+/// The plugin: implements `identity`, `cluster` (in `cluster.rs`), `machine` (in
+/// `machine/`), `conversion` (in `conversion.rs`, over `spec::convert`) and `observer`
+/// (nothing to observe yet: no progress names a wait).
 struct Plugin;
 
 guest_kit::export!(Plugin);
@@ -18,5 +20,21 @@ guest_kit::export!(Plugin);
 impl guest_kit::identity::Guest for Plugin {
     fn info() -> guest_kit::identity::PluginInfo {
         identity::info()
+    }
+}
+
+impl guest_kit::conversion::Guest for Plugin {
+    fn convert(
+        req: guest_kit::conversion::ConversionRequest,
+    ) -> Result<guest_kit::conversion::Converted, guest_kit::types::PluginError> {
+        conversion::convert(req)
+    }
+}
+
+impl guest_kit::observer::Guest for Plugin {
+    fn observe(
+        req: guest_kit::observer::ObserveRequest,
+    ) -> Result<guest_kit::observer::Observation, guest_kit::types::PluginError> {
+        guest_kit::observe::nothing(req)
     }
 }

@@ -32,6 +32,8 @@ impl Guest for Plugin {
                 phase: "Ready".into(),
                 message: format!("{} BMCs reachable, {count} hosts", bmcs.len()),
                 requeue_after_ms: Some(RECHECK_MS),
+                waits: vec![],
+                durable: true,
             },
             ready: true,
             control_plane_endpoint: endpoint,
@@ -41,6 +43,7 @@ impl Guest for Plugin {
                 ("bmcs".into(), bmcs.len().to_string()),
                 ("hosts".into(), count.to_string()),
             ],
+            plugin_status: None,
         })
     }
 

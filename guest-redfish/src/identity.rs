@@ -1,8 +1,12 @@
-//! What this plugin serves: the four Redfish kinds and their spec schemas.
+//! What this plugin serves: the four Redfish kinds and their spec schemas, in one API
+//! version.
 use guest_kit::identity::PluginInfo;
 use guest_kit::kinds::{column, kinds};
 
 use crate::spec::{ClusterSpec, MachineSpec};
+
+/// The one API version of the Redfish kinds (so `conversion` has nothing to convert).
+const API_VERSION: &str = "v1alpha1";
 
 pub fn info() -> PluginInfo {
     let machine_columns = vec![
@@ -35,8 +39,13 @@ pub fn info() -> PluginInfo {
         name: "redfish".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         group: "infrastructure.cluster.x-k8s.io".into(),
-        api_version: "v1alpha1".into(),
-        kinds: kinds::<ClusterSpec, MachineSpec>("Redfish", cluster_columns, machine_columns),
+        api_version: API_VERSION.into(),
+        kinds: kinds::<ClusterSpec, MachineSpec>(
+            "Redfish",
+            API_VERSION,
+            cluster_columns,
+            machine_columns,
+        ),
         capabilities: vec![
             "ip-pools".into(),
             "adoption".into(),

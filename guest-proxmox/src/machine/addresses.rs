@@ -1,11 +1,10 @@
 //! Static addresses the host allocates and the addresses a machine reports.
 //!
-//! One address request per NIC and pool. Until the WIT carries the pool reference and
-//! the index itself, both are encoded in the request: `device` is
-//! `<net>-<index, two digits>-inet` (so the host's claim, `<machine>-<device>`, is
-//! named as CAPMOX names it, e.g. `m1-net0-00-inet`, and a dual-stack NIC's two
-//! claims differ), and `pool` is a default pool's name or `<Kind>/<name>` of a
-//! referenced one. The host echoes `device` in the address it allocates.
+//! One address request per NIC and pool: `device` is `<net>-<index, two digits>-inet`
+//! (so the host's claim, `<machine>-<device>`, is named as CAPMOX names it, e.g.
+//! `m1-net0-00-inet`, and a dual-stack NIC's two claims differ), and `pool` is a
+//! default pool by the name the cluster reported or the reference the NIC names. The
+//! host echoes `device` in the address it allocates.
 use guest_kit::machine::{AddressRequest, AddressType, AllocatedAddress, MachineAddress};
 
 use super::context::Ctx;
@@ -24,7 +23,8 @@ impl<'a> Ctx<'a> {
             .flat_map(|n| {
                 n.pools.iter().enumerate().map(|(i, p)| AddressRequest {
                     device: request_device(&n.device, i),
-                    pool: p.request_name(),
+                    pool: p.request_pool(),
+                    claim_suffix: None,
                 })
             })
             .collect()
@@ -88,6 +88,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use guest_kit::machine::AddressPool;
     use guest_kit::testing::allocated;
 
     use crate::machine::testing::{ctx, request, template_spec};
@@ -118,12 +119,22 @@ mod tests {
         let asked: Vec<(String, String)> = ctx(&req)
             .address_requests()
             .into_iter()
-            .map(|r| (r.device, r.pool))
+            .map(|r| {
+                assert_eq!(r.claim_suffix, None);
+                let pool = match r.pool {
+                    AddressPool::Reported(name) => name,
+                    AddressPool::Reference(p) => format!("{}/{}/{}", p.api_group, p.kind, p.name),
+                };
+                (r.device, pool)
+            })
             .collect();
         let expected = [
             ("net0-00-inet", "ipv4"),
             ("net0-01-inet", "ipv6"),
-            ("net2-00-inet", "GlobalInClusterIPPool/shared"),
+            (
+                "net2-00-inet",
+                "ipam.cluster.x-k8s.io/GlobalInClusterIPPool/shared",
+            ),
         ];
         let expected: Vec<(String, String)> = expected
             .iter()

@@ -113,6 +113,8 @@ impl<'a> Ctx<'a> {
                 phase: phase.into(),
                 message: message.into(),
                 requeue_after_ms: requeue,
+                waits: vec![],
+                durable: true,
             },
             ready,
             provider_id: if ready {
@@ -126,6 +128,7 @@ impl<'a> Ctx<'a> {
             needs_bootstrap: false,
             drift: None,
             details: self.details(st),
+            plugin_status: None,
         }
     }
 }

@@ -73,6 +73,8 @@ fn waiting(st: &State, phase: &str, message: String, ms: u64) -> Progress {
         phase: phase.into(),
         message,
         requeue_after_ms: Some(ms),
+        waits: vec![],
+        durable: true,
     }
 }
 

@@ -10,11 +10,15 @@
 //! instead, unless `dhcp4` says otherwise; `dhcp4: true` replaces the default IPv4
 //! address by DHCP (and `dhcp6: true` the IPv6 one).
 use guest_kit::invalid;
+use guest_kit::machine::{AddressPool, PoolRef as WitPoolRef};
 use guest_kit::types::PluginError;
 
 use super::properties::options;
 use crate::spec::convert::Version;
 use crate::spec::{ClusterSpec, IpConfig, MachineSpec, NetworkDevice, NicModel, PoolRef, SERVED};
+
+/// The API group of Cluster API's IPAM pools.
+const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 
 /// One NIC as the spec wants it.
 #[derive(Debug, Clone)]
@@ -48,8 +52,25 @@ pub(super) enum Pool {
 }
 
 impl Pool {
-    /// How the host is asked for it today (`address-request.pool`): a default pool by
-    /// the name the cluster reported; a referenced one as `<Kind>/<name>`.
+    /// How the host is asked for it (`address-request.pool`): a default pool by the
+    /// name the cluster reported; a referenced one by its reference (API group
+    /// `ipam.cluster.x-k8s.io` unless it names another).
+    pub(super) fn request_pool(&self) -> AddressPool {
+        match self {
+            Pool::Default { name, .. } => AddressPool::Reported(name.clone()),
+            Pool::Ref(r) => AddressPool::Reference(WitPoolRef {
+                api_group: r
+                    .api_group
+                    .clone()
+                    .unwrap_or_else(|| IPAM_GROUP.to_string()),
+                kind: r.kind.clone(),
+                name: r.name.clone(),
+            }),
+        }
+    }
+
+    /// How the pool is named in messages: a default pool by the name the cluster
+    /// reported; a referenced one as `<Kind>/<name>`.
     pub(super) fn request_name(&self) -> String {
         match self {
             Pool::Default { name, .. } => name.clone(),

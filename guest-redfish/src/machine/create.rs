@@ -1,7 +1,7 @@
 //! `machine.create`: claim a host, insert the bootstrap media, boot once from it,
 //! power on.
 
-use guest_kit::machine::{AddressRequest, MachineRequest, MachineStatus};
+use guest_kit::machine::{AddressPool, AddressRequest, MachineRequest, MachineStatus};
 use guest_kit::types::PluginError;
 use guest_kit::{blobs, claims, log, terminal, transient};
 use serde_json::Value;
@@ -34,7 +34,8 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
         ));
         status.address_requests = vec![AddressRequest {
             device: NIC.into(),
-            pool: "ipv4".into(),
+            pool: AddressPool::Reported("ipv4".into()),
+            claim_suffix: None,
         }];
         return Ok(status);
     }
@@ -221,6 +222,7 @@ pub(super) fn ready(
         needs_bootstrap: false,
         drift: None,
         details: host_details(host, Some(power)),
+        plugin_status: None,
     }
 }
 

@@ -114,6 +114,8 @@ fn progress(
         phase: phase.into(),
         message: message.into(),
         requeue_after_ms: requeue,
+        waits: vec![],
+        durable: true,
     }
 }
 
@@ -129,6 +131,7 @@ fn pending(progress: Progress) -> MachineStatus {
         needs_bootstrap: false,
         drift: None,
         details: vec![],
+        plugin_status: None,
     }
 }
 

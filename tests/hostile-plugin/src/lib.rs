@@ -11,7 +11,7 @@ mod attacks;
 mod outputs;
 
 use guest_kit::types::{PluginError, Progress, TransientError};
-use guest_kit::{blobs, claims, cluster, identity, machine};
+use guest_kit::{blobs, claims, cluster, conversion, identity, machine, observer};
 
 struct Hostile;
 guest_kit::export!(Hostile);
@@ -23,6 +23,8 @@ pub(crate) fn status(message: String) -> machine::MachineStatus {
             phase: "Done".into(),
             message,
             requeue_after_ms: None,
+            waits: vec![],
+            durable: true,
         },
         ready: true,
         provider_id: Some("hostile://1".into()),
@@ -32,6 +34,7 @@ pub(crate) fn status(message: String) -> machine::MachineStatus {
         needs_bootstrap: false,
         drift: None,
         details: vec![],
+        plugin_status: None,
     }
 }
 
@@ -65,7 +68,10 @@ fn kind(name: &str, role: identity::KindRole) -> identity::KindInfo {
     identity::KindInfo {
         kind: name.into(),
         role,
-        spec_schema: r#"{"type":"object","x-kubernetes-preserve-unknown-fields":true}"#.into(),
+        versions: vec![guest_kit::kinds::version(
+            "v1alpha1",
+            r#"{"type":"object","x-kubernetes-preserve-unknown-fields":true}"#.into(),
+        )],
         columns: vec![],
     }
 }
@@ -157,17 +163,34 @@ impl cluster::Guest for Hostile {
                 phase: "Ready".into(),
                 message: "hostile cluster".into(),
                 requeue_after_ms: None,
+                waits: vec![],
+                durable: true,
             },
             ready: true,
             control_plane_endpoint: None,
             failure_domains: vec![],
             ip_pools: vec![],
             details,
+            plugin_status: None,
         })
     }
 
     /// Forgets what it took: the host must release it.
     fn delete(_req: cluster::ClusterRequest) -> Result<Option<Progress>, PluginError> {
         Ok(None)
+    }
+}
+
+/// One version per kind: nothing to convert.
+impl conversion::Guest for Hostile {
+    fn convert(req: conversion::ConversionRequest) -> Result<conversion::Converted, PluginError> {
+        guest_kit::convert::single_version(&<Hostile as identity::Guest>::info(), req)
+    }
+}
+
+/// Names no waits: nothing to observe.
+impl observer::Guest for Hostile {
+    fn observe(req: observer::ObserveRequest) -> Result<observer::Observation, PluginError> {
+        guest_kit::observe::nothing(req)
     }
 }

@@ -1,4 +1,4 @@
-//! Exports hyperplug:provider@0.3.0: loading it must fail with "incompatible WIT".
+//! Exports hyperplug:provider@0.9.0: loading it must fail with "incompatible WIT".
 mod bindings {
     wit_bindgen::generate!({ path: "wit", world: "plugin" });
 }
