@@ -46,6 +46,7 @@ fn request() -> MachineRequest {
             insecure: false,
         },
         more_credentials: vec![],
+        plugin_status: None,
     }
 }
 

@@ -113,13 +113,14 @@ impl Machine {
         answers: &mut (impl Answers + ?Sized),
     ) -> Result<(), String> {
         for r in &status.address_requests {
-            let wanted = (r.device.clone(), r.pool.clone());
+            // A reported pool by its name, a referenced one as `<Kind>/<name>`.
+            let wanted = (r.device.clone(), r.pool.label());
             if self.answered.contains(&wanted) {
                 continue;
             }
             self.req
                 .addresses
-                .push(answers.address(&r.device, &r.pool)?);
+                .push(answers.address(&r.device, &wanted.1)?);
             self.answered.insert(wanted);
         }
         if status.needs_bootstrap {

@@ -98,6 +98,7 @@ impl Kit {
             addresses: vec![],
             credentials: creds.clone(),
             more_credentials: vec![],
+            plugin_status: None,
         };
         self.machines.insert(key.to_string(), Machine::new(req));
         if creds.endpoint != self.creds.endpoint {
@@ -141,6 +142,7 @@ impl Kit {
             state: self.cluster_state.clone(),
             credentials: creds.clone(),
             more_credentials: vec![],
+            plugin_status: None,
         }
     }
 

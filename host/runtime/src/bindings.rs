@@ -1,7 +1,10 @@
-//! Host-side bindings generated from `wit/` (the only contract with plugins).
+//! Host-side bindings generated from `wit/` (the only contract with plugins): those of
+//! the current `hyperplug:provider@0.3.0`, which the whole host speaks. Plugins built
+//! against 0.2.x are called through `compat`, which converts their shapes to these.
 //!
-//! Every export is async so a plugin call never blocks a tokio worker; `log` and
-//! `blobs` are plain synchronous imports, `claims` is async (it reaches Kubernetes).
+//! Every export is async so a plugin call never blocks a tokio worker; `log`, `blobs`
+//! and `reservations` are plain synchronous imports, `claims` is async (it reaches
+//! Kubernetes).
 wasmtime::component::bindgen!({
     path: "../../wit",
     world: "plugin",
@@ -16,7 +19,7 @@ wasmtime::component::bindgen!({
     additional_derives: [serde::Serialize],
 });
 
-pub use self::exports::hyperplug::provider::{cluster, identity, machine};
+pub use self::exports::hyperplug::provider::{cluster, conversion, identity, machine, observer};
 pub use self::hyperplug::provider::types;
 
 impl identity::KindRole {
@@ -27,6 +30,34 @@ impl identity::KindRole {
             identity::KindRole::InfraClusterTemplate => "InfraClusterTemplate",
             identity::KindRole::InfraMachine => "InfraMachine",
             identity::KindRole::InfraMachineTemplate => "InfraMachineTemplate",
+        }
+    }
+}
+
+impl identity::KindInfo {
+    /// The kind's version `name`, if it declares one.
+    pub fn version(&self, name: &str) -> Option<&identity::KindVersion> {
+        self.versions.iter().find(|v| v.name == name)
+    }
+}
+
+impl identity::PluginInfo {
+    /// The `spec` schema (JSON) of `kind` in the version calls speak (`api-version`);
+    /// the loader made sure every kind has it.
+    pub fn spec_schema(&self, kind: &identity::KindInfo) -> &str {
+        kind.version(&self.api_version)
+            .map(|v| v.spec_schema.as_str())
+            .unwrap_or("{}")
+    }
+}
+
+impl machine::AddressPool {
+    /// How the pool reads in names and messages: a reported pool by its name, a
+    /// reference as `<Kind>/<name>` (what 0.2's `address-request.pool` said).
+    pub fn label(&self) -> String {
+        match self {
+            machine::AddressPool::Reported(name) => name.clone(),
+            machine::AddressPool::Reference(r) => format!("{}/{}", r.kind, r.name),
         }
     }
 }

@@ -44,7 +44,8 @@ pub fn crds_yaml(info: &PluginInfo) -> Result<String, String> {
 }
 
 fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
-    let mut spec: Value = serde_json::from_str(&kind.spec_schema)
+    // One version, the one calls speak, until the CRDs carry every declared version.
+    let mut spec: Value = serde_json::from_str(info.spec_schema(kind))
         .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
     check_structural(&spec, &format!("{}.spec", kind.kind))?;
     let spec = match kind.role {
@@ -310,6 +311,7 @@ fn check_structural(schema: &Value, path: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bindings::identity::KindVersion;
 
     #[test]
     fn plural_follows_crd_naming() {
@@ -339,7 +341,14 @@ mod tests {
         KindInfo {
             kind: name.into(),
             role,
-            spec_schema: spec_schema.to_string(),
+            versions: vec![KindVersion {
+                name: "v1alpha1".into(),
+                spec_schema: spec_schema.to_string(),
+                status_schema: None,
+                served: true,
+                storage: true,
+                deprecation_warning: None,
+            }],
             columns: vec![],
         }
     }

@@ -9,6 +9,7 @@ pub mod bindings;
 pub mod blob_server;
 pub mod blobs;
 pub mod claims;
+mod compat;
 pub mod crds;
 pub mod credentials;
 mod egress;
@@ -19,6 +20,7 @@ mod loader;
 mod memory;
 mod meter;
 pub mod overhead;
+mod reservations;
 mod state;
 pub mod status;
 mod text;
@@ -39,13 +41,15 @@ pub use blobs::{BlobLimits, BlobStore};
 pub use claims::{ClaimStore, MemoryClaims};
 pub use error::{CallError, LoadError};
 pub use limits::{Breach, Limits};
-pub use loader::{WIT_PACKAGE, WIT_VERSION};
+pub use loader::{WIT_COMPAT_VERSION, WIT_PACKAGE, WIT_VERSION, WitMajor};
 
 use bindings::{Plugin as Bindings, PluginPre};
+use compat::v0_2::{Plugin as Bindings0_2, PluginPre as PluginPre0_2};
 pub use egress::HttpObserver;
 use egress::{Egress, EndpointCache};
 use memory::PluginBudget;
 use meter::{CallMeter, Metered, Stop};
+use reservations::Reservations;
 use state::{CallLog, CallState, Services};
 
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
@@ -70,6 +74,7 @@ struct RuntimeInner {
     observer: Option<HttpObserver>,
     blobs: Arc<BlobStore>,
     claims: Arc<dyn ClaimStore>,
+    reservations: Arc<Reservations>,
     /// One permit per pooled instance slot (`--plugin-concurrency`): a call waits for
     /// one rather than fail because the pool is full.
     slots: Arc<Semaphore>,
@@ -145,6 +150,11 @@ impl RuntimeBuilder {
             &mut linker,
             |state: &mut CallState| state,
         )?;
+        bindings::hyperplug::provider::reservations::add_to_linker::<
+            _,
+            wasmtime::component::HasSelf<_>,
+        >(&mut linker, |state: &mut CallState| state)?;
+        compat::add_to_linker(&mut linker)?;
         start_epoch_ticker(&engine);
         Ok(Runtime {
             inner: Arc::new(RuntimeInner {
@@ -155,6 +165,7 @@ impl RuntimeBuilder {
                 observer: self.observer,
                 blobs: self.blobs,
                 claims: self.claims,
+                reservations: Arc::default(),
                 slots: Arc::new(Semaphore::new(limits.concurrency.max(1) as usize)),
                 limits,
             }),
@@ -197,7 +208,7 @@ impl Runtime {
     /// Load, check, compile and describe a plugin.
     pub async fn load(&self, path: &Path) -> Result<Plugin, LoadError> {
         let inner = &self.inner;
-        let (component, digest) = {
+        let (component, digest, major) = {
             let (engine, file, cache) = (
                 inner.engine.clone(),
                 path.to_path_buf(),
@@ -224,7 +235,14 @@ impl Runtime {
                 path: path.into(),
                 detail: format!("{e:#}"),
             })?;
-        let pre = PluginPre::new(pre).map_err(|e| other(format!("{e:#}")))?;
+        let pre = match major {
+            WitMajor::Current => {
+                Pre::Current(PluginPre::new(pre).map_err(|e| other(format!("{e:#}")))?)
+            }
+            WitMajor::V0_2 => {
+                Pre::V0_2(PluginPre0_2::new(pre).map_err(|e| other(format!("{e:#}")))?)
+            }
+        };
         let mut plugin = Plugin {
             runtime: self.clone(),
             pre,
@@ -290,23 +308,78 @@ fn validate_info(info: &bindings::identity::PluginInfo) -> Result<(), String> {
         }
     }
     for kind in &info.kinds {
-        let schema: serde_json::Value = serde_json::from_str(&kind.spec_schema)
-            .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
+        validate_versions(info, kind)?;
+    }
+    Ok(())
+}
+
+/// A kind's versions: each named once with object schemas, exactly one stored, and the
+/// plugin's `api-version` among the served ones.
+fn validate_versions(
+    info: &bindings::identity::PluginInfo,
+    kind: &bindings::identity::KindInfo,
+) -> Result<(), String> {
+    let object_schema = |what: &str, version: &str, json: &str| {
+        let schema: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+            format!(
+                "kind {} version {version}: {what} is not JSON: {e}",
+                kind.kind
+            )
+        })?;
         if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
             return Err(format!(
-                "kind {}: spec-schema must be an object schema",
+                "kind {} version {version}: {what} must be an object schema",
                 kind.kind
             ));
         }
+        Ok(())
+    };
+    for (i, v) in kind.versions.iter().enumerate() {
+        if kind.versions[..i].iter().any(|o| o.name == v.name) {
+            return Err(format!(
+                "kind {} declares version {} twice",
+                kind.kind, v.name
+            ));
+        }
+        object_schema("spec-schema", &v.name, &v.spec_schema)?;
+        if let Some(status) = &v.status_schema {
+            object_schema("status-schema", &v.name, status)?;
+        }
+    }
+    let stored = kind.versions.iter().filter(|v| v.storage).count();
+    if stored != 1 {
+        return Err(format!(
+            "kind {} must store exactly one version (it marks {stored} as storage)",
+            kind.kind
+        ));
+    }
+    if !kind.version(&info.api_version).is_some_and(|v| v.served) {
+        return Err(format!(
+            "kind {} does not serve the plugin's api-version {}",
+            kind.kind, info.api_version
+        ));
     }
     Ok(())
+}
+
+/// A plugin's compiled, linked component, by the contract it speaks.
+#[derive(Clone)]
+enum Pre {
+    Current(PluginPre<CallState>),
+    V0_2(PluginPre0_2<CallState>),
+}
+
+/// One instance of a plugin, by the contract it speaks.
+enum Instance {
+    Current(Bindings),
+    V0_2(Bindings0_2),
 }
 
 /// A loaded plugin: cheap to clone, safe to call from many tasks at once.
 #[derive(Clone)]
 pub struct Plugin {
     runtime: Runtime,
-    pre: PluginPre<CallState>,
+    pre: Pre,
     path: PathBuf,
     digest: String,
     name: Arc<str>,
@@ -348,10 +421,22 @@ impl Plugin {
         self.info.as_ref().expect("plugin info is read at load")
     }
 
+    /// The contract the plugin speaks (`WIT_VERSION`'s, or 0.2's through `compat`).
+    pub fn wit(&self) -> WitMajor {
+        match self.pre {
+            Pre::Current(_) => WitMajor::Current,
+            Pre::V0_2(_) => WitMajor::V0_2,
+        }
+    }
+
     /// Interfaces the component imports (for `hyperplug inspect`).
     pub fn imports(&self) -> Vec<String> {
         let engine = &self.runtime.inner.engine;
-        let ty = self.pre.instance_pre().component().component_type();
+        let component = match &self.pre {
+            Pre::Current(p) => p.instance_pre().component(),
+            Pre::V0_2(p) => p.instance_pre().component(),
+        };
+        let ty = component.component_type();
         ty.imports(engine).map(|(n, _)| n.to_string()).collect()
     }
 
@@ -360,7 +445,12 @@ impl Plugin {
             "identity.info",
             &[],
             Subject::None,
-            async |store, plugin| plugin.hyperplug_provider_identity().call_info(store).await,
+            async |store, plugin| match plugin {
+                Instance::Current(p) => p.hyperplug_provider_identity().call_info(store).await,
+                Instance::V0_2(p) => Ok(compat::plugin_info(
+                    p.hyperplug_provider_identity().call_info(store).await?,
+                )),
+            },
         )
         .await
     }
@@ -373,11 +463,17 @@ impl Plugin {
             "cluster.reconcile",
             &credential_list(&req.credentials, &req.more_credentials),
             Subject::Owner(&req.cluster),
-            async |store, plugin| {
-                plugin
-                    .hyperplug_provider_cluster()
-                    .call_reconcile(store, req)
-                    .await
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_cluster()
+                        .call_reconcile(store, req)
+                        .await
+                }
+                Instance::V0_2(p) => {
+                    let old = compat::cluster_request(req);
+                    let r = p.hyperplug_provider_cluster().call_reconcile(store, &old);
+                    Ok(compat::result(r.await?, compat::cluster_status))
+                }
             },
         )
         .await
@@ -391,11 +487,15 @@ impl Plugin {
             "cluster.delete",
             &credential_list(&req.credentials, &req.more_credentials),
             Subject::Owner(&req.cluster),
-            async |store, plugin| {
-                plugin
-                    .hyperplug_provider_cluster()
-                    .call_delete(store, req)
-                    .await
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_cluster().call_delete(store, req).await
+                }
+                Instance::V0_2(p) => {
+                    let old = compat::cluster_request(req);
+                    let r = p.hyperplug_provider_cluster().call_delete(store, &old);
+                    Ok(compat::result(r.await?, |p| p.map(compat::progress)))
+                }
             },
         )
         .await
@@ -409,11 +509,15 @@ impl Plugin {
             "machine.create",
             &credential_list(&req.credentials, &req.more_credentials),
             Subject::Owner(&req.machine),
-            async |store, plugin| {
-                plugin
-                    .hyperplug_provider_machine()
-                    .call_create(store, req)
-                    .await
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_machine().call_create(store, req).await
+                }
+                Instance::V0_2(p) => {
+                    let old = compat::machine_request(req);
+                    let r = p.hyperplug_provider_machine().call_create(store, &old);
+                    Ok(compat::result(r.await?, compat::machine_status))
+                }
             },
         )
         .await
@@ -427,11 +531,17 @@ impl Plugin {
             "machine.describe",
             &credential_list(&req.credentials, &req.more_credentials),
             Subject::Owner(&req.machine),
-            async |store, plugin| {
-                plugin
-                    .hyperplug_provider_machine()
-                    .call_describe(store, req)
-                    .await
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_machine()
+                        .call_describe(store, req)
+                        .await
+                }
+                Instance::V0_2(p) => {
+                    let old = compat::machine_request(req);
+                    let r = p.hyperplug_provider_machine().call_describe(store, &old);
+                    Ok(compat::result(r.await?, compat::machine_status))
+                }
             },
         )
         .await
@@ -445,11 +555,15 @@ impl Plugin {
             "machine.delete",
             &credential_list(&req.credentials, &req.more_credentials),
             Subject::Owner(&req.machine),
-            async |store, plugin| {
-                plugin
-                    .hyperplug_provider_machine()
-                    .call_delete(store, req)
-                    .await
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_machine().call_delete(store, req).await
+                }
+                Instance::V0_2(p) => {
+                    let old = compat::machine_request(req);
+                    let r = p.hyperplug_provider_machine().call_delete(store, &old);
+                    Ok(compat::result(r.await?, |p| p.map(compat::progress)))
+                }
             },
         )
         .await
@@ -463,11 +577,70 @@ impl Plugin {
             "machine.describe-template",
             &req.credentials.iter().collect::<Vec<_>>(),
             Subject::Named(&req.template),
-            async |store, plugin| {
-                plugin
-                    .hyperplug_provider_machine()
-                    .call_describe_template(store, req)
-                    .await
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_machine()
+                        .call_describe_template(store, req)
+                        .await
+                }
+                Instance::V0_2(p) => {
+                    let old = compat::template_request(req);
+                    let r = p
+                        .hyperplug_provider_machine()
+                        .call_describe_template(store, &old);
+                    Ok(compat::result(r.await?, compat::template_status))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Convert an object between two API versions of a kind. Reaches nothing (no
+    /// credentials: no egress) and owns nothing (no object: no blobs, claims or
+    /// reservations). A 0.2 plugin's kinds have one version: answered here.
+    pub async fn convert(
+        &self,
+        req: &bindings::conversion::ConversionRequest,
+    ) -> Result<Result<bindings::conversion::Converted, PluginError>, CallError> {
+        if self.wit() == WitMajor::V0_2 {
+            return Ok(compat::convert(self.info(), req));
+        }
+        self.invoke(
+            "conversion.convert",
+            &[],
+            Subject::None,
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_conversion()
+                        .call_convert(store, req)
+                        .await
+                }
+                Instance::V0_2(_) => Ok(compat::convert(self.info(), req)),
+            },
+        )
+        .await
+    }
+
+    /// One look at an endpoint for the pending wait keys registered for it. A 0.2
+    /// plugin names no waits: nothing fires, and it is not called.
+    pub async fn observe(
+        &self,
+        req: &bindings::observer::ObserveRequest,
+    ) -> Result<Result<bindings::observer::Observation, PluginError>, CallError> {
+        if self.wit() == WitMajor::V0_2 {
+            return Ok(Ok(compat::observation()));
+        }
+        self.invoke(
+            "observer.observe",
+            &[&req.credentials],
+            Subject::None,
+            async |store, plugin| match plugin {
+                Instance::Current(p) => {
+                    p.hyperplug_provider_observer()
+                        .call_observe(store, req)
+                        .await
+                }
+                Instance::V0_2(_) => Ok(Ok(compat::observation())),
             },
         )
         .await
@@ -479,7 +652,7 @@ impl Plugin {
         call: &'static str,
         credentials: &[&Credentials],
         subject: Subject<'_>,
-        f: impl AsyncFnOnce(&mut Store<CallState>, &Bindings) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
@@ -521,6 +694,8 @@ impl Plugin {
             claims_per_object: limits.claims_per_object,
             claim_calls_left: limits.claim_calls,
             claim_calls: limits.claim_calls,
+            reservations: inner.reservations.clone(),
+            reservation_calls_left: reservations::MAX_CALLS_PER_CALL,
         };
         let state = CallState::new(
             limits,
@@ -544,8 +719,11 @@ impl Plugin {
         });
 
         let run = async {
-            let bindings = self.pre.instantiate_async(&mut store).await?;
-            f(&mut store, &bindings).await
+            let instance = match &self.pre {
+                Pre::Current(p) => Instance::Current(p.instantiate_async(&mut store).await?),
+                Pre::V0_2(p) => Instance::V0_2(p.instantiate_async(&mut store).await?),
+            };
+            f(&mut store, &instance).await
         };
         let outcome = tokio::time::timeout(limits.timeout(), Metered::call(run, meter)).await;
         let result = match outcome {

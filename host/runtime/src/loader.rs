@@ -1,6 +1,7 @@
 //! Turning a plugin file into a checked, compiled component: the file is a component,
-//! its imports are all granted, it speaks a compatible version of our WIT, and its
-//! machine code is cached by content hash and engine compatibility.
+//! its imports are all granted, it speaks a version of our WIT this host loads (the
+//! current one, or 0.2 through `compat`), and its machine code is cached by content
+//! hash and engine compatibility.
 //!
 //! Cached machine code runs unchecked in the host's process, so the cache is trusted
 //! only as far as it proves itself: its directory and key file belong to this user and
@@ -23,7 +24,36 @@ use super::error::LoadError;
 
 /// The version of `wit/` this host was built against.
 pub const WIT_PACKAGE: &str = "hyperplug:provider";
-pub const WIT_VERSION: &str = "0.2.0";
+pub const WIT_VERSION: &str = "0.3.0";
+/// The previous version (`wit/v0.2/`), whose plugins still load through `compat`.
+pub const WIT_COMPAT_VERSION: &str = "0.2.0";
+
+/// Which contract a plugin speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WitMajor {
+    /// `WIT_VERSION`'s (0.3.x).
+    Current,
+    /// `WIT_COMPAT_VERSION`'s (0.2.x).
+    V0_2,
+}
+
+impl WitMajor {
+    /// The version of the contract, as `inspect` shows it.
+    pub fn version(self) -> &'static str {
+        match self {
+            WitMajor::Current => WIT_VERSION,
+            WitMajor::V0_2 => WIT_COMPAT_VERSION,
+        }
+    }
+
+    /// Interfaces a plugin of this contract must export.
+    fn required_exports(self) -> &'static [&'static str] {
+        match self {
+            WitMajor::Current => &["identity", "cluster", "machine", "conversion", "observer"],
+            WitMajor::V0_2 => &["identity", "cluster", "machine"],
+        }
+    }
+}
 
 /// Interfaces a plugin may import. WASI 0.2's cli, filesystem and random interfaces
 /// are linked because Rust's standard library imports them, but they grant nothing:
@@ -40,18 +70,16 @@ const GRANTED: &[&str] = &[
     "hyperplug:provider/log",
     "hyperplug:provider/blobs",
     "hyperplug:provider/claims",
+    "hyperplug:provider/reservations",
     "hyperplug:provider/types",
 ];
-
-/// Interfaces a plugin must export.
-const REQUIRED_EXPORTS: &[&str] = &["identity", "cluster", "machine"];
 
 /// Read, check and compile a plugin file, using the precompiled cache when it can.
 pub fn load_component(
     engine: &Engine,
     path: &Path,
     cache_dir: Option<&Path>,
-) -> Result<(Component, String), LoadError> {
+) -> Result<(Component, String, WitMajor), LoadError> {
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
         path: path.into(),
         source,
@@ -59,9 +87,10 @@ pub fn load_component(
     check_is_component(path, &bytes)?;
     let digest = hex::encode(Sha256::digest(&bytes));
     let component = compile_cached(engine, path, &bytes, &digest, cache_dir)?;
-    check_imports(engine, path, &component)?;
-    check_exports(engine, path, &component)?;
-    Ok((component, digest))
+    let mut major = None;
+    check_imports(engine, path, &component, &mut major)?;
+    let major = check_exports(engine, path, &component, major)?;
+    Ok((component, digest, major))
 }
 
 fn check_is_component(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
@@ -292,12 +321,21 @@ fn compatible(found: &str, supported: &str) -> bool {
     }
 }
 
-fn check_imports(engine: &Engine, path: &Path, component: &Component) -> Result<(), LoadError> {
+/// Every import granted; `major` is the contract of its `hyperplug:provider` imports.
+fn check_imports(
+    engine: &Engine,
+    path: &Path,
+    component: &Component,
+    major: &mut Option<WitMajor>,
+) -> Result<(), LoadError> {
     let ty = component.component_type();
     for (name, _) in ty.imports(engine) {
         let (iface, version) = split_version(name);
         if iface.starts_with(WIT_PACKAGE) {
-            check_wit_version(path, version)?;
+            *major = Some(same_major(path, *major, version)?);
+            if *major == Some(WitMajor::V0_2) && iface == "hyperplug:provider/reservations" {
+                return Err(incompatible(path, version.unwrap_or("unversioned")));
+            }
         } else if iface.starts_with("wasi:") && !version.is_some_and(|v| compatible(v, "0.2.0")) {
             return Err(LoadError::ImportNotGranted {
                 path: path.into(),
@@ -316,20 +354,49 @@ fn check_imports(engine: &Engine, path: &Path, component: &Component) -> Result<
     Ok(())
 }
 
-fn check_wit_version(path: &Path, version: Option<&str>) -> Result<(), LoadError> {
+/// The contract `version` (of one of a plugin's `hyperplug:provider` interfaces)
+/// belongs to, which must be that of the plugin's other ones (`so_far`).
+fn same_major(
+    path: &Path,
+    so_far: Option<WitMajor>,
+    version: Option<&str>,
+) -> Result<WitMajor, LoadError> {
     let found = version.unwrap_or("unversioned");
-    if compatible(found, WIT_VERSION) {
-        Ok(())
+    let major = if compatible(found, WIT_VERSION) {
+        WitMajor::Current
+    } else if compatible(found, WIT_COMPAT_VERSION) {
+        WitMajor::V0_2
     } else {
-        Err(LoadError::IncompatibleWit {
+        return Err(incompatible(path, found));
+    };
+    match so_far {
+        Some(other) if other != major => Err(LoadError::Invalid {
             path: path.into(),
-            found: found.into(),
-            supported: WIT_VERSION.into(),
-        })
+            detail: format!(
+                "it mixes hyperplug:provider@{found} with interfaces of another version; build it against one"
+            ),
+        }),
+        _ => Ok(major),
     }
 }
 
-fn check_exports(engine: &Engine, path: &Path, component: &Component) -> Result<(), LoadError> {
+fn incompatible(path: &Path, found: &str) -> LoadError {
+    LoadError::IncompatibleWit {
+        path: path.into(),
+        found: found.into(),
+        supported: format!(
+            "{WIT_VERSION} (and still loads plugins of {WIT_PACKAGE}@{WIT_COMPAT_VERSION})"
+        ),
+    }
+}
+
+/// The plugin exports every interface its contract requires, all of one version.
+fn check_exports(
+    engine: &Engine,
+    path: &Path,
+    component: &Component,
+    mut major: Option<WitMajor>,
+) -> Result<WitMajor, LoadError> {
     let ty = component.component_type();
     let exports: Vec<(String, Option<String>)> = ty
         .exports(engine)
@@ -339,19 +406,27 @@ fn check_exports(engine: &Engine, path: &Path, component: &Component) -> Result<
             (iface.to_string(), version.map(str::to_string))
         })
         .collect();
-    for required in REQUIRED_EXPORTS {
-        let want = format!("{WIT_PACKAGE}/{required}");
-        match exports.iter().find(|(iface, _)| *iface == want) {
-            Some((_, version)) => check_wit_version(path, version.as_deref())?,
-            None => {
-                return Err(LoadError::MissingExport {
-                    path: path.into(),
-                    export: want,
-                });
-            }
+    for (iface, version) in &exports {
+        if iface.starts_with(WIT_PACKAGE) {
+            major = Some(same_major(path, major, version.as_deref())?);
         }
     }
-    Ok(())
+    let Some(major) = major else {
+        return Err(LoadError::MissingExport {
+            path: path.into(),
+            export: format!("{WIT_PACKAGE}/identity"),
+        });
+    };
+    for required in major.required_exports() {
+        let want = format!("{WIT_PACKAGE}/{required}");
+        if !exports.iter().any(|(iface, _)| *iface == want) {
+            return Err(LoadError::MissingExport {
+                path: path.into(),
+                export: want,
+            });
+        }
+    }
+    Ok(major)
 }
 
 #[cfg(test)]
@@ -369,6 +444,27 @@ mod tests {
         assert!(!compatible("unversioned", "0.1.0"));
         // A plugin of the previous contract (0.1) is refused by a 0.2 host.
         assert!(!compatible("0.1.0", "0.2.0"));
+    }
+
+    #[test]
+    fn this_host_loads_0_3_and_0_2_plugins_and_names_both_when_it_refuses_one() {
+        let path = Path::new("x.wasm");
+        assert_eq!(
+            same_major(path, None, Some("0.3.1")).unwrap(),
+            WitMajor::Current
+        );
+        assert_eq!(
+            same_major(path, None, Some("0.2.0")).unwrap(),
+            WitMajor::V0_2
+        );
+        let mixed = same_major(path, Some(WitMajor::Current), Some("0.2.0")).unwrap_err();
+        assert!(mixed.to_string().contains("mixes"), "{mixed}");
+        let err = same_major(path, None, Some("0.9.0"))
+            .unwrap_err()
+            .to_string();
+        for v in ["@0.9.0", "@0.3.0", "@0.2.0"] {
+            assert!(err.contains(&format!("hyperplug:provider{v}")), "{err}");
+        }
     }
 
     #[test]

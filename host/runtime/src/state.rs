@@ -8,13 +8,14 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::ObjectRef;
-use super::bindings::hyperplug::provider::{blobs, claims, log};
+use super::bindings::hyperplug::provider::{blobs, claims, log, reservations};
 use super::blobs::BlobStore;
 use super::claims::ClaimStore;
 use super::egress::Egress;
 use super::limits::{Breach, Limits, size};
 use super::memory::{CallLimiter, PluginBudget};
 use super::meter::CallMeter;
+use super::reservations::{self as holds, Refusal, Reservations};
 use super::text::one_line;
 
 /// Kept from the guest's stderr: enough for a panic message, no more.
@@ -46,6 +47,9 @@ pub struct Services {
     /// `claims` calls this call may still make.
     pub claim_calls_left: u32,
     pub claim_calls: u32,
+    pub reservations: Arc<Reservations>,
+    /// `reservations` calls this call may still make.
+    pub reservation_calls_left: u32,
 }
 
 impl Services {
@@ -67,6 +71,18 @@ impl Services {
             )));
         }
         self.claim_calls_left -= 1;
+        Ok(())
+    }
+
+    /// Count one call of the `reservations` import; past the limit the call fails.
+    fn reservation_call(&mut self) -> wasmtime::Result<()> {
+        if self.reservation_calls_left == 0 {
+            return Err(wasmtime::Error::new(Breach::new(
+                format!("{} reservations calls per call", holds::MAX_CALLS_PER_CALL),
+                "a fixed limit",
+            )));
+        }
+        self.reservation_calls_left -= 1;
         Ok(())
     }
 }
@@ -276,5 +292,40 @@ impl claims::Host for CallState {
             (Ok(subject), Ok(())) => s.claims.release(&s.plugin, &key, &subject.uid).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         })
+    }
+}
+
+impl reservations::Host for CallState {
+    fn reserve(&mut self, key: String, ttl_ms: u32) -> wasmtime::Result<bool> {
+        self.services.reservation_call()?;
+        let s = &self.services;
+        // A call about no object holds nothing (nothing would let it go).
+        let Ok(subject) = s.subject() else {
+            return Ok(false);
+        };
+        let ttl = std::time::Duration::from_millis(u64::from(ttl_ms));
+        match s.reservations.reserve(&s.plugin, &key, &subject.uid, ttl) {
+            Ok(held) => Ok(held),
+            Err(Refusal::BadKey) => Err(wasmtime::Error::msg(format!(
+                "reservation key must be 1-{} bytes",
+                holds::MAX_KEY
+            ))),
+            Err(Refusal::Full) => Err(wasmtime::Error::new(Breach::new(
+                format!(
+                    "{} reservations held by one plugin",
+                    holds::MAX_HELD_PER_PLUGIN
+                ),
+                "a fixed limit",
+            ))),
+        }
+    }
+
+    fn release(&mut self, key: String) -> wasmtime::Result<()> {
+        self.services.reservation_call()?;
+        let s = &self.services;
+        if let Ok(subject) = s.subject() {
+            s.reservations.release(&s.plugin, &key, &subject.uid);
+        }
+        Ok(())
     }
 }

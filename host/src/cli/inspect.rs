@@ -2,7 +2,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use hyperplug_runtime::{Limits, Runtime, WIT_PACKAGE, WIT_VERSION};
+use hyperplug_runtime::{Limits, Runtime, WIT_PACKAGE};
 use serde_json::json;
 
 use super::{CacheArgs, load_plugins};
@@ -27,13 +27,17 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     .await?
     .remove(0);
     let info = plugin.info();
-    let wit = format!("{WIT_PACKAGE}@{WIT_VERSION}");
+    let wit = format!("{WIT_PACKAGE}@{}", plugin.wit().version());
     let imports = plugin.imports();
     if args.json {
         let kinds: Vec<_> = info
             .kinds
             .iter()
-            .map(|k| json!({"kind": k.kind, "role": k.role.name(), "columns": k.columns.iter().map(|c| &c.name).collect::<Vec<_>>()}))
+            .map(|k| json!({
+                "kind": k.kind, "role": k.role.name(),
+                "versions": k.versions.iter().map(|v| json!({"name": v.name, "served": v.served, "storage": v.storage})).collect::<Vec<_>>(),
+                "columns": k.columns.iter().map(|c| &c.name).collect::<Vec<_>>(),
+            }))
             .collect();
         let doc = json!({
             "name": info.name, "version": info.version, "wit": wit,
@@ -62,7 +66,21 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     );
     println!("kinds:");
     for k in &info.kinds {
-        println!("  {:<28} {}", k.kind, k.role.name());
+        // Versions oldest first; the stored one marked `*`, one not served in brackets.
+        let versions: Vec<String> = k
+            .versions
+            .iter()
+            .map(|v| {
+                let name = format!("{}{}", v.name, if v.storage { "*" } else { "" });
+                if v.served { name } else { format!("[{name}]") }
+            })
+            .collect();
+        println!(
+            "  {:<28} {:<22} {}",
+            k.kind,
+            k.role.name(),
+            versions.join(" ")
+        );
     }
     println!("imports:");
     for i in imports {

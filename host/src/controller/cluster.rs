@@ -75,6 +75,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         state: str_field(&obj, "status.pluginState").map(str::to_string),
         credentials: creds.primary,
         more_credentials: creds.more,
+        plugin_status: None,
     };
     if deleting {
         return delete(&ctx, &own, &obj, &req, &version).await;
@@ -230,6 +231,8 @@ mod tests {
                 phase: phase.into(),
                 message: "3 nodes".into(),
                 requeue_after_ms: None,
+                waits: vec![],
+                durable: true,
             },
             ready,
             control_plane_endpoint: None,

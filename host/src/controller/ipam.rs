@@ -18,7 +18,7 @@ use super::objects::{
     self, api, field, in_cluster_ip_pool, ip_address, ip_address_claim, str_field,
 };
 use hyperplug_runtime::bindings::cluster::IpPool;
-use hyperplug_runtime::bindings::machine::{AddressRequest, AllocatedAddress};
+use hyperplug_runtime::bindings::machine::{AddressPool, AddressRequest, AllocatedAddress};
 
 const FIELD_MANAGER: &str = "hyperplug";
 /// Label of a claim: its machine (by name, or a digest of a name too long for a label).
@@ -35,11 +35,13 @@ pub fn pool_name(infra_cluster: &str, pool: &str) -> String {
 
 /// The kind of the pools the host makes from an InfraCluster's `ip-pools`.
 const IN_CLUSTER_POOL: &str = "InClusterIPPool";
+/// The API group of Cluster API's IPAM pools and claims.
+const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 
-/// A Cluster API IPAM pool, as a claim's `spec.poolRef` names it (group
-/// `ipam.cluster.x-k8s.io`).
+/// A Cluster API IPAM pool, as a claim's `spec.poolRef` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolRef {
+    pub api_group: String,
     pub kind: String,
     pub name: String,
 }
@@ -47,34 +49,37 @@ pub struct PoolRef {
 impl PoolRef {
     /// The pool an address request names: one the InfraCluster `infra_cluster`
     /// reported in its `ip-pools` (`ipv4`: the InClusterIPPool `<infra_cluster>-ipv4`),
-    /// or any pool as `<Kind>/<name>` (e.g. `GlobalInClusterIPPool/shared`).
-    pub fn of(infra_cluster: &str, pool: &str) -> PoolRef {
-        match pool.split_once('/') {
-            Some((kind, name)) => PoolRef {
-                kind: kind.into(),
-                name: name.into(),
+    /// or any pool by reference (e.g. a `GlobalInClusterIPPool`).
+    pub fn of(infra_cluster: &str, pool: &AddressPool) -> PoolRef {
+        match pool {
+            AddressPool::Reference(r) => PoolRef {
+                api_group: r.api_group.clone(),
+                kind: r.kind.clone(),
+                name: r.name.clone(),
             },
-            None => PoolRef {
+            AddressPool::Reported(name) => PoolRef {
+                api_group: IPAM_GROUP.into(),
                 kind: IN_CLUSTER_POOL.into(),
-                name: pool_name(infra_cluster, pool),
+                name: pool_name(infra_cluster, name),
             },
         }
     }
 }
 
-/// The claim names of a machine's requests: `<machine>-<device>`, or, for a device
-/// with several requests (a dual-stack NIC), `<machine>-<device>-<pool>`; each made a
-/// valid object name (lower case, `[a-z0-9.-]`, at most 253 characters: a longer one
-/// ends in a digest of the whole).
+/// The claim names of a machine's requests: `<machine>-<claim-suffix>` when the
+/// plugin names it, else `<machine>-<device>`, or, for a device with several requests
+/// (a dual-stack NIC), `<machine>-<device>-<pool>`; each made a valid object name
+/// (lower case, `[a-z0-9.-]`, at most 253 characters: a longer one ends in a digest
+/// of the whole).
 pub fn claim_names(machine: &str, requests: &[AddressRequest]) -> Vec<String> {
     requests
         .iter()
         .map(|r| {
             let shared = requests.iter().filter(|o| o.device == r.device).count() > 1;
-            let raw = if shared {
-                format!("{machine}-{}-{}", r.device, r.pool)
-            } else {
-                format!("{machine}-{}", r.device)
+            let raw = match &r.claim_suffix {
+                Some(suffix) => format!("{machine}-{suffix}"),
+                None if shared => format!("{machine}-{}-{}", r.device, r.pool.label()),
+                None => format!("{machine}-{}", r.device),
             };
             object_name(&raw)
         })
@@ -228,6 +233,9 @@ impl MachineClaims {
                 Ok::<_, kube::Error>(Claim {
                     name: claim.name_any(),
                     pool: PoolRef {
+                        api_group: str_field(&claim, "spec.poolRef.apiGroup")
+                            .unwrap_or(IPAM_GROUP)
+                            .to_string(),
                         kind: text("spec.poolRef.kind"),
                         name: text("spec.poolRef.name"),
                     },
@@ -303,7 +311,7 @@ impl MachineClaims {
                 },
                 "spec": {
                     "clusterName": cluster_name,
-                    "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": pool.kind, "name": pool.name},
+                    "poolRef": {"apiGroup": pool.api_group, "kind": pool.kind, "name": pool.name},
                 },
             });
             claims
@@ -372,18 +380,33 @@ pub async fn release_claims(ctx: &Context, machine: &DynamicObject) -> Result<()
 mod tests {
     use super::*;
 
-    fn request(device: &str, pool: &str) -> AddressRequest {
-        AddressRequest {
-            device: device.into(),
-            pool: pool.into(),
+    use hyperplug_runtime::bindings::machine::PoolRef as WitPoolRef;
+
+    /// A reported pool by name, or `<Kind>/<name>` of an IPAM pool.
+    fn pool(p: &str) -> AddressPool {
+        match p.split_once('/') {
+            Some((kind, name)) => AddressPool::Reference(WitPoolRef {
+                api_group: IPAM_GROUP.into(),
+                kind: kind.into(),
+                name: name.into(),
+            }),
+            None => AddressPool::Reported(p.into()),
         }
     }
 
-    fn claim(name: &str, device: &str, pool: &str, owned: bool) -> Claim {
+    fn request(device: &str, p: &str) -> AddressRequest {
+        AddressRequest {
+            device: device.into(),
+            pool: pool(p),
+            claim_suffix: None,
+        }
+    }
+
+    fn claim(name: &str, device: &str, p: &str, owned: bool) -> Claim {
         Claim {
             name: name.into(),
             device: device.into(),
-            pool: PoolRef::of("demo", pool),
+            pool: PoolRef::of("demo", &pool(p)),
             owned,
             address: None,
         }
@@ -402,7 +425,7 @@ mod tests {
         };
         let to_write = seen.to_write("demo", &dual);
         assert_eq!(to_write.len(), 1);
-        assert_eq!(to_write[0].pool, "ipv6");
+        assert_eq!(to_write[0].pool.label(), "ipv6");
         // A request per device keeps the name `<machine>-<device>`.
         let apart = [
             request("net0-00-inet", "ipv4"),
@@ -412,18 +435,35 @@ mod tests {
     }
 
     #[test]
+    fn a_plugin_may_name_the_claim_itself() {
+        let mut named = request("net0", "ipv4");
+        named.claim_suffix = Some("net0-00-inet".into());
+        assert_eq!(
+            names(&[named, request("net0", "ipv6")]),
+            ["cp-0-net0-00-inet", "cp-0-net0-ipv6"]
+        );
+    }
+
+    #[test]
     fn a_request_names_a_reported_pool_or_any_pool_by_kind() {
         assert_eq!(
-            PoolRef::of("demo", "ipv4"),
+            PoolRef::of("demo", &pool("ipv4")),
             PoolRef {
+                api_group: IPAM_GROUP.into(),
                 kind: "InClusterIPPool".into(),
                 name: "demo-ipv4".into()
             }
         );
+        let other = AddressPool::Reference(WitPoolRef {
+            api_group: "ipam.example.com".into(),
+            kind: "VendorPool".into(),
+            name: "shared".into(),
+        });
         assert_eq!(
-            PoolRef::of("demo", "GlobalInClusterIPPool/shared"),
+            PoolRef::of("demo", &other),
             PoolRef {
-                kind: "GlobalInClusterIPPool".into(),
+                api_group: "ipam.example.com".into(),
+                kind: "VendorPool".into(),
                 name: "shared".into()
             }
         );

@@ -222,6 +222,8 @@ mod tests {
             phase: "Deleting".into(),
             message: String::new(),
             requeue_after_ms: None,
+            waits: vec![],
+            durable: true,
         };
         let text = outcome(Ok(Some(big)));
         assert!(

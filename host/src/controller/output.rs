@@ -9,7 +9,7 @@
 //! reasons replaced where they are used, since a long message or an odd phase is no
 //! reason to stop.
 use hyperplug_runtime::bindings::cluster::ClusterStatus;
-use hyperplug_runtime::bindings::machine::{MachineStatus, TemplateStatus};
+use hyperplug_runtime::bindings::machine::{AddressPool, MachineStatus, TemplateStatus};
 use hyperplug_runtime::bindings::types::Progress;
 
 /// Largest `progress.state` kept in `status.pluginState`.
@@ -40,7 +40,13 @@ impl Check for Progress {
                 MAX_STATE_BYTES
             )));
         }
-        value("progress.phase", &self.phase)
+        value("progress.phase", &self.phase)?;
+        count("progress.waits", self.waits.len())?;
+        for (i, w) in self.waits.iter().enumerate() {
+            key(&format!("progress.waits[{i}].endpoint"), &w.endpoint)?;
+            value(&format!("progress.waits[{i}].key"), &w.key)?;
+        }
+        Ok(())
     }
 }
 
@@ -61,7 +67,20 @@ impl Check for MachineStatus {
         count("address-requests", self.address_requests.len())?;
         for (i, r) in self.address_requests.iter().enumerate() {
             key(&format!("address-requests[{i}].device"), &r.device)?;
-            key(&format!("address-requests[{i}].pool"), &r.pool)?;
+            match &r.pool {
+                AddressPool::Reported(name) => key(&format!("address-requests[{i}].pool"), name)?,
+                AddressPool::Reference(p) => {
+                    key(
+                        &format!("address-requests[{i}].pool.api-group"),
+                        &p.api_group,
+                    )?;
+                    key(&format!("address-requests[{i}].pool.kind"), &p.kind)?;
+                    key(&format!("address-requests[{i}].pool.name"), &p.name)?;
+                }
+            }
+            if let Some(suffix) = &r.claim_suffix {
+                key(&format!("address-requests[{i}].claim-suffix"), suffix)?;
+            }
         }
         if let Some(id) = &self.provider_id {
             value("provider-id", id)?;
@@ -149,6 +168,8 @@ mod tests {
             phase: phase.into(),
             message: String::new(),
             requeue_after_ms: None,
+            waits: vec![],
+            durable: true,
         }
     }
 
@@ -163,6 +184,7 @@ mod tests {
             needs_bootstrap: false,
             drift: None,
             details: vec![("vmid".into(), "100".into())],
+            plugin_status: None,
         }
     }
 

@@ -67,6 +67,13 @@ async fn the_proxmox_plugin_passes_against_pve_sim() {
     passes_against(Config::fast()).await;
 }
 
+/// The Proxmox plugin as built against WIT 0.2 (before waits, observer and versions)
+/// still loads, through the host's 0.2 bindings, and passes the same suite.
+#[tokio::test]
+async fn the_proxmox_plugin_built_against_wit_0_2_passes_against_pve_sim() {
+    passes_with("proxmox-wit-0.2", Config::fast()).await;
+}
+
 /// With PVE-like task durations and boot delays, the state is dropped while the clone
 /// task is still running, and the plugin must adopt a VM that is locked mid-clone.
 #[tokio::test]
@@ -139,8 +146,17 @@ async fn the_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
     }
 }
 
-/// Runs the suite; its cases, and the simulator's fault rule hits.
+/// Runs the suite for the bundled Proxmox plugin; its cases, and the simulator's fault
+/// rule hits.
 async fn passes_against(
+    config: Config,
+) -> (Vec<(String, &'static str, String)>, serde_json::Value) {
+    passes_with("proxmox", config).await
+}
+
+/// Runs the suite for the Proxmox plugin `plugin` (by name, see `plugin_path`).
+async fn passes_with(
+    plugin: &str,
     config: Config,
 ) -> (Vec<(String, &'static str, String)>, serde_json::Value) {
     let target = Against::start(config).await;
@@ -150,7 +166,7 @@ async fn passes_against(
     );
     let (out, stdout) = target
         .conformance(
-            "proxmox",
+            plugin,
             &[
                 "--spec",
                 spec.to_str().unwrap(),

@@ -1,8 +1,9 @@
 //! A plugin file is loaded only if it is a component, imports only what is granted and
 //! speaks a compatible version of our WIT; each refusal says which rule it broke.
-use hyperplug_runtime::{Limits, LoadError, Runtime};
+use hyperplug_runtime::bindings::conversion::ConversionRequest;
+use hyperplug_runtime::{Limits, LoadError, PluginError, Runtime, WitMajor};
 
-use crate::support::plugin_path;
+use crate::support::{load, plugin_path};
 
 fn runtime(cache: Option<std::path::PathBuf>) -> Runtime {
     Runtime::new(Limits::default(), cache).expect("runtime")
@@ -90,14 +91,90 @@ async fn a_plugin_importing_sockets_is_refused_naming_the_import() {
 }
 
 #[tokio::test]
-async fn a_plugin_for_another_major_of_the_wit_is_refused_with_both_versions() {
+async fn a_plugin_for_another_major_of_the_wit_is_refused_naming_the_versions_this_host_loads() {
     let err = load_error(&plugin_path("wrong-wit")).await;
     assert!(matches!(err, LoadError::IncompatibleWit { .. }), "{err}");
     let text = err.to_string();
+    for version in ["0.9.0", "0.3.0", "0.2.0"] {
+        assert!(
+            text.contains(&format!("hyperplug:provider@{version}")),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_plugin_built_against_wit_0_2_loads_with_one_version_per_kind_and_nothing_to_convert() {
+    let (_, plugin) = load("proxmox-wit-0.2", Limits::default()).await;
+    assert_eq!(plugin.wit(), WitMajor::V0_2);
+    let info = plugin.info();
+    assert_eq!(info.name, "proxmox");
+    for kind in &info.kinds {
+        let versions: Vec<(&str, bool, bool)> = kind
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage))
+            .collect();
+        assert_eq!(versions, [("v1alpha1", true, true)], "{}", kind.kind);
+    }
+    let convert = |to: &str| ConversionRequest {
+        kind: "ProxmoxMachine".into(),
+        from_version: "v1alpha1".into(),
+        to_version: to.into(),
+        object: r#"{"spec":{"sourceNode":"pve1"}}"#.into(),
+        preserved: None,
+    };
+    let same = plugin.convert(&convert("v1alpha1")).await.unwrap().unwrap();
+    assert_eq!(same.object, r#"{"spec":{"sourceNode":"pve1"}}"#);
+    let other = plugin.convert(&convert("v1alpha2")).await.unwrap();
     assert!(
-        text.contains("hyperplug:provider@0.3.0") && text.contains("hyperplug:provider@0.2.0"),
-        "{text}"
+        matches!(&other, Err(PluginError::Terminal(t)) if t.reason == "UnknownVersion"),
+        "{other:?}"
     );
+}
+
+#[tokio::test]
+async fn the_current_proxmox_plugin_speaks_0_3_and_converts_between_its_versions() {
+    let (_, plugin) = load("proxmox", Limits::default()).await;
+    assert_eq!(plugin.wit(), WitMajor::Current);
+    let machine = plugin
+        .info()
+        .kinds
+        .iter()
+        .find(|k| k.kind == "ProxmoxMachine")
+        .unwrap();
+    let stored: Vec<&str> = machine
+        .versions
+        .iter()
+        .filter(|v| v.storage)
+        .map(|v| v.name.as_str())
+        .collect();
+    assert_eq!(stored, ["v1alpha2"]);
+    let object = r#"{"spec":{"sourceNode":"pve1","templateID":9000}}"#;
+    let up = plugin
+        .convert(&ConversionRequest {
+            kind: "ProxmoxMachine".into(),
+            from_version: "v1alpha1".into(),
+            to_version: "v1alpha2".into(),
+            object: object.into(),
+            preserved: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let back = plugin
+        .convert(&ConversionRequest {
+            kind: "ProxmoxMachine".into(),
+            from_version: "v1alpha2".into(),
+            to_version: "v1alpha1".into(),
+            object: up.object,
+            preserved: up.preserved,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let json = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap();
+    assert_eq!(json(&back.object), json(object));
 }
 
 #[tokio::test]

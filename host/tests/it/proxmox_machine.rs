@@ -46,6 +46,7 @@ fn request(
         addresses: vec![],
         credentials: pinned(sim),
         more_credentials: vec![],
+        plugin_status: None,
     }
 }
 
@@ -173,7 +174,7 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
     let wanted: Vec<(String, String)> = first
         .address_requests
         .iter()
-        .map(|r| (r.device.clone(), r.pool.clone()))
+        .map(|r| (r.device.clone(), r.pool.label()))
         .collect();
     assert_eq!(wanted, [("net0-00-inet".to_string(), "ipv4".to_string())]);
     assert!(non_templates(&sim).is_empty(), "no VM before the address");

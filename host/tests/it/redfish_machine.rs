@@ -475,7 +475,7 @@ async fn a_static_address_from_the_pool_is_bound_to_the_hosts_first_nic() {
     let status = fleet.create(&req).await.expect("create");
     assert_eq!(status.progress.phase, "WaitingForAddresses");
     assert_eq!(status.address_requests.len(), 1);
-    assert_eq!(status.address_requests[0].pool, "ipv4");
+    assert_eq!(status.address_requests[0].pool.label(), "ipv4");
     let system = &fleet.bmcs[0].systems[0];
     assert_eq!(fleet.holder(&system.uuid).await, None);
 

@@ -27,7 +27,7 @@ fn machine_schema(kit: &Kit) -> Option<Value> {
         .kinds
         .iter()
         .find(|k| k.role == KindRole::InfraMachine)?;
-    serde_json::from_str(&kind.spec_schema).ok()
+    serde_json::from_str(kit.info.spec_schema(kind)).ok()
 }
 
 pub async fn invalid_spec(kit: &mut Kit, breakage: Breakage) -> Verdict {

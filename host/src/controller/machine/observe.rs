@@ -202,6 +202,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         addresses: claims.bound(),
         credentials: creds.primary,
         more_credentials: creds.more,
+        plugin_status: None,
     };
     Ok(Step::Call(Box::new(Observed {
         credentials: version,

@@ -239,6 +239,8 @@ mod tests {
                 phase: phase.into(),
                 message: message.into(),
                 requeue_after_ms: None,
+                waits: vec![],
+                durable: true,
             },
             ready,
             provider_id: Some("proxmox://u".into()),

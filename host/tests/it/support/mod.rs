@@ -32,8 +32,14 @@ fn built() -> &'static PathBuf {
     })
 }
 
-/// `proxmox` or `redfish` (the bundled plugins) or a test plugin: `hostile`, `wrong-wit`, `sockets`.
+/// `proxmox` or `redfish` (the bundled plugins), a test plugin: `hostile`, `wrong-wit`,
+/// `sockets`, or `proxmox-wit-0.2` (the Proxmox plugin as built against WIT 0.2, kept
+/// in tests/fixtures/).
 pub fn plugin_path(name: &str) -> PathBuf {
+    if name == "proxmox-wit-0.2" {
+        return PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/proxmox-wit-0.2.wasm");
+    }
     let out = built();
     if name == "proxmox" || name == "redfish" {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../plugins/{name}.wasm"))
@@ -125,6 +131,7 @@ pub fn machine_request(
         addresses: vec![],
         credentials,
         more_credentials: vec![],
+        plugin_status: None,
     }
 }
 
@@ -138,6 +145,7 @@ pub fn cluster_request(
         state: None,
         credentials,
         more_credentials: vec![],
+        plugin_status: None,
     }
 }
 
