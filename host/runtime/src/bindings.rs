@@ -44,7 +44,7 @@ impl identity::KindInfo {
 impl identity::PluginInfo {
     /// The `spec` schema (JSON) of `kind` in the version calls speak (`api-version`);
     /// the loader made sure every kind has it.
-    pub fn spec_schema(&self, kind: &identity::KindInfo) -> &str {
+    pub fn spec_schema<'a>(&'a self, kind: &'a identity::KindInfo) -> &'a str {
         kind.version(&self.api_version)
             .map(|v| v.spec_schema.as_str())
             .unwrap_or("{}")

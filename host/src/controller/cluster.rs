@@ -243,6 +243,7 @@ mod tests {
             }],
             ip_pools: vec![],
             details: vec![],
+            plugin_status: None,
         }
     }
 

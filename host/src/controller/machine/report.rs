@@ -253,6 +253,7 @@ mod tests {
             needs_bootstrap: false,
             drift,
             details: vec![("vmid".into(), "103".into())],
+            plugin_status: None,
         }
     }
 
