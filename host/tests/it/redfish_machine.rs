@@ -47,6 +47,7 @@ impl Fleet {
             spec: "{}".into(),
             cluster_spec: json!({"controlPlaneEndpoint": {"host": "10.0.0.10", "port": 6443}})
                 .to_string(),
+            plugin_status: None,
             state: None,
             bootstrap: None,
             failure_domain: None,
