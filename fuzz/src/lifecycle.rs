@@ -11,6 +11,8 @@ use guest_kit::testing::{allocated, credentials, machine_request, object};
 use guest_kit::types::PluginError;
 
 use crate::checks;
+use guest_kit::fuzzing::Host;
+
 use crate::script::{Script, Seen};
 
 /// The machine's UID: the ownership marker recorded seeds carry.
@@ -30,39 +32,83 @@ pub struct Reached {
     pub phases: Vec<String>,
 }
 
-/// Run the whole lifecycle of plugin `P` against `input`'s script.
+/// What a lifecycle starts from: the script's header lines.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The machine's and the cluster's spec (JSON).
+    pub spec: String,
+    pub cluster_spec: String,
+    /// The state the first create call gets (`state`: lost or forged state).
+    pub state: Option<String>,
+    pub failure_domain: Option<String>,
+    /// What the bootstrap provider hands over when the plugin asks (`bootstrap`, `\n`
+    /// for a new line; `format`).
+    pub bootstrap: BootstrapData,
+    /// What IPAM hands over for a device (`address DEVICE ADDRESS PREFIX [GATEWAY]`);
+    /// without one, an address of its own.
+    pub addresses: Vec<AllocatedAddress>,
+}
+
+impl Inputs {
+    pub fn of(script: &Script) -> Inputs {
+        Inputs {
+            spec: script.header("spec").unwrap_or("{}").to_string(),
+            cluster_spec: script.header("cluster").unwrap_or("{}").to_string(),
+            state: script.header("state").map(str::to_string),
+            failure_domain: script.header("failure-domain").map(str::to_string),
+            bootstrap: BootstrapData {
+                format: script
+                    .header("format")
+                    .unwrap_or("cloud-config")
+                    .to_string(),
+                value: script
+                    .header("bootstrap")
+                    .unwrap_or("#cloud-config\\nruncmd: [kubeadm join]")
+                    .replace("\\n", "\n")
+                    .into_bytes(),
+            },
+            addresses: script
+                .headers("address")
+                .iter()
+                .filter_map(|a| address(a))
+                .collect(),
+        }
+    }
+}
+
+/// Run the whole lifecycle of plugin `P` against `input`'s script, and check that
+/// nothing the plugin logged or sent carries the secret.
 pub fn run<P: MachineGuest + ClusterGuest>(input: &[u8]) -> Reached {
     let script = Script::parse(input);
-    let spec = script.header("spec").unwrap_or("{}").to_string();
-    let cluster_spec = script.header("cluster").unwrap_or("{}").to_string();
-    let mut req = machine_request(UID, &spec, &cluster_spec, ENDPOINT);
-    req.state = script.header("state").map(str::to_string);
-    req.failure_domain = script.header("failure-domain").map(str::to_string);
-    let bootstrap = BootstrapData {
-        format: script
-            .header("format")
-            .unwrap_or("cloud-config")
-            .to_string(),
-        value: script
-            .header("bootstrap")
-            .unwrap_or("#cloud-config\nruncmd: [kubeadm join]")
-            .replace("\\n", "\n")
-            .into_bytes(),
-    };
-    let given: Vec<AllocatedAddress> = script
-        .headers("address")
-        .iter()
-        .filter_map(|a| address(a))
-        .collect();
+    let inputs = Inputs::of(&script);
     let (host, seen) = script.into_host();
+    let reached = drive::<P>(&inputs, host, &|| {});
+    no_secret_sent(&seen.borrow());
+    reached
+}
+
+/// The lifecycle of plugin `P` from `inputs` with `host` answering its imports;
+/// `pause` runs between two calls (a recording against a live simulator waits there).
+pub fn drive<P: MachineGuest + ClusterGuest>(
+    inputs: &Inputs,
+    host: impl Host + 'static,
+    pause: &dyn Fn(),
+) -> Reached {
     let _installed = guest_kit::fuzzing::install(host);
+    let mut req = machine_request(UID, &inputs.spec, &inputs.cluster_spec, ENDPOINT);
+    req.state = inputs.state.clone();
+    req.failure_domain = inputs.failure_domain.clone();
+    let (bootstrap, given) = (&inputs.bootstrap, &inputs.addresses);
+    let cluster_spec = &inputs.cluster_spec;
+    let spec = &inputs.spec;
 
     let mut reached = Reached::default();
-    reached.cluster_ready = cluster::<P>(&cluster_spec);
-    template::<P>(&spec);
+    reached.cluster_ready = cluster::<P>(cluster_spec);
+    template::<P>(spec);
     let roots = ["spec", "cluster.spec"];
 
     for _ in 0..MAX_CALLS {
+        pause();
         match P::create(req.clone()) {
             Ok(s) => {
                 checks::machine_status(&s);
@@ -72,7 +118,7 @@ pub fn run<P: MachineGuest + ClusterGuest>(input: &[u8]) -> Reached {
                     req.bootstrap = Some(bootstrap.clone());
                 }
                 for r in &s.address_requests {
-                    give_address(&mut req, &given, &r.device, &r.pool);
+                    give_address(&mut req, given, &r.device, &r.pool);
                 }
                 if s.ready {
                     reached.machine_ready = true;
@@ -100,6 +146,7 @@ pub fn run<P: MachineGuest + ClusterGuest>(input: &[u8]) -> Reached {
         }
     }
     for _ in 0..MAX_CALLS {
+        pause();
         match <P as MachineGuest>::delete(req.clone()) {
             Ok(None) => {
                 reached.deleted = true;
@@ -117,7 +164,6 @@ pub fn run<P: MachineGuest + ClusterGuest>(input: &[u8]) -> Reached {
             }
         }
     }
-    no_secret_sent(&seen.borrow());
     reached
 }
 

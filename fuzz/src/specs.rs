@@ -7,9 +7,9 @@ use guest_kit::testing::{credentials, machine_request, object};
 use guest_kit::types::PluginError;
 use serde_json::Value;
 
-use crate::checks;
 use crate::lifecycle::{ENDPOINT, UID};
 use crate::script::Script;
+use crate::{Proxmox, Redfish, checks};
 
 /// A machine spec both plugins accept, for the calls that fuzz the cluster spec.
 const MACHINE: &str = r#"{"templateID":9000,"sourceNode":"pve1"}"#;
@@ -21,8 +21,6 @@ pub fn run(input: &[u8]) {
     let (host, _) = Script::default().into_host();
     let _installed = guest_kit::fuzzing::install(host);
 
-    type Proxmox = guest_proxmox::ExportedPlugin;
-    type Redfish = guest_redfish::ExportedPlugin;
     machine::<Proxmox>(&text, "{}");
     machine::<Proxmox>(MACHINE, &text);
     template::<Proxmox>(&text);
