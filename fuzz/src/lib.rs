@@ -18,7 +18,7 @@ pub type Proxmox = guest_proxmox::ExportedPlugin;
 /// The Redfish plugin, as the host calls it.
 pub type Redfish = guest_redfish::ExportedPlugin;
 
-/// The committed seeds (`examples/seeds.rs` writes them) still do what they were made
+/// The committed seeds (`record/` writes them) still do what they were made
 /// for: the recorded lifecycles run through, and no seed trips a check.
 #[cfg(test)]
 mod seeds {
@@ -49,7 +49,7 @@ mod seeds {
             if whole {
                 assert!(
                     reached.cluster_ready && reached.machine_ready && reached.deleted,
-                    "{name} no longer runs through: {reached:?} (run examples/seeds.rs again?)"
+                    "{name} no longer runs through: {reached:?} (record the seeds again: fuzz/README.md)"
                 );
             }
         }

@@ -11,7 +11,7 @@
 //!   libFuzzer dictionary.
 //!
 //! ```sh
-//! cargo run --manifest-path fuzz/Cargo.toml --example seeds -- [REFERENCE_DIR]
+//! cargo run --manifest-path fuzz/Cargo.toml -p hyperplug-fuzz-seeds -- [REFERENCE_DIR]
 //! ```
 //! REFERENCE_DIR defaults to `../shared/reference/pve` beside the repository.
 use std::cell::RefCell;
@@ -30,7 +30,10 @@ use hyperplug_fuzz::script::{Reply, Script, api_path};
 use serde_json::{Value, json};
 
 fn main() {
-    let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("record/ is in fuzz/")
+        .to_path_buf();
     let repo = fuzz
         .parent()
         .expect("fuzz/ is in the repository")
@@ -90,7 +93,7 @@ fn scenarios() -> Vec<(&'static str, String)> {
         json!({"addresses": ["fd00:20::10-fd00:20::60"], "prefix": 64, "gateway": "fd00:20::1"});
     let lines = |spec: Value, cluster: Value, extra: &str| {
         format!(
-            "# recorded against pve-sim by examples/seeds.rs\nspec {spec}\ncluster {cluster}\n{extra}"
+            "# recorded against pve-sim by fuzz/record\nspec {spec}\ncluster {cluster}\n{extra}"
         )
     };
     vec![
@@ -141,7 +144,11 @@ fn scenarios() -> Vec<(&'static str, String)> {
 fn record(runtime: &tokio::runtime::Runtime, headers: &str) -> String {
     let sim = runtime
         .block_on(pve_sim::Simulator::start(
-            pve_sim::Config::fast(),
+            pve_sim::Config {
+                // The same MACs and UUIDs every time: recording again changes little.
+                seed: Some(15),
+                ..pve_sim::Config::fast()
+            },
             pve_sim::ListenOpts {
                 addr: "127.0.0.1:0".into(),
                 tls: false,
@@ -468,7 +475,7 @@ fn dictionary() -> String {
             collect_properties(&schema, &mut names);
         }
     }
-    let mut out = String::from("# Spec field names of the bundled plugins (examples/seeds.rs)\n");
+    let mut out = String::from("# Spec field names of the bundled plugins (fuzz/record)\n");
     for n in names {
         out.push_str(&format!("\"\\\"{n}\\\":\"\n"));
     }
