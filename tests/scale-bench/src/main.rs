@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use futures::{StreamExt, TryStreamExt};
-use hyperplug::runtime::bindings::machine::TemplateRequest;
-use hyperplug::runtime::{Limits, ObjectRef, Runtime, overhead};
+use hyperplug_runtime::bindings::machine::TemplateRequest;
+use hyperplug_runtime::{Limits, ObjectRef, Runtime, overhead};
 use kube_world::{AUDIT_WRITES_POLICY, Plane, PlaneOpts};
 use pve_sim::{ListenOpts, Simulator};
 
