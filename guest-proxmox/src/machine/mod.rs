@@ -81,9 +81,9 @@
 //! `configure::config_update`, `scheduler::choose_node`), so unit tests (`testing`
 //! builds their requests) check it without a Proxmox.
 
+use guest_kit::invalid;
 use guest_kit::machine::{Guest, MachineRequest, MachineStatus, TemplateRequest, TemplateStatus};
 use guest_kit::types::{PluginError, Progress};
-use guest_kit::{invalid, parse_spec};
 
 use crate::Plugin;
 use crate::api::{Pve, percent_encode};
