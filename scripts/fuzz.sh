@@ -6,6 +6,8 @@
 #   scripts/fuzz.sh --long                # each target for 30 min, growing the corpus kept in
 #                                         # ~/.cache/hyperplug/fuzz/corpus (minimized at the end)
 #   scripts/fuzz.sh --seconds 600 pve_replies   # one target, any duration (kept corpus)
+#   scripts/fuzz.sh --record              # write the committed seeds (fuzz/seeds) again:
+#                                         # the same files on every run (stable Rust)
 #
 # Installs what it needs: a nightly toolchain (FUZZ_TOOLCHAIN) and cargo-fuzz
 # (CARGO_FUZZ_VERSION), both pinned in scripts/tools.env. Builds with optimizations,
@@ -23,8 +25,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --ci) mode=ci; seconds=${seconds:-25} ;;
     --long) mode=long; seconds=${seconds:-1800} ;;
+    --record) mode=record ;;
     --seconds) seconds=$2; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1") ;;
   esac
@@ -35,6 +38,17 @@ all_targets=(pve_replies specs nocloud_iso)
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 
 log() { printf '[fuzz] %s\n' "$*" >&2; }
+
+if [ "$mode" = record ]; then
+  # pve-sim in-process, deterministic (fixed seed, times made canonical): recording again
+  # changes the seeds only where a plugin's API calls or pve-sim's replies changed.
+  log "recording the seeds (fuzz/record)"
+  cargo run --quiet --manifest-path fuzz/Cargo.toml -p hyperplug-fuzz-seeds -- ${targets[@]+"${targets[@]}"}
+  log "seed tests"
+  cargo test --quiet --manifest-path fuzz/Cargo.toml --lib
+  git status --short -- fuzz/seeds fuzz/specs.dict >&2
+  exit 0
+fi
 cache="$HOME/.cache/hyperplug/fuzz"
 toolchain=${FUZZ_TOOLCHAIN:-nightly}
 sanitizer=${FUZZ_SANITIZER:-none}
@@ -60,7 +74,7 @@ fi
 log "building ${targets[*]} ($toolchain, sanitizer $sanitizer)"
 build_started=$SECONDS
 for t in "${targets[@]}"; do
-  cargo "+$toolchain" fuzz build -O --sanitizer "$sanitizer" "$t"
+  cargo "+$toolchain" fuzz build -O -a --sanitizer "$sanitizer" "$t"
 done
 log "built in $((SECONDS - build_started)) s"
 bin_dir="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release"
@@ -87,7 +101,7 @@ for t in "${targets[@]}"; do
     grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse|RELOAD)' "$out" | tail -40 >&2
     crash=$(grep -o "Test unit written to .*" "$out" | tail -1 | sed 's/Test unit written to //')
     log "$t FAILED; input: $crash"
-    log "replay: cargo +$toolchain fuzz run -O --sanitizer $sanitizer $t $crash"
+    log "replay: cargo +$toolchain fuzz run -O -a --sanitizer $sanitizer $t $crash"
   fi
   if [ "$mode" = ci ]; then
     rm -rf "$corpus"

@@ -13,7 +13,8 @@
 //! ```sh
 //! cargo run --manifest-path fuzz/Cargo.toml -p hyperplug-fuzz-seeds -- [REFERENCE_DIR]
 //! ```
-//! REFERENCE_DIR defaults to `../shared/reference/pve` beside the repository.
+//! REFERENCE_DIR defaults to the first `shared/reference/pve` found in a directory above
+//! the repository (the main checkout and worktrees sit at different depths).
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,7 +42,7 @@ fn main() {
     let reference = std::env::args()
         .nth(1)
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo.join("../shared/reference/pve"));
+        .unwrap_or_else(|| reference_dir(&repo));
     let reference = Reference::load(&reference);
 
     let scenarios = scenarios();
@@ -82,6 +83,15 @@ fn main() {
         write(&iso, &format!("{name}.txt"), &text);
     }
     println!("seeds written under {}", fuzz.join("seeds").display());
+}
+
+/// `shared/reference/pve` in the nearest directory above the repository that has it.
+fn reference_dir(repo: &Path) -> PathBuf {
+    let rel = Path::new("shared/reference/pve");
+    repo.ancestors()
+        .map(|d| d.join(rel))
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("no {} above {}: pass it", rel.display(), repo.display()))
 }
 
 /// The recorded lifecycles: header lines of a script (its specs and inputs).
@@ -170,8 +180,94 @@ fn record(runtime: &tokio::runtime::Runtime, headers: &str) -> String {
         "the scenario did not run through against pve-sim: {reached:?}\n{headers}"
     );
     runtime.block_on(sim.shutdown());
-    let replies = replies.borrow();
+    let mut replies = replies.take();
+    canonical_times(&mut replies);
     script_text(headers, &replies)
+}
+
+fn is_task_status(path: &str) -> bool {
+    path.contains("/tasks/") && path.split('?').next().is_some_and(|p| p.ends_with("/status"))
+}
+
+/// When a task started (`UPID:node:pid:PSTART:STARTTIME:...` and the status's
+/// `pstart`/`starttime`) and how long nodes and VMs have been up come from the clock:
+/// the same values on every recording, so recording again changes only what the
+/// plugin or pve-sim changed. The n-th task seen starts at [`EPOCH`] + n seconds.
+fn canonical_times(exchanges: &mut [Exchange]) {
+    let mut tasks: Vec<(String, String)> = vec![];
+    for (_, _, reply) in exchanges.iter() {
+        if let Reply::Http { body, .. } = reply {
+            let text = String::from_utf8_lossy(body);
+            for (i, _) in text.match_indices("UPID:") {
+                let fields: Vec<&str> = text[i..].splitn(6, ':').collect();
+                if fields.len() < 6 {
+                    continue;
+                }
+                // The pid tells tasks apart (two may start in the same tick).
+                let old = format!("{}:{}:{}", fields[2], fields[3], fields[4]);
+                if !tasks.iter().any(|(o, _)| *o == old) {
+                    let n = tasks.len() as u64;
+                    let new = format!("{}:{:08X}:{:08X}", fields[2], PSTART + n * 10, EPOCH + n);
+                    tasks.push((old, new));
+                }
+            }
+        }
+    }
+    let swap = |text: &str, colon: &str| {
+        tasks.iter().fold(text.to_string(), |t, (old, new)| {
+            t.replace(&old.replace(':', colon), &new.replace(':', colon))
+        })
+    };
+    for (_, path, reply) in exchanges.iter_mut() {
+        *path = swap(path, "%3A");
+        if let Reply::Http { body, .. } = reply {
+            let text = swap(&String::from_utf8_lossy(body), ":");
+            *body = match serde_json::from_str::<Value>(&text) {
+                Ok(mut v) => {
+                    fix_times(&mut v);
+                    v.to_string().into_bytes()
+                }
+                Err(_) => text.into_bytes(),
+            };
+        }
+    }
+}
+
+/// The process start ticks of the first task recorded (pve-sim's start at 10 ms ticks).
+const PSTART: u64 = 1_000_000;
+/// When the first task recorded started: 2026-11-30T00:00:00Z.
+const EPOCH: u64 = 1_796_083_200;
+
+/// A task status takes its times from its (canonical) UPID; uptimes become a day for a
+/// node, a minute for a running VM and zero for a stopped one.
+fn fix_times(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let from_upid = m.get("upid").and_then(Value::as_str).and_then(|u| {
+                let f: Vec<&str> = u.split(':').collect();
+                let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+                Some((hex(f.get(3)?)?, hex(f.get(4)?)?))
+            });
+            if let Some((pstart, starttime)) = from_upid {
+                m.entry("pstart").and_modify(|x| *x = json!(pstart));
+                m.entry("starttime").and_modify(|x| *x = json!(starttime));
+            }
+            if m.contains_key("uptime") {
+                let kind = |k: &str| m.get(k).and_then(Value::as_str);
+                let up = if kind("type") == Some("node") {
+                    86_400
+                } else if kind("status") == Some("running") {
+                    60
+                } else {
+                    0
+                };
+                m.insert("uptime".into(), json!(up));
+            }
+            m.values_mut().for_each(fix_times);
+        }
+        Value::Array(a) => a.iter_mut().for_each(fix_times),
+        _ => {}
+    }
 }
 
 /// One recorded exchange: the request's method and path (no query), the reply.
@@ -229,11 +325,25 @@ impl Host for Recorder {
         if let Some(body) = &request.body {
             call = call.body(body.clone());
         }
-        let response = call
-            .send()
-            .map_err(|e| HttpError::Transport(e.to_string()))?;
-        let status = response.status().as_u16();
-        let body = response.bytes().expect("a body").to_vec();
+        // A task pve-sim finishes at once may still read "running" for a moment: ask
+        // again until it has stopped, so that every recording sees the same replies
+        // (the `tasks-running` variants give the plugin running tasks).
+        let task_status = request.method == "GET" && is_task_status(path);
+        let (status, body) = loop {
+            let attempt = call
+                .try_clone()
+                .expect("a request without a streamed body")
+                .send()
+                .map_err(|e| HttpError::Transport(e.to_string()))?;
+            let status = attempt.status().as_u16();
+            let body = attempt.bytes().expect("a body").to_vec();
+            let running = serde_json::from_slice::<Value>(&body)
+                .is_ok_and(|v| v["data"]["status"] == "running");
+            if !(task_status && running) {
+                break (status, body);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
         // One line per reply: JSON is written compact again.
         let body = match serde_json::from_slice::<Value>(&body) {
             Ok(v) => v.to_string().into_bytes(),
