@@ -9,7 +9,7 @@
 #   scripts/fuzz.sh --record              # write the committed seeds (fuzz/seeds) again:
 #                                         # the same files on every run (stable Rust)
 #
-# Installs what it needs: a nightly toolchain (FUZZ_TOOLCHAIN) and cargo-fuzz
+# Needs what scripts/setup.sh installs: a nightly toolchain (FUZZ_TOOLCHAIN) and cargo-fuzz
 # (CARGO_FUZZ_VERSION), both pinned in scripts/tools.env. Builds with optimizations,
 # debug assertions and overflow checks, without a sanitizer (the code under test is safe
 # Rust; ASan made runs 10x slower): `FUZZ_SANITIZER=address` for a run with it.
@@ -55,13 +55,9 @@ sanitizer=${FUZZ_SANITIZER:-none}
 # Instrumented builds share nothing with normal ones: their own target directory.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}/fuzz"
 
-if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1; then
-  log "installing the $toolchain toolchain (cargo fuzz needs it)"
-  rustup toolchain install "$toolchain" --profile minimal
-fi
-if [ "$(cargo fuzz --version 2>/dev/null | awk '{print $2}')" != "$CARGO_FUZZ_VERSION" ]; then
-  log "installing cargo-fuzz $CARGO_FUZZ_VERSION"
-  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked --quiet
+if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1 || ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "the $toolchain toolchain or cargo-fuzz is missing: scripts/setup.sh installs both" >&2
+  exit 1
 fi
 
 if [ "$mode" = ci ]; then

@@ -9,8 +9,9 @@ use guest_kit::types::{PluginError, Progress};
 pub const SECRET: &str = "test-secret";
 
 /// The bounds the host applies to a plugin's result before writing it
-/// (`host/src/controller/output.rs`): a result beyond them is refused whole, so a
-/// plugin that exceeds them leaves its object stuck.
+/// (`host/src/controller/output.rs`), in bytes as the status stores them (JSON-encoded:
+/// [`stored_len`]): a result beyond them is refused whole, so a plugin that exceeds
+/// them leaves its object failed.
 pub mod bounds {
     /// `progress.state`, kept in `status.pluginState`.
     pub const MAX_STATE_BYTES: usize = 256 << 10;
@@ -20,6 +21,11 @@ pub mod bounds {
     pub const MAX_KEY_BYTES: usize = 128;
     /// Any other value (a detail, an address, a provider ID, a phase).
     pub const MAX_VALUE_BYTES: usize = 4096;
+}
+
+/// The bytes `text` takes JSON-encoded, without its quotes (what the host counts).
+pub fn stored_len(text: &str) -> usize {
+    serde_json::to_string(text).map_or(usize::MAX, |j| j.len() - 2)
 }
 
 /// A Kubernetes condition reason (metav1.Condition): CamelCase words, at most 1024.
@@ -72,12 +78,12 @@ pub fn progress(p: &Progress) {
         p.phase
     );
     assert!(
-        p.phase.len() <= bounds::MAX_VALUE_BYTES,
+        stored_len(&p.phase) <= bounds::MAX_VALUE_BYTES,
         "phase of {} bytes",
         p.phase.len()
     );
     assert!(
-        p.state.len() <= bounds::MAX_STATE_BYTES,
+        stored_len(&p.state) <= bounds::MAX_STATE_BYTES,
         "state of {} bytes, more than the host keeps",
         p.state.len()
     );
@@ -96,7 +102,7 @@ pub fn machine_status(s: &MachineStatus) {
     );
     for a in &s.addresses {
         assert!(
-            a.address.len() <= bounds::MAX_VALUE_BYTES,
+            stored_len(&a.address) <= bounds::MAX_VALUE_BYTES,
             "address of {} bytes",
             a.address.len()
         );
@@ -108,7 +114,7 @@ pub fn machine_status(s: &MachineStatus) {
     }
     if let Some(id) = &s.provider_id {
         assert!(
-            id.len() <= bounds::MAX_VALUE_BYTES,
+            stored_len(id) <= bounds::MAX_VALUE_BYTES,
             "provider ID of {} bytes",
             id.len()
         );
@@ -128,7 +134,7 @@ pub fn entries(what: &str, list: &[(String, String)]) {
     for (k, v) in list {
         key(what, k);
         assert!(
-            v.len() <= bounds::MAX_VALUE_BYTES,
+            stored_len(v) <= bounds::MAX_VALUE_BYTES,
             "{what}.{k}: {} bytes",
             v.len()
         );
@@ -138,7 +144,7 @@ pub fn entries(what: &str, list: &[(String, String)]) {
 
 fn key(what: &str, k: &str) {
     assert!(
-        !k.is_empty() && k.len() <= bounds::MAX_KEY_BYTES,
+        !k.is_empty() && stored_len(k) <= bounds::MAX_KEY_BYTES,
         "{what}: a key of {} bytes",
         k.len()
     );

@@ -186,7 +186,11 @@ fn record(runtime: &tokio::runtime::Runtime, headers: &str) -> String {
 }
 
 fn is_task_status(path: &str) -> bool {
-    path.contains("/tasks/") && path.split('?').next().is_some_and(|p| p.ends_with("/status"))
+    path.contains("/tasks/")
+        && path
+            .split('?')
+            .next()
+            .is_some_and(|p| p.ends_with("/status"))
 }
 
 /// When a task started (`UPID:node:pid:PSTART:STARTTIME:...` and the status's
