@@ -25,10 +25,8 @@ args=()
 for a in "$@"; do
   if [ "$a" = "--ci" ]; then
     profile=dev
-    args+=(--machines 50 --clusters 5 --kills 1 --waves 3 --time-scale 0.1 --timeout-secs 900)
-  else
-    args+=("$a")
   fi
+  args+=("$a")
 done
 bash scripts/setup.sh
 bash scripts/build-plugins.sh >/dev/null

@@ -6,7 +6,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
-    let args = chaos::Args::parse();
+    let args = chaos::Args::parse().sized();
     let outcome = chaos::run(&args).await?;
     println!("{outcome}");
     Ok(if outcome.table.holds() {

@@ -27,11 +27,13 @@ pub struct Migrations {
 }
 
 impl Migrations {
-    /// Moves random VMs of the run's machines among `nodes` until stopped.
+    /// Moves random VMs of the run's machines (marked ones, but `spare`) among `nodes`
+    /// until stopped.
     pub fn start(
         state: StateHandle,
         admin: Arc<Admin>,
         nodes: Vec<String>,
+        spare: u32,
         seed: u64,
     ) -> Migrations {
         let stats = Arc::new(Stats::default());
@@ -45,6 +47,7 @@ impl Migrations {
                         .vms()
                         .into_iter()
                         .filter(|v| marker_of(&v["config"]).is_some() && v["template"] != true)
+                        .filter(|v| v["vmid"] != spare)
                         .collect();
                     if ours.is_empty() || nodes.len() < 2 {
                         continue;

@@ -11,6 +11,11 @@ use serde_json::Value;
 
 /// The administrator's token (the simulator accepts it besides the manager's).
 pub const ADMIN_TOKEN: &str = "root@pam!chaos=CHAOS-ADMIN-SECRET";
+/// The principal a token authenticates as (`USER@REALM!TOKENID`), as PVE records it.
+pub fn principal(token: &str) -> &str {
+    token.split_once('=').map_or(token, |(id, _)| id)
+}
+
 /// How long an out-of-band action keeps trying.
 const PATIENCE: Duration = Duration::from_secs(120);
 

@@ -17,7 +17,7 @@ use fleet::{HostSpec, now_ms, objects, world};
 
 use crate::ledger::{Ledger, Machine};
 use crate::migrations::Migrations;
-use crate::pve::{ADMIN_TOKEN, Admin};
+use crate::pve::{ADMIN_TOKEN, Admin, principal};
 use crate::replicas::{Kill, Replicas};
 use crate::supervisor::Supervisor;
 use crate::verdict::{self, Evidence, Foreign, Table, marker_of};
@@ -75,12 +75,17 @@ pub struct Args {
     /// Objects created or deleted at once.
     #[arg(long, default_value_t = 16)]
     pub parallelism: usize,
+    /// The size CI runs (`Args::ci`): 50 machines, 5 clusters, 3 waves, 1 kill, time
+    /// scale 0.1; replaces those flags.
+    #[arg(long)]
+    pub ci: bool,
 }
 
 impl Args {
     /// The size CI runs: 50 machines across 5 clusters, one kill, PVE ten times faster.
     pub fn ci(hyperplug: PathBuf, plugin: PathBuf) -> Args {
         Args {
+            ci: true,
             machines: 50,
             clusters: 5,
             kills: 1,
@@ -96,6 +101,18 @@ impl Args {
             host_args: vec![],
             timeout_secs: 900,
             parallelism: 16,
+        }
+    }
+
+    /// These arguments, or the CI size with their binaries and seed when `--ci` is given.
+    pub fn sized(self) -> Args {
+        if !self.ci {
+            return self;
+        }
+        let seed = self.seed;
+        Args {
+            seed,
+            ..Args::ci(self.hyperplug, self.plugin)
         }
     }
 }
@@ -256,6 +273,7 @@ impl Run<'_> {
         })
         .await?;
 
+        let foreign = self.plant_foreign_vm().await?;
         let namespaces: Vec<String> = (0..args.clusters).map(objects::namespace).collect();
         let background = Background {
             writers: Writers::start(&self.client, namespaces, 2, self.rng.u64(..)),
@@ -263,10 +281,10 @@ impl Run<'_> {
                 self.sim.state(),
                 self.admin.clone(),
                 (1..=args.nodes).map(world::node_name).collect(),
+                foreign.vmid,
                 self.rng.u64(..),
             ),
         };
-        let foreign = self.plant_foreign_vm().await?;
         self.create_in_waves().await?;
         let not_provisioned = self.wait_provisioned().await?;
         let drift = self.change_out_of_band().await?;
@@ -298,7 +316,7 @@ impl Run<'_> {
         let evidence = Evidence {
             final_vms: state.vms(),
             destroyed: state.destroyed(),
-            manager_user: DEFAULT_TOKEN.split('=').next().unwrap_or_default().into(),
+            manager_user: principal(DEFAULT_TOKEN).into(),
             foreign: Some(foreign),
             stuck: observe::stuck(&self.client).await?,
             not_provisioned,
@@ -611,6 +629,38 @@ fn record(
             rule["matched"]
         ));
     }
+    let isos: Vec<String> = state.dump()["storages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["volumes"].is_array())
+        .flat_map(|s| {
+            let node = s["node"].as_str().unwrap_or("shared").to_string();
+            s["volumes"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(move |v| Some(format!("{} on {node}", v["volid"].as_str()?)))
+        })
+        .filter(|v| v.contains("iso/hyperplug-"))
+        .collect();
+    happened.push(format!(
+        "NoCloud ISOs left in storage: {}{}",
+        isos.len(),
+        if isos.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", isos.join(", "))
+        }
+    ));
+    let destroyed = state.destroyed();
+    let by = |user: &str| destroyed.iter().filter(|d| d["user"] == user).count();
+    happened.push(format!(
+        "VMs destroyed: {} by the manager, {} by the administrator",
+        by(principal(DEFAULT_TOKEN)),
+        by(principal(ADMIN_TOKEN)),
+    ));
     let tasks = state.tasks();
     let failed = |text: &str| {
         tasks
