@@ -8,6 +8,9 @@ use wasip2::http::types::{
 };
 use wasip2::io::streams::StreamError;
 
+use crate::errors::{terminal, transient};
+use crate::types::PluginError;
+
 /// A request to send.
 pub struct Request<'a> {
     pub method: &'a str,
@@ -32,10 +35,41 @@ pub struct Response {
 pub enum HttpError {
     /// The host refused the destination (only the credentials' endpoints are allowed).
     Denied(String),
-    /// Connection, TLS or protocol trouble: worth retrying.
+    /// Connection or protocol trouble: worth retrying.
     Transport(String),
+    /// The endpoint's TLS did not verify as its credentials say (an unknown issuer, a
+    /// fingerprint that does not match): retrying will not help, the credentials must
+    /// change.
+    Tls(String),
     /// The request itself is malformed (a plugin bug or a bad endpoint).
     Invalid(String),
+}
+
+/// How the host words a TLS verification failure (`wasi:http` has no error code that
+/// carries the detail).
+const TLS_FAILURE: &str = "TLS verification failed";
+
+/// What makes an untrusted certificate pass: the keys of the host's credentials Secret.
+/// Secrets made for other providers often have none of them (some skip verification
+/// when `insecure` is absent; the host verifies unless the Secret says otherwise).
+const TLS_HINT: &str = "the credentials Secret can trust it with `ca.crt` (the CA's PEM) or `fingerprint` (SHA-256 of the certificate), or skip verification with `insecure: \"true\"` (a Secret without `insecure` is verified)";
+
+impl HttpError {
+    /// The plugin error this is, `message` saying what failed: a refused destination, a
+    /// malformed request and a TLS verification failure will not pass by retrying
+    /// (terminal: `EndpointNotAllowed`, `InvalidEndpoint`, `TLSVerificationFailed`, the
+    /// last saying how the credentials Secret can make it pass); transport trouble is
+    /// transient (`retry_after_ms` is the hint).
+    pub fn classify(&self, message: String, retry_after_ms: Option<u64>) -> PluginError {
+        match self {
+            HttpError::Denied(_) => terminal("EndpointNotAllowed", message),
+            HttpError::Invalid(_) => terminal("InvalidEndpoint", message),
+            HttpError::Tls(_) => {
+                terminal("TLSVerificationFailed", format!("{message}; {TLS_HINT}"))
+            }
+            HttpError::Transport(_) => transient(message, retry_after_ms),
+        }
+    }
 }
 
 impl std::fmt::Display for HttpError {
@@ -43,6 +77,7 @@ impl std::fmt::Display for HttpError {
         match self {
             HttpError::Denied(m) => write!(f, "the host denied the request: {m}"),
             HttpError::Transport(m) => write!(f, "transport error: {m}"),
+            HttpError::Tls(m) => write!(f, "{m}"),
             HttpError::Invalid(m) => write!(f, "invalid request: {m}"),
         }
     }
@@ -150,6 +185,16 @@ fn error_code(code: ErrorCode) -> HttpError {
         ErrorCode::HttpRequestUriInvalid | ErrorCode::HttpRequestMethodInvalid => {
             HttpError::Invalid(format!("{code:?}"))
         }
+        ErrorCode::TlsCertificateError | ErrorCode::TlsProtocolError => {
+            HttpError::Tls(format!("{TLS_FAILURE}: {code:?}"))
+        }
+        ErrorCode::TlsAlertReceived(alert) => HttpError::Tls(format!(
+            "{TLS_FAILURE}: alert {}",
+            alert.alert_message.as_deref().unwrap_or("received")
+        )),
+        ErrorCode::InternalError(Some(message)) if message.starts_with(TLS_FAILURE) => {
+            HttpError::Tls(message)
+        }
         ErrorCode::InternalError(Some(message)) => HttpError::Transport(message),
         other => HttpError::Transport(format!("{other:?}")),
     }
@@ -198,6 +243,41 @@ mod tests {
             Ok(("https", "pve.test:8006", "/api2/json/nodes?type=vm"))
         );
         assert_eq!(split("http://10.0.0.21"), Ok(("http", "10.0.0.21", "/")));
+    }
+
+    #[test]
+    fn tls_failures_and_refusals_are_terminal_and_transport_trouble_is_not() {
+        let class = |e: HttpError| match e.classify("doing".into(), Some(5)) {
+            PluginError::Terminal(t) => format!("terminal:{}", t.reason),
+            PluginError::Transient(t) => format!("transient:{:?}", t.retry_after_ms),
+            PluginError::InvalidSpec(_) => "invalid".into(),
+        };
+        assert_eq!(
+            class(error_code(ErrorCode::InternalError(Some(
+                "TLS verification failed: certificate fingerprint mismatch".into()
+            )))),
+            "terminal:TLSVerificationFailed"
+        );
+        assert_eq!(
+            class(error_code(ErrorCode::TlsCertificateError)),
+            "terminal:TLSVerificationFailed"
+        );
+        assert_eq!(
+            class(error_code(ErrorCode::InternalError(Some("reset".into())))),
+            "transient:Some(5)"
+        );
+        assert_eq!(
+            class(error_code(ErrorCode::ConnectionRefused)),
+            "transient:Some(5)"
+        );
+        assert_eq!(
+            class(error_code(ErrorCode::HttpRequestDenied)),
+            "terminal:EndpointNotAllowed"
+        );
+        assert_eq!(
+            class(HttpError::Invalid("bad".into())),
+            "terminal:InvalidEndpoint"
+        );
     }
 
     #[test]

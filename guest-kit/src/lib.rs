@@ -8,7 +8,10 @@
 //! - [`errors`]: the three error classes ([`terminal`], [`transient`], [`invalid`]) and
 //!   [`parse_spec`], which names the field that does not fit.
 //! - [`log`]: structured logs through the host.
-//! - [`state`]: the opaque state a call hands back, and reading it on the next call.
+//! - [`state`]: the opaque state a call hands back, and reading it on the next call (a
+//!   state that does not read is a terminal `StateUnreadable` error).
+//! - [`drift`]: a describe's report of infrastructure that is gone, someone else's or
+//!   changed, named by a CamelCase reason.
 //! - [`kinds`]: the four kinds of a plugin and their printer columns.
 //! - [`endpoint`]: the control-plane endpoint every InfraCluster spec carries.
 //! - [`http`]: the one HTTP helper over `wasi:http`; [`schema`]: CRD-ready schemas.
@@ -34,6 +37,7 @@ pub mod bindings {
 #[doc = include_str!("../../docs/plugin-authors.md")]
 pub struct PluginAuthorsGuide;
 
+pub mod drift;
 pub mod endpoint;
 pub mod errors;
 pub mod http;

@@ -31,6 +31,10 @@ fn clean(value: &mut Value) {
                 map.remove("format");
             }
             map.remove("nullable");
+            // An optional enum lists `null` among its values; CRD enums hold only their type's.
+            if let Some(Value::Array(values)) = map.get_mut("enum") {
+                values.retain(|v| !v.is_null());
+            }
             for v in map.values_mut() {
                 clean(v);
             }

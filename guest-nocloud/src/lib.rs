@@ -3,51 +3,41 @@
 //! A NoCloud seed is an ISO 9660 volume labelled `cidata` whose root holds `user-data`
 //! (the bootstrap data: a `#cloud-config` document, or an Ignition config, which
 //! Ignition's `proxmoxve` and similar platforms read from the same file), `meta-data`
-//! (instance id, hostname, provider id) and optionally `network-config` (netplan-style
-//! version 2). This crate writes those files and the image; it has no dependencies and
-//! does no I/O, so it builds for `wasm32-wasip2` plugins and natively for tests.
+//! (instance id, hostname, provider id, ...) and `network-config` (netplan version 2,
+//! [`NetworkConfig::render`]). For Ignition guests the same network is written as
+//! systemd-networkd units ([`NetworkConfig::networkd_units`]) added to the config
+//! ([`ignition::append`]). This crate writes those files and the image and does no
+//! I/O, so it builds for `wasm32-wasip2` plugins and natively for tests.
+pub mod ignition;
 mod iso;
+mod netplan;
+mod network;
+mod networkd;
 
 pub use iso::{IsoError, SECTOR, build as build_iso};
+pub use network::{Ethernet, NetworkConfig, NetworkError, Prefix, Route, Rule, Vrf};
 
 /// The volume label cloud-init looks for.
 pub const LABEL: &str = "cidata";
 
+/// The `network-config` of a guest whose network is configured otherwise (Ignition):
+/// netplan version 1 with nothing in it.
+pub const EMPTY_NETWORK_CONFIG: &str = "version: 1\nconfig: []\n";
+
 /// `meta-data`: what identifies the instance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetaData {
-    /// Changes only when the machine is a new one (cloud-init reruns per instance).
+    /// Changes only when the machine is a new one (cloud-init reruns per instance);
+    /// templates read it as `ds.meta_data.instance_id`.
     pub instance_id: String,
-    /// `local-hostname`.
+    /// `local-hostname` and `hostname`.
     pub hostname: String,
-    /// The Kubernetes provider ID (e.g. `proxmox://<uuid>`), for tooling that reads it.
+    /// The Kubernetes provider ID (e.g. `proxmox://<uuid>`), for templates that read it.
     pub provider_id: Option<String>,
-}
-
-/// One interface of `network-config`, matched by MAC address.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Interface {
-    /// Name the guest gives the interface (`set-name`), e.g. `eth0`.
-    pub name: String,
-    /// MAC address (any case).
-    pub mac: String,
-    pub dhcp4: bool,
-    pub dhcp6: bool,
-    /// Static addresses in CIDR form (`10.0.0.5/24`, `fd00::5/64`).
-    pub addresses: Vec<String>,
-    pub gateway4: Option<String>,
-    pub gateway6: Option<String>,
-    pub mtu: Option<u32>,
-    /// Route metric for the default routes.
-    pub metric: Option<u32>,
-}
-
-/// `network-config` (version 2).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NetworkConfig {
-    pub interfaces: Vec<Interface>,
-    /// Nameservers for every interface with static addresses.
-    pub dns_servers: Vec<String>,
+    /// The Kubernetes version the machine runs.
+    pub kubernetes_version: Option<String>,
+    /// Further keys (e.g. where the machine runs), in order, after the standard ones.
+    pub extra: Vec<(String, String)>,
 }
 
 /// The files of a seed.
@@ -55,8 +45,9 @@ pub struct NetworkConfig {
 pub struct Seed {
     pub user_data: Vec<u8>,
     pub meta_data: MetaData,
-    /// None: the guest's own default (usually DHCP on the first interface).
-    pub network: Option<NetworkConfig>,
+    /// The `network-config` document as is (e.g. [`NetworkConfig::render`]); none: the
+    /// guest's own default (usually DHCP on the first interface).
+    pub network_config: Option<String>,
 }
 
 impl Seed {
@@ -66,8 +57,8 @@ impl Seed {
             ("meta-data", self.meta_data.render().into_bytes()),
             ("user-data", self.user_data.clone()),
         ];
-        if let Some(net) = &self.network {
-            files.push(("network-config", net.render().into_bytes()));
+        if let Some(net) = &self.network_config {
+            files.push(("network-config", net.clone().into_bytes()));
         }
         files
     }
@@ -110,54 +101,11 @@ impl MetaData {
         if let Some(p) = &self.provider_id {
             out.push_str(&format!("provider-id: {}\n", quote(p)));
         }
-        out
-    }
-}
-
-impl NetworkConfig {
-    pub fn render(&self) -> String {
-        let mut out = String::from("version: 2\nethernets:\n");
-        for i in &self.interfaces {
-            out.push_str(&format!("  {}:\n", quote(&i.name)));
-            out.push_str(&format!(
-                "    match:\n      macaddress: {}\n",
-                quote(&i.mac.to_ascii_lowercase())
-            ));
-            out.push_str(&format!("    set-name: {}\n", quote(&i.name)));
-            out.push_str(&format!("    dhcp4: {}\n", i.dhcp4));
-            out.push_str(&format!("    dhcp6: {}\n", i.dhcp6));
-            if let Some(mtu) = i.mtu {
-                out.push_str(&format!("    mtu: {mtu}\n"));
-            }
-            if !i.addresses.is_empty() {
-                out.push_str("    addresses:\n");
-                for a in &i.addresses {
-                    out.push_str(&format!("      - {}\n", quote(a)));
-                }
-            }
-            let routes: Vec<(&str, &String)> = [("0.0.0.0/0", &i.gateway4), ("::/0", &i.gateway6)]
-                .into_iter()
-                .filter_map(|(to, via)| via.as_ref().map(|v| (to, v)))
-                .collect();
-            if !routes.is_empty() {
-                out.push_str("    routes:\n");
-                for (to, via) in routes {
-                    out.push_str(&format!(
-                        "      - to: {}\n        via: {}\n",
-                        quote(to),
-                        quote(via)
-                    ));
-                    if let Some(m) = i.metric {
-                        out.push_str(&format!("        metric: {m}\n"));
-                    }
-                }
-            }
-            if !self.dns_servers.is_empty() && !i.addresses.is_empty() {
-                out.push_str("    nameservers:\n      addresses:\n");
-                for d in &self.dns_servers {
-                    out.push_str(&format!("        - {}\n", quote(d)));
-                }
-            }
+        if let Some(v) = &self.kubernetes_version {
+            out.push_str(&format!("kubernetes-version: {}\n", quote(v)));
+        }
+        for (k, v) in &self.extra {
+            out.push_str(&format!("{}: {}\n", network::plain_or_quoted(k), quote(v)));
         }
         out
     }
@@ -172,45 +120,40 @@ mod tests {
         Seed {
             user_data: b"#cloud-config\nruncmd: [\"echo hi\"]\n".to_vec(),
             meta_data: MetaData {
-                instance_id: "uid-1".into(),
+                instance_id: "5c1a8a5e-0000-4000-8000-000000000001".into(),
                 hostname: "worker-1".into(),
-                provider_id: Some("proxmox://1234".into()),
+                provider_id: Some("proxmox://5c1a8a5e-0000-4000-8000-000000000001".into()),
+                kubernetes_version: Some("v1.33.0".into()),
+                extra: vec![("proxmox_node".into(), "pve1".into())],
             },
-            network: Some(NetworkConfig {
-                interfaces: vec![
-                    Interface {
-                        name: "eth0".into(),
-                        mac: "BC:24:11:00:00:01".into(),
-                        addresses: vec!["10.0.0.5/24".into()],
-                        gateway4: Some("10.0.0.1".into()),
-                        mtu: Some(9000),
-                        ..Interface::default()
-                    },
-                    Interface {
-                        name: "eth1".into(),
-                        mac: "BC:24:11:00:00:02".into(),
-                        dhcp4: true,
-                        ..Interface::default()
-                    },
-                ],
-                dns_servers: vec!["10.0.0.53".into()],
-            }),
+            network_config: Some(EMPTY_NETWORK_CONFIG.into()),
         }
     }
 
     #[test]
-    fn network_config_is_netplan_v2() {
-        let text = seed().network.unwrap().render();
-        assert!(text.starts_with("version: 2\nethernets:\n"), "{text}");
-        assert!(text.contains("macaddress: \"bc:24:11:00:00:01\""), "{text}");
-        assert!(text.contains("- \"10.0.0.5/24\""), "{text}");
-        assert!(
-            text.contains("to: \"0.0.0.0/0\"\n        via: \"10.0.0.1\""),
-            "{text}"
+    fn meta_data_names_the_instance_its_host_and_what_templates_read() {
+        assert_eq!(
+            seed().meta_data.render(),
+            "instance-id: \"5c1a8a5e-0000-4000-8000-000000000001\"\n\
+             local-hostname: \"worker-1\"\n\
+             hostname: \"worker-1\"\n\
+             provider-id: \"proxmox://5c1a8a5e-0000-4000-8000-000000000001\"\n\
+             kubernetes-version: \"v1.33.0\"\n\
+             proxmox_node: \"pve1\"\n"
         );
-        assert!(text.contains("mtu: 9000"), "{text}");
-        assert!(text.contains("- \"10.0.0.53\""), "{text}");
-        assert!(text.contains("\"eth1\":\n    match:\n      macaddress: \"bc:24:11:00:00:02\"\n    set-name: \"eth1\"\n    dhcp4: true"), "{text}");
+    }
+
+    #[test]
+    fn meta_data_without_the_optional_keys_has_only_the_identity() {
+        let meta = MetaData {
+            instance_id: "i-1".into(),
+            hostname: "m1".into(),
+            ..MetaData::default()
+        };
+        assert_eq!(
+            meta.render(),
+            "instance-id: \"i-1\"\nlocal-hostname: \"m1\"\nhostname: \"m1\"\n"
+        );
     }
 
     #[test]
@@ -255,11 +198,13 @@ mod tests {
     }
 
     #[test]
-    fn empty_user_data_is_allowed() {
+    fn empty_user_data_and_no_network_config_are_allowed() {
         let s = Seed {
             user_data: vec![],
+            network_config: None,
             ..seed()
         };
+        assert_eq!(s.files().len(), 2);
         assert!(s.iso().is_ok());
     }
 }

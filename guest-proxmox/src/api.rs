@@ -56,12 +56,7 @@ impl PveError {
     pub fn classify(self, context: &str) -> PluginError {
         let text = format!("{context}: {self}");
         match &self {
-            PveError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
-            PveError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
-            PveError::Http(HttpError::Transport(m)) if m.contains("TLS verification failed") => {
-                terminal("TLSVerificationFailed", text)
-            }
-            PveError::Http(_) => transient(text, None),
+            PveError::Http(e) => e.classify(text, None),
             PveError::BadReply(_) => transient(text, None),
             PveError::Status { status: 401, .. } => terminal("AuthenticationFailed", text),
             PveError::Status { status: 403, .. } => terminal("PermissionDenied", text),
@@ -396,11 +391,30 @@ mod tests {
             "terminal:InvalidEndpoint"
         );
         assert_eq!(
-            http(HttpError::Transport(
+            http(HttpError::Tls(
                 "TLS verification failed: unknown issuer".into()
             )),
             "terminal:TLSVerificationFailed"
         );
+    }
+
+    #[test]
+    fn an_untrusted_certificate_says_how_the_secret_can_trust_it() {
+        let e = PveError::Http(HttpError::Tls(
+            "TLS verification failed: unknown issuer".into(),
+        ))
+        .classify("checking the Proxmox API");
+        let PluginError::Terminal(t) = e else {
+            panic!("terminal expected");
+        };
+        for key in [
+            "ca.crt",
+            "fingerprint",
+            "insecure: \"true\"",
+            "without `insecure` is verified",
+        ] {
+            assert!(t.message.contains(key), "{key}: {}", t.message);
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@ mod api;
 mod cluster;
 mod identity;
 mod machine;
-mod spec;
+mod ranges;
+pub mod spec;
 
 /// The plugin: implements `identity`, `cluster` (in `cluster.rs`) and `machine` (in
 /// `machine/`).

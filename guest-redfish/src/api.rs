@@ -46,9 +46,7 @@ impl RedfishError {
     pub fn classify(&self, doing: &str) -> PluginError {
         let text = format!("{doing}: {self}");
         match self {
-            RedfishError::Http(HttpError::Transport(_)) => transient(text, Some(RETRY_MS)),
-            RedfishError::Http(HttpError::Denied(_)) => terminal("EndpointNotAllowed", text),
-            RedfishError::Http(HttpError::Invalid(_)) => terminal("InvalidEndpoint", text),
+            RedfishError::Http(e) => e.classify(text, Some(RETRY_MS)),
             RedfishError::Status { status: 401, .. } => terminal("AuthenticationFailed", text),
             RedfishError::Status { status: 403, .. } => terminal("PermissionDenied", text),
             RedfishError::Status { status: 404, .. } => terminal("NotFound", text),
@@ -215,6 +213,13 @@ mod tests {
         assert_eq!(
             class(RedfishError::Http(HttpError::Denied("no".into()))),
             "terminal:EndpointNotAllowed"
+        );
+        // As the Proxmox plugin does, through the kit: credentials must change.
+        assert_eq!(
+            class(RedfishError::Http(HttpError::Tls(
+                "TLS verification failed: certificate fingerprint mismatch".into()
+            ))),
+            "terminal:TLSVerificationFailed"
         );
     }
 

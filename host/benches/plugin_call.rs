@@ -6,8 +6,8 @@
 //! which this bench does itself).
 use std::path::PathBuf;
 
-use hyperplug::runtime::bindings::machine::MachineRequest;
-use hyperplug::runtime::{Credentials, Limits, ObjectRef, Runtime, overhead};
+use hyperplug_runtime::bindings::machine::MachineRequest;
+use hyperplug_runtime::{Credentials, Limits, ObjectRef, Runtime, overhead};
 
 fn test_plugin() -> PathBuf {
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-plugins");

@@ -1,46 +1,59 @@
 //! Static addresses the host allocates and the addresses a machine reports.
-
+//!
+//! One address request per NIC and pool. Until the WIT carries the pool reference and
+//! the index itself, both are encoded in the request: `device` is
+//! `<net>-<index, two digits>-inet` (so the host's claim, `<machine>-<device>`, is
+//! named as CAPMOX names it, e.g. `m1-net0-00-inet`, and a dual-stack NIC's two
+//! claims differ), and `pool` is a default pool's name or `<Kind>/<name>` of a
+//! referenced one. The host echoes `device` in the address it allocates.
 use guest_kit::machine::{AddressRequest, AddressType, AllocatedAddress, MachineAddress};
 
 use super::context::Ctx;
+use super::nics::{Nic, Pool};
 use super::state::State;
+
+/// The request device for the `index`th address of NIC `device`.
+pub(super) fn request_device(device: &str, index: usize) -> String {
+    format!("{device}-{index:02}-inet")
+}
 
 impl<'a> Ctx<'a> {
     pub(super) fn address_requests(&self) -> Vec<AddressRequest> {
-        let mut out = vec![];
-        for n in &self.nics {
-            if n.v4 {
-                out.push(AddressRequest {
-                    device: n.device.clone(),
-                    pool: "ipv4".into(),
-                });
-            }
-            if n.v6 {
-                out.push(AddressRequest {
-                    device: n.device.clone(),
-                    pool: "ipv6".into(),
-                });
-            }
-        }
-        out
+        self.nics
+            .iter()
+            .flat_map(|n| {
+                n.pools.iter().enumerate().map(|(i, p)| AddressRequest {
+                    device: request_device(&n.device, i),
+                    pool: p.request_name(),
+                })
+            })
+            .collect()
     }
 
-    /// The allocated address for (device, v6?).
-    pub(super) fn allocated(&self, device: &str, v6: bool) -> Option<&AllocatedAddress> {
-        self.req
-            .addresses
+    /// The address allocated for the `index`th pool of `nic`.
+    pub(super) fn allocated(&self, nic: &Nic, index: usize) -> Option<&AllocatedAddress> {
+        let device = request_device(&nic.device, index);
+        self.req.addresses.iter().find(|a| a.device == device)
+    }
+
+    /// `(pool, address)` of every address allocated to `nic`, in order.
+    pub(super) fn allocated_to<'n>(
+        &self,
+        nic: &'n Nic,
+    ) -> impl Iterator<Item = (&'n Pool, &AllocatedAddress)> {
+        nic.pools
             .iter()
-            .find(|a| a.device == device && a.address.contains(':') == v6)
+            .enumerate()
+            .filter_map(move |(i, p)| self.allocated(nic, i).map(|a| (p, a)))
     }
 
     pub(super) fn missing_addresses(&self) -> Vec<String> {
         let mut missing = vec![];
         for n in &self.nics {
-            if n.v4 && self.allocated(&n.device, false).is_none() {
-                missing.push(format!("{}/ipv4", n.device));
-            }
-            if n.v6 && self.allocated(&n.device, true).is_none() {
-                missing.push(format!("{}/ipv6", n.device));
+            for (i, p) in n.pools.iter().enumerate() {
+                if self.allocated(n, i).is_none() {
+                    missing.push(format!("{}/{}", n.device, p.request_name()));
+                }
             }
         }
         missing
@@ -49,15 +62,11 @@ impl<'a> Ctx<'a> {
     pub(super) fn addresses(&self, st: &State) -> Vec<MachineAddress> {
         let mut out = vec![];
         for n in &self.nics {
-            for v6 in [false, true] {
-                if (!v6 && n.v4 || v6 && n.v6)
-                    && let Some(a) = self.allocated(&n.device, v6)
-                {
-                    out.push(MachineAddress {
-                        address_type: AddressType::InternalIp,
-                        address: a.address.clone(),
-                    });
-                }
+            for (_, a) in self.allocated_to(n) {
+                out.push(MachineAddress {
+                    address_type: AddressType::InternalIp,
+                    address: a.address.clone(),
+                });
             }
             for a in st.dhcp.get(&n.device).into_iter().flatten() {
                 out.push(MachineAddress {
@@ -94,42 +103,60 @@ mod tests {
         let mut spec = template_spec();
         spec["network"] = json!({
             "default": {"bridge": "vmbr0"},
-            "additionalDevices": [{"name": "net1", "bridge": "vmbr1", "dhcp4": true, "dhcp6": true}],
+            "additionalDevices": [
+                {"name": "net1", "bridge": "vmbr1", "dhcp4": true, "dhcp6": true},
+                {"name": "net2", "bridge": "vmbr2", "ipv4PoolRef":
+                    {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "GlobalInClusterIPPool", "name": "shared"}},
+            ],
         });
         spec
     }
 
     #[test]
-    fn one_address_is_requested_per_static_nic_and_pool() {
+    fn one_address_is_requested_per_static_nic_and_pool_each_with_its_own_claim() {
         let req = request(spec(), dual_stack());
         let asked: Vec<(String, String)> = ctx(&req)
             .address_requests()
             .into_iter()
             .map(|r| (r.device, r.pool))
             .collect();
-        assert_eq!(
-            asked,
-            [
-                ("net0".to_string(), "ipv4".to_string()),
-                ("net0".to_string(), "ipv6".to_string())
-            ]
-        );
+        let expected = [
+            ("net0-00-inet", "ipv4"),
+            ("net0-01-inet", "ipv6"),
+            ("net2-00-inet", "GlobalInClusterIPPool/shared"),
+        ];
+        let expected: Vec<(String, String)> = expected
+            .iter()
+            .map(|(d, p)| (d.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(asked, expected);
     }
 
     #[test]
     fn what_the_host_has_not_allocated_yet_is_missing() {
         let mut req = request(spec(), dual_stack());
-        assert_eq!(ctx(&req).missing_addresses(), ["net0/ipv4", "net0/ipv6"]);
-        req.addresses = vec![allocated("net0", "10.0.0.11", 24, None)];
-        assert_eq!(ctx(&req).missing_addresses(), ["net0/ipv6"]);
+        assert_eq!(
+            ctx(&req).missing_addresses(),
+            [
+                "net0/ipv4",
+                "net0/ipv6",
+                "net2/GlobalInClusterIPPool/shared"
+            ]
+        );
+        req.addresses = vec![allocated("net0-00-inet", "10.0.0.11", 24, None)];
+        assert_eq!(
+            ctx(&req).missing_addresses(),
+            ["net0/ipv6", "net2/GlobalInClusterIPPool/shared"]
+        );
     }
 
     #[test]
     fn a_machine_reports_its_static_and_dhcp_addresses_then_its_hostname() {
         let mut req = request(spec(), dual_stack());
         req.addresses = vec![
-            allocated("net0", "fd00::11", 64, None),
-            allocated("net0", "10.0.0.11", 24, None),
+            allocated("net0-01-inet", "fd00::11", 64, None),
+            allocated("net2-00-inet", "172.16.0.5", 24, None),
+            allocated("net0-00-inet", "10.0.0.11", 24, None),
         ];
         let mut st = State::default();
         st.dhcp.insert("net1".into(), vec!["192.168.1.50".into()]);
@@ -142,6 +169,7 @@ mod tests {
             ("AddressType::InternalIp", "10.0.0.11"),
             ("AddressType::InternalIp", "fd00::11"),
             ("AddressType::InternalIp", "192.168.1.50"),
+            ("AddressType::InternalIp", "172.16.0.5"),
             ("AddressType::Hostname", "m1"),
         ];
         let expected: Vec<(String, String)> = expected

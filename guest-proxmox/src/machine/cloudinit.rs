@@ -1,12 +1,13 @@
 //! The NoCloud ISO: build, upload, attach, eject, delete.
 
-use guest_kit::machine::MachineStatus;
+use guest_kit::machine::{BootstrapData, MachineStatus};
 use guest_kit::types::PluginError;
 use guest_kit::{log, terminal, transient};
+use guest_nocloud::ignition::{Additions, File};
 use serde_json::Value;
 
 use super::context::Ctx;
-use super::nics::mac_of;
+use super::network::{default_addresses, guest_network};
 use super::ownership::uid_tag;
 use super::properties::{str_of, u64_of, uuid_of};
 use super::state::{State, Step};
@@ -60,65 +61,85 @@ pub(super) fn iso_name(cx: &Ctx, vmid: u32) -> String {
     format!("hyperplug-{vmid}-{}.iso", &uid[3..])
 }
 
-/// Builds the NoCloud seed for this machine from the VM's config (MACs, UUID).
+/// The NoCloud seed of this machine, from the VM's config (MACs, SMBIOS UUID).
+///
+/// `meta-data`: `instance-id` is the SMBIOS UUID (templates set the kubelet's
+/// provider ID from it, which must match the machine's), `provider-id` unless
+/// `metadataSettings.providerIDInjection` is false, and `proxmox_node` and `zone` for
+/// templates that label Nodes with them. Cloud-config guests get the network as
+/// `network-config`; Ignition guests get it as networkd units in their config, with
+/// `/etc/hostname` and `/etc/proxmox-env` (for Flatcar's metadata agent), and an empty
+/// `network-config`.
 pub(super) fn seed(
     cx: &Ctx,
     config: &Value,
-    bootstrap: Vec<u8>,
+    bootstrap: &BootstrapData,
     uuid: &str,
-) -> guest_nocloud::Seed {
-    let mut interfaces = vec![];
-    for (i, nic) in cx.nics.iter().enumerate() {
-        let mac = str_of(config, &nic.device)
-            .and_then(|n| mac_of(&n))
-            .unwrap_or_default();
-        let mut iface = guest_nocloud::Interface {
-            name: format!("eth{i}"),
-            mac,
-            dhcp4: nic.dhcp4,
-            dhcp6: nic.dhcp6,
-            mtu: nic.dev.as_ref().and_then(|d| d.mtu),
-            ..Default::default()
-        };
-        for v6 in [false, true] {
-            if !(if v6 { nic.v6 } else { nic.v4 }) {
-                continue;
+    node: &str,
+) -> Result<guest_nocloud::Seed, PluginError> {
+    let network = guest_network(cx, config)?;
+    let provider_id = format!("proxmox://{uuid}");
+    let inject = cx
+        .spec
+        .metadata_settings
+        .as_ref()
+        .and_then(|m| m.provider_id_injection)
+        != Some(false);
+    let zone = cx
+        .spec
+        .network
+        .as_ref()
+        .and_then(|n| n.zone.clone())
+        .unwrap_or_else(|| "default".into());
+    let meta_data = guest_nocloud::MetaData {
+        instance_id: uuid.to_string(),
+        hostname: cx.req.machine.name.clone(),
+        provider_id: inject.then(|| provider_id.clone()),
+        kubernetes_version: None,
+        extra: vec![("proxmox_node".into(), node.into()), ("zone".into(), zone)],
+    };
+    let invalid_network =
+        |e: guest_nocloud::NetworkError| terminal("InvalidNetwork", e.to_string());
+    let (user_data, network_config) = match bootstrap.format.as_str() {
+        "ignition" => {
+            let name = &cx.req.machine.name;
+            let mut env = format!(
+                "COREOS_CUSTOM_HOSTNAME={name}\nCOREOS_CUSTOM_INSTANCE_ID={uuid}\nCOREOS_CUSTOM_PROVIDER_ID={provider_id}"
+            );
+            for a in default_addresses(cx) {
+                let family = if a.is_v6() { "IPV6" } else { "IPV4" };
+                env.push_str(&format!("\nCOREOS_CUSTOM_PRIVATE_{family}={a}"));
             }
-            if let Some(a) = cx.allocated(&nic.device, v6) {
-                iface.addresses.push(format!("{}/{}", a.address, a.prefix));
-                // The default route only on the first NIC with a gateway.
-                let gw = a.gateway.clone().filter(|g| !g.is_empty());
-                let first = !interfaces.iter().any(|x: &guest_nocloud::Interface| {
-                    if v6 {
-                        x.gateway6.is_some()
-                    } else {
-                        x.gateway4.is_some()
-                    }
-                });
-                if first {
-                    if v6 {
-                        iface.gateway6 = gw;
-                    } else {
-                        iface.gateway4 = gw;
-                        iface.metric = cx.cluster.ipv4_config.as_ref().and_then(|c| c.metric);
-                    }
-                }
-            }
+            let additions = Additions {
+                files: vec![
+                    File {
+                        path: "/etc/hostname".into(),
+                        contents: name.clone(),
+                        mode: 0o644,
+                    },
+                    File {
+                        path: "/etc/proxmox-env".into(),
+                        contents: env,
+                        mode: 0o644,
+                    },
+                ],
+                enable_units: vec!["systemd-resolved.service".into()],
+                networkd_units: network.networkd_units().map_err(invalid_network)?,
+            };
+            let user_data = guest_nocloud::ignition::append(&bootstrap.value, &additions)
+                .map_err(|e| terminal("InvalidBootstrapData", e.to_string()))?;
+            (user_data, guest_nocloud::EMPTY_NETWORK_CONFIG.to_string())
         }
-        interfaces.push(iface);
-    }
-    guest_nocloud::Seed {
-        user_data: bootstrap,
-        meta_data: guest_nocloud::MetaData {
-            instance_id: cx.uid().to_string(),
-            hostname: cx.req.machine.name.clone(),
-            provider_id: Some(format!("proxmox://{uuid}")),
-        },
-        network: Some(guest_nocloud::NetworkConfig {
-            interfaces,
-            dns_servers: cx.cluster.dns_servers.clone(),
-        }),
-    }
+        _ => (
+            bootstrap.value.clone(),
+            network.render().map_err(invalid_network)?,
+        ),
+    };
+    Ok(guest_nocloud::Seed {
+        user_data,
+        meta_data,
+        network_config: Some(network_config),
+    })
 }
 
 pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
@@ -178,7 +199,7 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     let storage = iso_storage(cx, &node)?;
     let name = iso_name(cx, st.vmid.unwrap_or_default());
     let volid = format!("{storage}:iso/{name}");
-    let image = seed(cx, &config, bootstrap.value.clone(), &uuid)
+    let image = seed(cx, &config, bootstrap, &uuid, &node)?
         .iso()
         .map_err(|e| terminal("CloudInitISO", e.to_string()))?;
     // An ISO left by an earlier attempt (lost state) is replaced: its content may differ.
@@ -349,91 +370,134 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>
 
 #[cfg(test)]
 mod tests {
-    use guest_nocloud::Interface;
+    use guest_kit::testing::allocated;
     use serde_json::json;
 
     use super::*;
-    use guest_kit::testing::allocated;
 
     use crate::machine::testing::{ctx, request, template_spec};
 
-    fn two_nics() -> Value {
-        let mut spec = template_spec();
-        spec["network"] = json!({
-            "default": {"bridge": "vmbr0", "mtu": 1450},
-            "additionalDevices": [{"name": "net1", "bridge": "vmbr1"}],
-        });
-        spec
+    const UUID: &str = "5c1a8a5e-0000-4000-8000-000000000001";
+
+    fn cloud_config() -> BootstrapData {
+        BootstrapData {
+            format: "cloud-config".into(),
+            value: b"#cloud-config\n".to_vec(),
+        }
     }
 
-    fn cluster() -> Value {
+    fn ignition() -> BootstrapData {
+        BootstrapData {
+            format: "ignition".into(),
+            value: br#"{"ignition":{"version":"2.3.0"},"passwd":{"users":[{"name":"core"}]}}"#
+                .to_vec(),
+        }
+    }
+
+    fn vm() -> Value {
+        json!({"net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0"})
+    }
+
+    fn static_cluster() -> Value {
         json!({
-            "ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1", "metric": 100},
+            "ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1"},
             "dnsServers": ["10.0.0.2"],
         })
     }
 
-    fn config() -> Value {
-        json!({
-            "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
-            "net1": "virtio=BC:24:11:00:00:02,bridge=vmbr1",
-        })
-    }
-
-    fn interfaces(seed: &guest_nocloud::Seed) -> &[Interface] {
-        &seed.network.as_ref().expect("a network-config").interfaces
+    fn meta(seed: &guest_nocloud::Seed) -> String {
+        seed.meta_data.render()
     }
 
     #[test]
-    fn static_addresses_go_to_their_nics_matched_by_mac_with_one_default_route() {
-        let mut req = request(two_nics(), cluster());
-        req.addresses = vec![
-            allocated("net0", "10.0.0.11", 24, Some("10.0.0.1")),
-            allocated("net1", "10.0.0.12", 24, Some("10.0.0.1")),
-        ];
-        let seed = seed(&ctx(&req), &config(), b"#cloud-config\n".to_vec(), "u-1");
-        let nics = interfaces(&seed);
-        assert_eq!(nics.len(), 2);
-        assert_eq!(
-            (nics[0].name.as_str(), nics[0].mac.as_str()),
-            ("eth0", "BC:24:11:00:00:01")
-        );
-        assert_eq!(nics[0].addresses, ["10.0.0.11/24"]);
-        assert_eq!(nics[0].gateway4.as_deref(), Some("10.0.0.1"));
-        assert_eq!(nics[0].metric, Some(100));
-        assert_eq!(nics[0].mtu, Some(1450));
-        assert_eq!(
-            (nics[1].name.as_str(), nics[1].mac.as_str()),
-            ("eth1", "BC:24:11:00:00:02")
-        );
-        assert_eq!(nics[1].addresses, ["10.0.0.12/24"]);
-        assert_eq!(nics[1].gateway4, None);
-        assert!(!nics[0].dhcp4 && !nics[1].dhcp4);
-        assert_eq!(seed.network.as_ref().unwrap().dns_servers, ["10.0.0.2"]);
-    }
-
-    #[test]
-    fn without_a_pool_nics_take_dhcp_and_no_addresses() {
-        let req = request(two_nics(), json!({}));
-        let seed = seed(&ctx(&req), &config(), vec![], "u-1");
-        for nic in interfaces(&seed) {
-            assert!(nic.dhcp4, "{nic:?}");
-            assert!(nic.addresses.is_empty(), "{nic:?}");
-            assert_eq!(nic.gateway4, None);
-        }
-    }
-
-    #[test]
-    fn meta_data_names_the_machine_and_its_provider_id() {
+    fn the_instance_id_is_the_smbios_uuid_templates_make_the_provider_id_from() {
         let req = request(template_spec(), json!({}));
-        let seed = seed(&ctx(&req), &json!({}), b"data".to_vec(), "5c1a8a5e");
-        assert_eq!(seed.user_data, b"data");
-        assert_eq!(seed.meta_data.instance_id, req.machine.uid);
-        assert_eq!(seed.meta_data.hostname, "m1");
+        let seed = seed(&ctx(&req), &vm(), &cloud_config(), UUID, "pve2").unwrap();
+        assert_eq!(seed.meta_data.instance_id, UUID);
         assert_eq!(
             seed.meta_data.provider_id.as_deref(),
-            Some("proxmox://5c1a8a5e")
+            Some("proxmox://5c1a8a5e-0000-4000-8000-000000000001")
         );
+        assert_eq!(seed.meta_data.hostname, "m1");
+        let text = meta(&seed);
+        assert!(text.contains("proxmox_node: \"pve2\"\n"), "{text}");
+        assert!(text.contains("zone: \"default\"\n"), "{text}");
+        assert_eq!(seed.user_data, b"#cloud-config\n");
+    }
+
+    #[test]
+    fn the_provider_id_is_left_out_when_the_spec_says_so() {
+        let mut spec = template_spec();
+        spec["metadataSettings"] = json!({"providerIDInjection": false});
+        let req = request(spec, json!({}));
+        let seed = seed(&ctx(&req), &vm(), &cloud_config(), UUID, "pve1").unwrap();
+        assert_eq!(seed.meta_data.provider_id, None);
+        assert!(!meta(&seed).contains("provider-id"));
+    }
+
+    #[test]
+    fn a_cloud_config_guest_gets_its_network_as_network_config() {
+        let mut req = request(template_spec(), static_cluster());
+        req.addresses = vec![allocated("net0-00-inet", "10.0.0.11", 24, Some("10.0.0.1"))];
+        let seed = seed(&ctx(&req), &vm(), &cloud_config(), UUID, "pve1").unwrap();
+        let net = seed.network_config.unwrap();
+        assert!(net.starts_with("network:\n  version: 2\n"), "{net}");
+        assert!(net.contains("macaddress: BC:24:11:00:00:01"), "{net}");
+        assert!(net.contains("- '10.0.0.11/24'"), "{net}");
+        assert!(net.contains("\"via\": \"10.0.0.1\""), "{net}");
+    }
+
+    #[test]
+    fn an_ignition_guest_gets_hostname_proxmox_env_and_networkd_units_in_its_config() {
+        let mut req = request(template_spec(), static_cluster());
+        req.addresses = vec![allocated("net0-00-inet", "10.0.0.11", 24, Some("10.0.0.1"))];
+        let seed = seed(&ctx(&req), &vm(), &ignition(), UUID, "pve1").unwrap();
+        assert_eq!(
+            seed.network_config.as_deref(),
+            Some(guest_nocloud::EMPTY_NETWORK_CONFIG)
+        );
+        let config: Value = serde_json::from_slice(&seed.user_data).unwrap();
+        assert_eq!(
+            config["passwd"]["users"][0]["name"], "core",
+            "the bootstrap's own"
+        );
+        let files = config["storage"]["files"].as_array().unwrap();
+        assert_eq!(files[0]["path"], "/etc/hostname");
+        assert_eq!(files[0]["contents"]["source"], "data:,m1");
+        assert_eq!(files[1]["path"], "/etc/proxmox-env");
+        assert_eq!(
+            files[1]["contents"]["source"],
+            format!(
+                "data:,COREOS_CUSTOM_HOSTNAME=m1%0ACOREOS_CUSTOM_INSTANCE_ID={UUID}%0A\
+                 COREOS_CUSTOM_PROVIDER_ID=proxmox:%2F%2F{UUID}%0ACOREOS_CUSTOM_PRIVATE_IPV4=10.0.0.11%2F24"
+            )
+        );
+        assert_eq!(
+            config["systemd"]["units"],
+            json!([{"name": "systemd-resolved.service", "enabled": true}])
+        );
+        let unit = &config["networkd"]["units"][0];
+        assert_eq!(unit["name"], "00-eth0.network");
+        assert!(
+            unit["contents"]
+                .as_str()
+                .unwrap()
+                .contains("MACAddress=BC:24:11:00:00:01\n"),
+            "{unit}"
+        );
+    }
+
+    #[test]
+    fn bootstrap_data_claiming_ignition_that_is_not_is_terminal() {
+        let req = request(template_spec(), json!({}));
+        let bad = BootstrapData {
+            format: "ignition".into(),
+            value: b"#cloud-config\n".to_vec(),
+        };
+        match seed(&ctx(&req), &vm(), &bad, UUID, "pve1") {
+            Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "InvalidBootstrapData"),
+            other => panic!("expected a terminal error, got {other:?}"),
+        }
     }
 
     #[test]

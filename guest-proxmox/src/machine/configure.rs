@@ -7,7 +7,7 @@ use guest_kit::{invalid, terminal};
 use serde_json::Value;
 
 use super::context::Ctx;
-use super::nics::{mac_of, model_name};
+use super::nics::{Nic, mac_of, model_name};
 use super::ownership::uid_tag;
 use super::properties::{is_cloudinit_drive, is_drive_key, option, str_of, uuid_of};
 use super::state::{State, Step};
@@ -32,6 +32,56 @@ pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
     Ok(())
 }
 
+/// The PVE net string of `nic` given the template's (`existing`): the template's MAC
+/// and firewall flag kept, the spec's model, bridge, VLAN, MTU and queues. None: the
+/// NIC stays as the template has it (no spec for it, or one naming nothing to change).
+pub(super) fn nic_value(nic: &Nic, existing: Option<&str>) -> Result<Option<String>, PluginError> {
+    let Some(dev) = &nic.spec else {
+        return Ok(None);
+    };
+    let changes = dev.bridge.is_some()
+        || dev.model.is_some()
+        || dev.mtu.is_some()
+        || dev.vlan.is_some()
+        || dev.queues.is_some();
+    if !changes && existing.is_some() {
+        return Ok(None);
+    }
+    let existing = existing.unwrap_or_default();
+    let bridge = dev
+        .bridge
+        .clone()
+        .or_else(|| option(existing, "bridge"))
+        .ok_or_else(|| {
+            invalid(
+                &format!("{}.bridge", nic.path),
+                format!(
+                    "the template has no {}: a bridge is required for it",
+                    nic.device
+                ),
+            )
+        })?;
+    let model = model_name(dev.model.unwrap_or(NicModel::Virtio));
+    let mut value = match mac_of(existing) {
+        Some(mac) => format!("{model}={mac}"),
+        None => model.to_string(),
+    };
+    value.push_str(&format!(",bridge={bridge}"));
+    if let Some(v) = dev.vlan {
+        value.push_str(&format!(",tag={v}"));
+    }
+    if let Some(m) = dev.mtu {
+        value.push_str(&format!(",mtu={m}"));
+    }
+    if let Some(q) = dev.queues {
+        value.push_str(&format!(",queues={q}"));
+    }
+    if option(existing, "firewall").as_deref() == Some("1") {
+        value.push_str(",firewall=1");
+    }
+    Ok(Some(value))
+}
+
 /// The config write that makes the cloned VM (its `config` as PVE reports it) what
 /// the spec asks for, and the slot the NoCloud ISO will go into.
 #[derive(Debug)]
@@ -54,24 +104,9 @@ pub(super) fn config_update(cx: &Ctx, config: &Value) -> Result<ConfigUpdate, Pl
     }
     let mut nets: Vec<(String, String)> = vec![];
     for nic in &cx.nics {
-        let Some(dev) = &nic.dev else { continue };
-        let model = model_name(dev.model.unwrap_or(NicModel::Virtio));
-        let existing = str_of(config, &nic.device).unwrap_or_default();
-        let mut value = match mac_of(&existing) {
-            Some(mac) => format!("{model}={mac}"),
-            None => model.to_string(),
-        };
-        value.push_str(&format!(",bridge={}", dev.bridge));
-        if let Some(v) = dev.vlan {
-            value.push_str(&format!(",tag={v}"));
+        if let Some(value) = nic_value(nic, str_of(config, &nic.device).as_deref())? {
+            nets.push((nic.device.clone(), value));
         }
-        if let Some(m) = dev.mtu {
-            value.push_str(&format!(",mtu={m}"));
-        }
-        if option(&existing, "firewall").as_deref() == Some("1") {
-            value.push_str(",firewall=1");
-        }
-        nets.push((nic.device.clone(), value));
     }
     let mut tags: BTreeSet<String> = cx
         .spec
@@ -284,6 +319,49 @@ mod tests {
             value(&u, "net0"),
             Some("e1000=BC:24:11:00:00:01,bridge=vmbr1,tag=20,mtu=9000,firewall=1")
         );
+    }
+
+    #[test]
+    fn queues_go_after_the_mtu() {
+        let req = request(template_spec(), json!({}));
+        let cx = crate::machine::testing::ctx_v2(
+            &req,
+            json!({"templateID": 9000, "sourceNode": "pve1", "network": {"networkDevices": [
+                {"name": "net0", "bridge": "vmbr0", "mtu": 1, "queues": 4},
+                {"name": "net1", "queues": 2},
+            ]}}),
+            json!({}),
+        );
+        let mut config = cloned();
+        config["net1"] = json!("e1000=BC:24:11:00:00:02,bridge=vmbr5");
+        let u = config_update(&cx, &config).unwrap();
+        assert_eq!(
+            value(&u, "net0"),
+            Some("virtio=BC:24:11:00:00:01,bridge=vmbr0,mtu=1,queues=4,firewall=1")
+        );
+        // No bridge in the spec: the template's.
+        assert_eq!(
+            value(&u, "net1"),
+            Some("virtio=BC:24:11:00:00:02,bridge=vmbr5,queues=2")
+        );
+    }
+
+    #[test]
+    fn a_nic_the_template_lacks_needs_a_bridge() {
+        let req = request(template_spec(), json!({}));
+        let cx = crate::machine::testing::ctx_v2(
+            &req,
+            json!({"templateID": 9000, "sourceNode": "pve1", "network": {"networkDevices": [
+                {"name": "net0"}, {"name": "net3", "vlan": 5},
+            ]}}),
+            json!({}),
+        );
+        match config_update(&cx, &cloned()) {
+            Err(PluginError::InvalidSpec(i)) => {
+                assert_eq!(i.field, "spec.network.additionalDevices[0].bridge")
+            }
+            other => panic!("expected an invalid spec, got {other:?}"),
+        }
     }
 
     #[test]

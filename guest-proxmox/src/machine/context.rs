@@ -1,15 +1,15 @@
 //! What one call works with: the parsed specs, the planned NICs and the PVE client.
 
 use guest_kit::machine::{MachineRequest, MachineStatus};
+use guest_kit::transient;
 use guest_kit::types::{PluginError, Progress};
-use guest_kit::{parse_spec, transient};
 use serde_json::Value;
 
 use super::nics::{Nic, plan_nics};
 use super::state::{State, Step};
 use super::validate::validate;
 use crate::api::{Pve, PveError, percent_encode};
-use crate::spec::{ClusterSpec, MachineSpec};
+use crate::spec::{ClusterSpec, MachineSpec, cluster_spec, machine_spec};
 
 /// What a call works with.
 pub(super) struct Ctx<'a> {
@@ -24,14 +24,14 @@ pub(super) struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub(super) fn new(req: &'a MachineRequest) -> Result<Ctx<'a>, PluginError> {
-        let spec: MachineSpec = parse_spec(&req.spec, "spec")?;
-        let cluster: ClusterSpec = if req.cluster_spec.trim().is_empty() {
+        let spec = machine_spec(&req.spec, "spec")?;
+        let cluster = if req.cluster_spec.trim().is_empty() {
             ClusterSpec::default()
         } else {
-            parse_spec(&req.cluster_spec, "cluster.spec")?
+            cluster_spec(&req.cluster_spec, "cluster.spec")?
         };
-        validate(&spec, &cluster)?;
-        let nics = plan_nics(&spec, &cluster);
+        let nics = plan_nics(&spec, &cluster)?;
+        validate(&spec, &cluster, &nics)?;
         Ok(Ctx {
             req,
             spec,

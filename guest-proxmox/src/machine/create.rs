@@ -18,7 +18,7 @@ use super::state::{State, Step};
 
 pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let cx = Ctx::new(req)?;
-    let mut st: State = guest_kit::state::load(req.state.as_deref());
+    let mut st: State = guest_kit::state::load(req.state.as_deref())?;
     let missing = cx.missing_addresses();
     if !missing.is_empty() && st.vmid.is_none() {
         return Ok(cx.status(

@@ -1,4 +1,6 @@
-//! The delete step machine.
+//! The delete step machine: locate this machine's VM (never another's), stop it,
+//! destroy it, confirm it gone, remove its NoCloud ISO. Each step does a few API calls
+//! and either goes on to the next within the call or hands back progress.
 
 use guest_kit::log;
 use guest_kit::machine::MachineRequest;
@@ -14,208 +16,238 @@ use super::{RETRY_MS, SHORT_MS};
 use crate::api::Pve;
 use crate::spec::{ClusterSpec, MachineSpec};
 
-// ---------------------------------------------------------------------------------
-// delete
-// ---------------------------------------------------------------------------------
+/// What one step came to.
+enum Next {
+    /// On to the step now in the state, within this call.
+    Continue,
+    /// Call again later, with this progress.
+    Wait(Progress),
+    /// The VM and its ISO are gone.
+    Done,
+}
+
+/// Steps one call may take before it hands back progress.
+const STEPS_PER_CALL: usize = 6;
 
 pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginError> {
-    // A spec that no longer parses must not block deletion: only the UIDs are needed.
-    let pve = Pve::new(&req.credentials);
-    let cx = match Ctx::new(req) {
-        Ok(cx) => cx,
-        Err(_) => Ctx {
-            req,
-            spec: MachineSpec::default(),
-            cluster: ClusterSpec::default(),
-            nics: vec![],
-            pve,
-            resources: Default::default(),
-        },
-    };
-    let mut st: State = guest_kit::state::load(req.state.as_deref());
-    let progress = |st: &State, phase: &str, msg: String, ms: u64| {
-        Ok(Some(Progress {
-            state: guest_kit::state::save(st),
-            phase: phase.into(),
-            message: msg,
-            requeue_after_ms: Some(ms),
-        }))
-    };
-    for _ in 0..6 {
-        match st.delete {
-            None => {
-                // A task create was following is not ours to follow.
+    let cx = context(req);
+    let mut st: State = guest_kit::state::load(req.state.as_deref())?;
+    for _ in 0..STEPS_PER_CALL {
+        let next = match st.delete {
+            None => locate(&cx, &mut st)?,
+            Some(DeleteStep::Stopping) => stop(&cx, &mut st)?,
+            Some(DeleteStep::Deleting) => destroy(&cx, &mut st)?,
+            Some(DeleteStep::Confirming) => confirm(&cx, &mut st)?,
+            Some(DeleteStep::RemovingIso) => remove_iso(&cx, &mut st)?,
+        };
+        match next {
+            Next::Continue => {}
+            Next::Wait(progress) => return Ok(Some(progress)),
+            Next::Done => return Ok(None),
+        }
+    }
+    Ok(Some(waiting(
+        &st,
+        "Deleting",
+        "continuing".into(),
+        SHORT_MS,
+    )))
+}
+
+/// The call's context. A spec that no longer parses must not block deletion: only the
+/// UIDs are needed.
+fn context(req: &MachineRequest) -> Ctx<'_> {
+    Ctx::new(req).unwrap_or_else(|_| Ctx {
+        req,
+        spec: MachineSpec::default(),
+        cluster: ClusterSpec::default(),
+        nics: vec![],
+        pve: Pve::new(&req.credentials),
+        resources: Default::default(),
+    })
+}
+
+fn waiting(st: &State, phase: &str, message: String, ms: u64) -> Progress {
+    Progress {
+        state: guest_kit::state::save(st),
+        phase: phase.into(),
+        message,
+        requeue_after_ms: Some(ms),
+    }
+}
+
+fn wait(st: &State, phase: &str, message: String, ms: u64) -> Result<Next, PluginError> {
+    Ok(Next::Wait(waiting(st, phase, message, ms)))
+}
+
+/// Find this machine's VM: the recorded one (followed to another node if it migrated)
+/// if it is ours, else one carrying its marker; none at all goes straight to the ISO.
+fn locate(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
+    // A task create was following is not ours to follow.
+    st.upid = None;
+    match cx.locate(st)? {
+        Located::Ours(_) => {
+            st.delete = Some(DeleteStep::Stopping);
+            return Ok(Next::Continue);
+        }
+        // Maybe this machine's clone, before PVE writes its config: wait.
+        Located::Cloning => {
+            let message = format!(
+                "VM {} is still being cloned; waiting to see whose it is",
+                st.vmid.unwrap_or_default()
+            );
+            return wait(st, "Stopping", message, SHORT_MS);
+        }
+        Located::Foreign(c) => log::warn(
+            "the recorded VMID belongs to another VM; leaving it alone",
+            &[
+                ("vmid", st.vmid.unwrap_or_default().to_string()),
+                ("name", str_of(&c, "name").unwrap_or_default()),
+            ],
+        ),
+        Located::Gone => {}
+    }
+    match cx.find_owned()? {
+        Some((node, vmid, _)) => {
+            st.node = Some(node);
+            st.vmid = Some(vmid);
+            st.delete = Some(DeleteStep::Stopping);
+        }
+        None => {
+            st.vmid = None;
+            st.delete = Some(DeleteStep::RemovingIso);
+        }
+    }
+    Ok(Next::Continue)
+}
+
+/// Stop the VM (following the stop task); a stopped or vanished VM goes on.
+fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
+    if let Some(upid) = st.upid.clone() {
+        match poll(&cx.pve, &upid, "following the stop task")? {
+            Ok(false) => return wait(st, "Stopping", "stop task running".into(), SHORT_MS),
+            Ok(true) => st.upid = None,
+            Err(msg) => {
                 st.upid = None;
-                // Locate this machine's VM: the recorded one (followed to another node
-                // if it migrated) if it is ours, else by marker.
-                match cx.locate(&mut st)? {
-                    Located::Ours(_) => {
-                        st.delete = Some(DeleteStep::Stopping);
-                        continue;
-                    }
-                    // Maybe this machine's clone, before PVE writes its config: wait.
-                    Located::Cloning => {
-                        return progress(
-                            &st,
-                            "Stopping",
-                            format!(
-                                "VM {} is still being cloned; waiting to see whose it is",
-                                st.vmid.unwrap_or_default()
-                            ),
-                            SHORT_MS,
-                        );
-                    }
-                    Located::Foreign(c) => log::warn(
-                        "the recorded VMID belongs to another VM; leaving it alone",
-                        &[
-                            ("vmid", st.vmid.unwrap_or_default().to_string()),
-                            ("name", str_of(&c, "name").unwrap_or_default()),
-                        ],
-                    ),
-                    Located::Gone => {}
-                }
-                match cx.find_owned()? {
-                    Some((node, vmid, _)) => {
-                        st.node = Some(node);
-                        st.vmid = Some(vmid);
-                    }
-                    None => {
-                        st.vmid = None;
-                        st.delete = Some(DeleteStep::RemovingIso);
-                        continue;
-                    }
-                }
-                st.delete = Some(DeleteStep::Stopping);
-            }
-            Some(DeleteStep::Stopping) => {
-                if let Some(upid) = st.upid.clone() {
-                    match poll(&cx.pve, &upid, "following the stop task")? {
-                        Ok(false) => {
-                            return progress(&st, "Stopping", "stop task running".into(), SHORT_MS);
-                        }
-                        Ok(true) => st.upid = None,
-                        Err(msg) => {
-                            st.upid = None;
-                            return progress(
-                                &st,
-                                "Stopping",
-                                format!("stop failed ({msg}); retrying"),
-                                RETRY_MS,
-                            );
-                        }
-                    }
-                }
-                let current = match cx
-                    .pve
-                    .get(&format!("{}/status/current", cx.config_path(&st)))
-                {
-                    Ok(c) => c,
-                    Err(e) if e.is_not_found() => {
-                        st.delete = Some(DeleteStep::Confirming);
-                        continue;
-                    }
-                    Err(e) => return Err(e.classify("reading the VM status")),
-                };
-                if let Some(lock) = str_of(&current, "lock") {
-                    return progress(
-                        &st,
-                        "Stopping",
-                        format!("VM is locked ({lock}); waiting"),
-                        SHORT_MS,
-                    );
-                }
-                if str_of(&current, "status").as_deref() == Some("stopped") {
-                    st.delete = Some(DeleteStep::Deleting);
-                    continue;
-                }
-                cx.owned_config(&mut st, "stopping the VM")?;
-                let v = cx
-                    .pve
-                    .post(&format!("{}/status/stop", cx.config_path(&st)), &[])
-                    .map_err(|e| e.classify("stopping the VM"))?;
-                st.upid = upid_of(v);
-                return progress(&st, "Stopping", "stopping the VM".into(), SHORT_MS);
-            }
-            Some(DeleteStep::Deleting) => {
-                if let Some(upid) = st.upid.clone() {
-                    match poll(&cx.pve, &upid, "following the destroy task")? {
-                        Ok(false) => {
-                            return progress(
-                                &st,
-                                "Deleting",
-                                "destroy task running".into(),
-                                SHORT_MS,
-                            );
-                        }
-                        Ok(true) => {
-                            st.upid = None;
-                            st.delete = Some(DeleteStep::Confirming);
-                            continue;
-                        }
-                        Err(msg) => {
-                            st.upid = None;
-                            if let Some(e) = task_failed("destroying the VM", &msg) {
-                                return Err(e);
-                            }
-                            // Started again meanwhile, locked...: go back to stopping.
-                            st.delete = Some(DeleteStep::Stopping);
-                            return progress(
-                                &st,
-                                "Deleting",
-                                format!("destroy failed ({msg}); retrying"),
-                                RETRY_MS,
-                            );
-                        }
-                    }
-                }
-                match cx.locate(&mut st)? {
-                    Located::Ours(_) => {}
-                    // Gone (or the VMID is someone else's now): confirm.
-                    _ => {
-                        st.delete = Some(DeleteStep::Confirming);
-                        continue;
-                    }
-                }
-                let v = cx
-                    .pve
-                    .delete(
-                        &cx.config_path(&st),
-                        &[
-                            ("purge", "1".into()),
-                            ("destroy-unreferenced-disks", "1".into()),
-                        ],
-                    )
-                    .map_err(|e| e.classify("destroying the VM"))?;
-                st.upid = upid_of(v);
-                return progress(&st, "Deleting", "destroying the VM".into(), SHORT_MS);
-            }
-            // Gone from its node, and not ours on another one (a migration mid-delete).
-            Some(DeleteStep::Confirming) => match cx.locate(&mut st)? {
-                Located::Ours(_) => {
-                    st.delete = Some(DeleteStep::Stopping);
-                    return progress(
-                        &st,
-                        "Deleting",
-                        "the VM is still there; stopping and destroying it again".into(),
-                        SHORT_MS,
-                    );
-                }
-                _ => st.delete = Some(DeleteStep::RemovingIso),
-            },
-            Some(DeleteStep::RemovingIso) => {
-                if let Some(p) = following_iso_removal(&cx, &mut st, "Deleting")? {
-                    return Ok(Some(p.progress));
-                }
-                let node = st.iso_node.clone().or_else(|| st.node.clone());
-                if let (Some(volid), Some(node)) = (st.iso.clone(), node)
-                    && let Some(upid) = delete_volume(&cx.pve, &node, &volid)?
-                {
-                    st.upid = Some(upid);
-                    return progress(&st, "Deleting", "removing the NoCloud ISO".into(), SHORT_MS);
-                }
-                return Ok(None);
+                return wait(
+                    st,
+                    "Stopping",
+                    format!("stop failed ({msg}); retrying"),
+                    RETRY_MS,
+                );
             }
         }
     }
-    progress(&st, "Deleting", "continuing".into(), SHORT_MS)
+    let current = match cx
+        .pve
+        .get(&format!("{}/status/current", cx.config_path(st)))
+    {
+        Ok(c) => c,
+        Err(e) if e.is_not_found() => {
+            st.delete = Some(DeleteStep::Confirming);
+            return Ok(Next::Continue);
+        }
+        Err(e) => return Err(e.classify("reading the VM status")),
+    };
+    if let Some(lock) = str_of(&current, "lock") {
+        return wait(
+            st,
+            "Stopping",
+            format!("VM is locked ({lock}); waiting"),
+            SHORT_MS,
+        );
+    }
+    if str_of(&current, "status").as_deref() == Some("stopped") {
+        st.delete = Some(DeleteStep::Deleting);
+        return Ok(Next::Continue);
+    }
+    cx.owned_config(st, "stopping the VM")?;
+    let v = cx
+        .pve
+        .post(&format!("{}/status/stop", cx.config_path(st)), &[])
+        .map_err(|e| e.classify("stopping the VM"))?;
+    st.upid = upid_of(v);
+    wait(st, "Stopping", "stopping the VM".into(), SHORT_MS)
+}
+
+/// Destroy the stopped VM (following the destroy task), if it is still ours.
+fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
+    if let Some(upid) = st.upid.clone() {
+        match poll(&cx.pve, &upid, "following the destroy task")? {
+            Ok(false) => return wait(st, "Deleting", "destroy task running".into(), SHORT_MS),
+            Ok(true) => {
+                st.upid = None;
+                st.delete = Some(DeleteStep::Confirming);
+                return Ok(Next::Continue);
+            }
+            Err(msg) => {
+                st.upid = None;
+                if let Some(e) = task_failed("destroying the VM", &msg) {
+                    return Err(e);
+                }
+                // Started again meanwhile, locked...: go back to stopping.
+                st.delete = Some(DeleteStep::Stopping);
+                return wait(
+                    st,
+                    "Deleting",
+                    format!("destroy failed ({msg}); retrying"),
+                    RETRY_MS,
+                );
+            }
+        }
+    }
+    match cx.locate(st)? {
+        Located::Ours(_) => {}
+        // Gone (or the VMID is someone else's now): confirm.
+        _ => {
+            st.delete = Some(DeleteStep::Confirming);
+            return Ok(Next::Continue);
+        }
+    }
+    let v = cx
+        .pve
+        .delete(
+            &cx.config_path(st),
+            &[
+                ("purge", "1".into()),
+                ("destroy-unreferenced-disks", "1".into()),
+            ],
+        )
+        .map_err(|e| e.classify("destroying the VM"))?;
+    st.upid = upid_of(v);
+    wait(st, "Deleting", "destroying the VM".into(), SHORT_MS)
+}
+
+/// Gone from its node, and not ours on another one (a migration mid-delete).
+fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
+    match cx.locate(st)? {
+        Located::Ours(_) => {
+            st.delete = Some(DeleteStep::Stopping);
+            wait(
+                st,
+                "Deleting",
+                "the VM is still there; stopping and destroying it again".into(),
+                SHORT_MS,
+            )
+        }
+        _ => {
+            st.delete = Some(DeleteStep::RemovingIso);
+            Ok(Next::Continue)
+        }
+    }
+}
+
+/// Remove the NoCloud ISO (following its removal task); then everything is gone.
+fn remove_iso(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
+    if let Some(p) = following_iso_removal(cx, st, "Deleting")? {
+        return Ok(Next::Wait(p.progress));
+    }
+    let node = st.iso_node.clone().or_else(|| st.node.clone());
+    if let (Some(volid), Some(node)) = (st.iso.clone(), node)
+        && let Some(upid) = delete_volume(&cx.pve, &node, &volid)?
+    {
+        st.upid = Some(upid);
+        return wait(st, "Deleting", "removing the NoCloud ISO".into(), SHORT_MS);
+    }
+    Ok(Next::Done)
 }

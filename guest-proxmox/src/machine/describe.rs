@@ -1,5 +1,6 @@
 //! Describe: what the VM looks like now.
 
+use guest_kit::drift;
 use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
 use guest_kit::types::PluginError;
 
@@ -15,7 +16,7 @@ use super::state::{State, Step};
 
 pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let cx = Ctx::new(req)?;
-    let mut st: State = guest_kit::state::load(req.state.as_deref());
+    let mut st: State = guest_kit::state::load(req.state.as_deref())?;
     let phase = phase_of(st.step);
     let Some(vmid) = st.vmid else {
         return match cx.find_owned()? {
@@ -50,13 +51,12 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             return Ok(s);
         }
         Located::Gone => {
-            let mut s = cx.status(&st, phase, format!("VM {vmid} does not exist"), None);
-            s.ready = false;
-            s.drift = Some(Drift::Missing(format!(
+            let s = cx.status(&st, phase, String::new(), None);
+            let text = format!(
                 "VM {vmid} no longer exists on {} nor on another node",
                 st.node.as_deref().unwrap_or_default()
-            )));
-            return Ok(s);
+            );
+            return Ok(drift::report(s, "VMMissing", Drift::Missing(text)));
         }
         // Mid-clone, before PVE writes the clone's config: nothing to judge yet.
         Located::Cloning => {
@@ -65,21 +65,15 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             return Ok(s);
         }
         Located::Foreign(config) => {
-            let mut s = cx.status(
-                &st,
-                phase,
-                format!("VM {vmid} belongs to someone else"),
-                None,
-            );
-            s.ready = false;
+            let mut s = cx.status(&st, phase, String::new(), None);
             s.provider_id = None;
             s.addresses = vec![];
-            s.drift = Some(Drift::Foreign(format!(
-                "VM {vmid} does not carry {}: its name is {}",
+            let text = format!(
+                "VM {vmid} belongs to someone else: it does not carry {}, its name is {}",
                 marker(cx.uid()),
                 str_of(&config, "name").unwrap_or_default()
-            )));
-            return Ok(s);
+            );
+            return Ok(drift::report(s, "VMForeign", Drift::Foreign(text)));
         }
     };
     let current = cx
@@ -96,7 +90,15 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
     let mut s = cx.status(&st, phase, message, None);
     s.details.push(("power".into(), power.clone()));
     if st.step == Step::Ready && power != "running" {
-        s.drift = Some(Drift::Changed(format!("VM {vmid} is {power}, not running")));
+        // Not started again: whoever stopped it may have meant it (the machine shows the
+        // drift until someone starts the VM or Cluster API remediates the machine).
+        let reason = if power == "stopped" {
+            "VMPoweredOff"
+        } else {
+            "VMNotRunning"
+        };
+        let text = format!("VM {vmid} is {power}, not running");
+        return Ok(drift::report(s, reason, Drift::Changed(text)));
     }
     Ok(s)
 }

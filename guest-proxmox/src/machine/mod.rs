@@ -76,18 +76,19 @@
 //! `vmid`, `scheduler`, `template`), `configure`, `disks`, `cloudinit` and `boot`;
 //! `delete` and `describe` are the other two calls. `state` is what the host hands back,
 //! `context` what one call works with, `ownership` the marker, `tasks` PVE task polling,
-//! `nics`/`addresses` the network side, `properties` PVE value parsing, `validate` spec
+//! `nics`/`addresses`/`network` the network side, `properties` PVE value parsing, `validate` spec
 //! checks. What a step decides is kept apart from the API calls that feed it (e.g.
 //! `configure::config_update`, `scheduler::choose_node`), so unit tests (`testing`
 //! builds their requests) check it without a Proxmox.
 
 use guest_kit::machine::{Guest, MachineRequest, MachineStatus, TemplateRequest, TemplateStatus};
-use guest_kit::parse_spec;
 use guest_kit::types::{PluginError, Progress};
 
 use crate::Plugin;
 use crate::api::{Pve, percent_encode};
-use crate::spec::{ClusterSpec, MachineSpec};
+use crate::spec::{ClusterSpec, machine_spec};
+pub(crate) use nics::default_pool_name;
+use nics::plan_nics;
 use properties::u64_of;
 use validate::validate;
 
@@ -101,6 +102,7 @@ mod create;
 mod delete;
 mod describe;
 mod disks;
+mod network;
 mod nics;
 mod ownership;
 mod properties;
@@ -134,9 +136,16 @@ impl Guest for Plugin {
     }
 
     fn describe_template(req: TemplateRequest) -> Result<TemplateStatus, PluginError> {
-        let spec: MachineSpec = parse_spec(&req.spec, "spec.template.spec")?;
-        validate(&spec, &ClusterSpec::default()).or_else(|e| match e {
-            // Static addressing depends on the cluster, which a template does not see.
+        let spec = machine_spec(&req.spec, "spec.template.spec")?;
+        // Addressing depends on the cluster (its pools, its zones), which a template
+        // does not see: plan as if outside any zone, and let the machines tell.
+        let mut unzoned = spec.clone();
+        if let Some(n) = &mut unzoned.network {
+            n.zone = None;
+        }
+        let cluster = ClusterSpec::default();
+        let nics = plan_nics(&unzoned, &cluster)?;
+        validate(&unzoned, &cluster, &nics).or_else(|e| match e {
             PluginError::InvalidSpec(ref i)
                 if i.field.ends_with(".dhcp4") || i.field.ends_with(".dhcp6") =>
             {

@@ -1,13 +1,22 @@
-//! Finding the template to clone.
+//! Finding the template to clone: by `templateID` on `sourceNode`, or by tags.
+//!
+//! A template selector's `matchTags` (any case) pick among the templates (VMs with
+//! `template: 1` and tags) by `matchPolicy`: `exact` (the default) wants the very same
+//! tags, `uniqueSubset` all of them and maybe more, `bestSubset` all of them and the
+//! fewest others. Of several equally good templates the one on the failure domain's
+//! node wins (a template replicated to every node); otherwise more than one is an
+//! error naming them, whatever the order Proxmox lists them in.
 
 use std::collections::BTreeSet;
 
 use guest_kit::terminal;
 use guest_kit::types::PluginError;
+use serde_json::Value;
 
 use super::context::Ctx;
 use super::properties::{is_drive_key, str_of, u64_of};
 use crate::api::percent_encode;
+use crate::spec::{MatchPolicy, TemplateSelector};
 
 /// (node, VMID) of the template to clone.
 pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
@@ -22,49 +31,92 @@ pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
             Err(e) => Err(e.classify(&format!("reading template {id} on {node}"))),
         };
     }
-    let tags = cx
-        .spec
-        .template_selector
-        .as_ref()
-        .map(|s| s.match_tags.clone())
-        .unwrap_or_default();
-    let mut found: Vec<(String, u32)> = cx
-        .qemu_vms()?
+    let selector = cx.spec.template_selector.clone().unwrap_or_default();
+    choose_template(&selector, cx.qemu_vms()?, cx.req.failure_domain.as_deref())
+}
+
+/// The template `selector` picks among `vms` (the cluster's VMs as
+/// `GET /cluster/resources` lists them), preferring `node`.
+pub(super) fn choose_template<'v>(
+    selector: &TemplateSelector,
+    vms: impl IntoIterator<Item = &'v Value>,
+    node: Option<&str>,
+) -> Result<(String, u32), PluginError> {
+    let want: BTreeSet<String> = selector
+        .match_tags
+        .iter()
+        .map(|t| t.trim().to_ascii_lowercase())
+        .collect();
+    let policy = selector.match_policy.unwrap_or(MatchPolicy::Exact);
+    // (extra tags, node, VMID) of every template holding all wanted tags.
+    let mut found: Vec<(usize, String, u32)> = vms
+        .into_iter()
         .filter(|v| u64_of(v, "template") == Some(1))
-        .filter(|v| {
+        .filter_map(|v| {
             let have: BTreeSet<String> = str_of(v, "tags")
                 .unwrap_or_default()
                 .split([';', ',', ' '])
-                .map(str::to_ascii_lowercase)
+                .map(|t| t.trim().to_ascii_lowercase())
+                .filter(|t| !t.is_empty())
                 .collect();
-            tags.iter().all(|t| have.contains(&t.to_ascii_lowercase()))
+            if have.is_empty() || !want.is_subset(&have) {
+                return None;
+            }
+            Some((
+                have.len() - want.len(),
+                str_of(v, "node")?,
+                u64_of(v, "vmid")? as u32,
+            ))
         })
-        .filter_map(|v| Some((str_of(v, "node")?, u64_of(v, "vmid")? as u32)))
         .collect();
-    found.sort();
-    let wanted = cx.req.failure_domain.clone();
-    if let Some(n) = &wanted
-        && let Some(t) = found.iter().find(|(node, _)| node == n)
-    {
-        return Ok(t.clone());
+    match policy {
+        MatchPolicy::Exact => found.retain(|(extra, ..)| *extra == 0),
+        MatchPolicy::UniqueSubset => {}
+        MatchPolicy::BestSubset => {
+            let best = found.iter().map(|(extra, ..)| *extra).min();
+            found.retain(|(extra, ..)| Some(*extra) == best);
+        }
     }
+    found.sort();
+    if let Some(n) = node
+        && let [(_, node, id)] = found
+            .iter()
+            .filter(|(_, at, _)| at == n)
+            .collect::<Vec<_>>()
+            .as_slice()
+    {
+        return Ok((node.clone(), *id));
+    }
+    let tags: Vec<&String> = want.iter().collect();
     match found.as_slice() {
-        [one] => Ok(one.clone()),
+        [(_, node, id)] => Ok((node.clone(), *id)),
         [] => Err(terminal(
             "TemplateNotFound",
-            format!("no template carries all the tags {tags:?}"),
+            format!(
+                "no template matches the tags {tags:?} ({})",
+                policy_name(policy)
+            ),
         )),
         many => Err(terminal(
             "AmbiguousTemplate",
             format!(
-                "{} templates carry the tags {tags:?} ({}); add a tag to pick one",
+                "{} templates match the tags {tags:?} ({}): {}; add a tag to pick one",
                 many.len(),
+                policy_name(policy),
                 many.iter()
-                    .map(|(n, id)| format!("{id} on {n}"))
+                    .map(|(_, n, id)| format!("{id} on {n}"))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
         )),
+    }
+}
+
+fn policy_name(p: MatchPolicy) -> &'static str {
+    match p {
+        MatchPolicy::Exact => "exact",
+        MatchPolicy::UniqueSubset => "uniqueSubset",
+        MatchPolicy::BestSubset => "bestSubset",
     }
 }
 
@@ -129,4 +181,99 @@ pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reac
     } else {
         Reach::OwnNode(local)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn template(vmid: u32, node: &str, tags: &str) -> Value {
+        json!({"vmid": vmid, "node": node, "template": 1, "tags": tags, "type": "qemu"})
+    }
+
+    fn choose(
+        tags: &[&str],
+        policy: Option<MatchPolicy>,
+        vms: Value,
+        node: Option<&str>,
+    ) -> Result<u32, String> {
+        let selector = TemplateSelector {
+            match_tags: tags.iter().map(|t| t.to_string()).collect(),
+            match_policy: policy,
+        };
+        choose_template(&selector, vms.as_array().unwrap(), node)
+            .map(|(_, id)| id)
+            .map_err(|e| match e {
+                PluginError::Terminal(t) => t.reason,
+                other => format!("{other:?}"),
+            })
+    }
+
+    fn fleet() -> Value {
+        json!([
+            template(9000, "pve1", "k8s;ubuntu"),
+            template(9001, "pve1", "k8s;ubuntu;v1.33"),
+            template(9002, "pve2", "k8s;ubuntu;v1.33;gpu"),
+            {"vmid": 100, "node": "pve1", "template": 0, "tags": "k8s;ubuntu"},
+            template(9003, "pve3", ""),
+        ])
+    }
+
+    #[test]
+    fn exact_wants_the_very_same_tags_in_any_case() {
+        assert_eq!(choose(&["Ubuntu", "k8s"], None, fleet(), None), Ok(9000));
+        assert_eq!(
+            choose(&["k8s", "v1.33"], Some(MatchPolicy::Exact), fleet(), None),
+            Err("TemplateNotFound".into())
+        );
+    }
+
+    #[test]
+    fn unique_subset_wants_one_template_holding_all_the_tags() {
+        assert_eq!(
+            choose(&["gpu"], Some(MatchPolicy::UniqueSubset), fleet(), None),
+            Ok(9002)
+        );
+        assert_eq!(
+            choose(&["v1.33"], Some(MatchPolicy::UniqueSubset), fleet(), None),
+            Err("AmbiguousTemplate".into())
+        );
+    }
+
+    #[test]
+    fn best_subset_takes_the_fewest_extra_tags_whatever_the_listing_order() {
+        let best = Some(MatchPolicy::BestSubset);
+        assert_eq!(choose(&["v1.33"], best, fleet(), None), Ok(9001));
+        let mut reversed = fleet().as_array().unwrap().clone();
+        reversed.reverse();
+        assert_eq!(choose(&["v1.33"], best, json!(reversed), None), Ok(9001));
+        assert_eq!(choose(&["k8s"], best, fleet(), None), Ok(9000));
+    }
+
+    #[test]
+    fn of_equal_templates_the_failure_domains_node_wins_else_it_is_ambiguous() {
+        let replicated = json!([template(9000, "pve1", "k8s"), template(9100, "pve2", "k8s"),]);
+        assert_eq!(
+            choose(&["k8s"], None, replicated.clone(), Some("pve2")),
+            Ok(9100)
+        );
+        assert_eq!(
+            choose(&["k8s"], None, replicated, None),
+            Err("AmbiguousTemplate".into())
+        );
+    }
+
+    #[test]
+    fn vms_that_are_not_templates_or_have_no_tags_never_match() {
+        let vms = json!([
+            {"vmid": 100, "node": "pve1", "template": 0, "tags": "k8s"},
+            template(9003, "pve3", ""),
+        ]);
+        assert_eq!(
+            choose(&["k8s"], Some(MatchPolicy::UniqueSubset), vms, None),
+            Err("TemplateNotFound".into())
+        );
+    }
 }

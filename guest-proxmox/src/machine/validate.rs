@@ -1,41 +1,24 @@
-//! Spec checks the schema cannot express.
+//! Spec checks the schema cannot express (or that CAPMOX's admission webhook made,
+//! which nothing runs here): applied on every call, each naming its field as the
+//! user wrote it.
 
 use std::collections::BTreeSet;
 
 use guest_kit::invalid;
 use guest_kit::types::PluginError;
 
-use crate::spec::{ClusterSpec, MachineSpec};
+use super::nics::{Nic, Pool, Zone, zone_pools};
+use crate::spec::{ClusterSpec, MachineSpec, RoutingPolicySpec};
+
+const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 
 /// Checks the plugin can make (the schema has the rest).
-pub(super) fn validate(spec: &MachineSpec, cluster: &ClusterSpec) -> Result<(), PluginError> {
-    match (&spec.template_id, &spec.template_selector) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                "spec.templateSelector",
-                "set either templateID (with sourceNode) or templateSelector, not both",
-            ));
-        }
-        (None, None) => {
-            return Err(invalid(
-                "spec.templateID",
-                "a template is required: templateID with sourceNode, or templateSelector",
-            ));
-        }
-        (Some(_), None) if spec.source_node.as_deref().is_none_or(str::is_empty) => {
-            return Err(invalid(
-                "spec.sourceNode",
-                "required with templateID: the node holding the template",
-            ));
-        }
-        (None, Some(sel)) if sel.match_tags.is_empty() => {
-            return Err(invalid(
-                "spec.templateSelector.matchTags",
-                "at least one tag is required",
-            ));
-        }
-        _ => {}
-    }
+pub(super) fn validate(
+    spec: &MachineSpec,
+    cluster: &ClusterSpec,
+    nics: &[Nic],
+) -> Result<(), PluginError> {
+    template(spec)?;
     if let Some(r) = &spec.vm_id_range {
         if r.start < 100 {
             return Err(invalid("spec.vmIDRange.start", "must be at least 100"));
@@ -59,89 +42,15 @@ pub(super) fn validate(spec: &MachineSpec, cluster: &ClusterSpec) -> Result<(), 
         ));
     }
     for (i, t) in spec.tags.iter().enumerate() {
-        let ok = t
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            && t.bytes().all(|b| {
-                b.is_ascii_lowercase()
-                    || b.is_ascii_digit()
-                    || matches!(b, b'_' | b'-' | b'.' | b'+')
-            });
-        if !ok {
+        if !is_tag(t) {
             return Err(invalid(
                 &format!("spec.tags[{i}]"),
-                format!(
-                    "`{t}` is not a Proxmox tag (lower-case letters, digits, `_`, `-`, `.`, `+`)"
-                ),
+                format!("`{t}` is not a Proxmox tag (letters, digits, `_`, `-`, `.`, `+`)"),
             ));
         }
     }
-    let drive = |d: &str| {
-        ["ide", "sata", "scsi", "virtio"]
-            .iter()
-            .any(|p| d.strip_prefix(p).is_some_and(|n| n.parse::<u32>().is_ok()))
-    };
-    if let Some(disks) = &spec.disks {
-        if let Some(b) = &disks.boot_volume
-            && !drive(&b.disk)
-        {
-            return Err(invalid(
-                "spec.disks.bootVolume.disk",
-                format!("`{}` is not a disk device (e.g. scsi0)", b.disk),
-            ));
-        }
-        let mut seen = BTreeSet::new();
-        for (i, v) in disks.additional_volumes.iter().enumerate() {
-            if !drive(&v.disk) || !seen.insert(v.disk.clone()) {
-                return Err(invalid(
-                    &format!("spec.disks.additionalVolumes[{i}].disk"),
-                    format!("`{}` is not a free disk device (e.g. scsi1)", v.disk),
-                ));
-            }
-        }
-    }
-    if let Some(net) = &spec.network {
-        let mut seen = BTreeSet::from(["net0".to_string()]);
-        for (i, d) in net.additional_devices.iter().enumerate() {
-            if !seen.insert(d.name.clone()) || !d.name.starts_with("net") {
-                return Err(invalid(
-                    &format!("spec.network.additionalDevices[{i}].name"),
-                    format!("`{}` is not a free NIC name (net1 ... net31)", d.name),
-                ));
-            }
-        }
-        let devices = net
-            .default
-            .iter()
-            .map(|d| ("spec.network.default".to_string(), d))
-            .chain(
-                net.additional_devices
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| (format!("spec.network.additionalDevices[{i}]"), &d.device)),
-            );
-        for (path, d) in devices {
-            if d.bridge.is_empty() {
-                return Err(invalid(
-                    &format!("{path}.bridge"),
-                    "a bridge is required (e.g. vmbr0)",
-                ));
-            }
-            if d.dhcp4 == Some(false) && cluster.ipv4_config.is_none() {
-                return Err(invalid(
-                    &format!("{path}.dhcp4"),
-                    "static IPv4 needs the cluster's ipv4Config",
-                ));
-            }
-            if d.dhcp6 == Some(false) && cluster.ipv6_config.is_none() {
-                return Err(invalid(
-                    &format!("{path}.dhcp6"),
-                    "static IPv6 needs the cluster's ipv6Config",
-                ));
-            }
-        }
-    }
+    disks(spec)?;
+    network(spec, cluster, nics)?;
     if let Some(ci) = &spec.cloud_init
         && let Some(slot) = &ci.cd_slot
         && !(["ide", "sata", "scsi"].iter().any(|p| {
@@ -157,154 +66,199 @@ pub(super) fn validate(spec: &MachineSpec, cluster: &ClusterSpec) -> Result<(), 
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use serde_json::{Value, json};
-
-    use super::*;
-
-    /// The field of the invalid-spec error `validate` gives `spec` (merged into the
-    /// smallest valid spec) and `cluster`, or `None` when it passes.
-    fn refused(extra: Value, cluster: Value) -> Option<String> {
-        let mut spec = json!({"templateID": 9000, "sourceNode": "pve1"});
-        for (k, v) in extra.as_object().unwrap() {
-            if v.is_null() {
-                spec.as_object_mut().unwrap().remove(k);
-            } else {
-                spec[k] = v.clone();
-            }
-        }
-        let spec: MachineSpec = serde_json::from_value(spec).unwrap();
-        let cluster: ClusterSpec = serde_json::from_value(cluster).unwrap();
-        match validate(&spec, &cluster) {
-            Ok(()) => None,
-            Err(PluginError::InvalidSpec(i)) => Some(i.field),
-            Err(other) => panic!("expected an invalid spec, got {other:?}"),
-        }
-    }
-
-    fn field(name: &str) -> Option<String> {
-        Some(name.to_string())
-    }
-
-    #[test]
-    fn a_template_id_with_its_node_is_valid() {
-        assert_eq!(refused(json!({}), json!({})), None);
-    }
-
-    #[test]
-    fn a_template_is_required_once_and_a_template_id_needs_its_node() {
-        let neither = json!({"templateID": null, "sourceNode": null});
-        assert_eq!(refused(neither, json!({})), field("spec.templateID"));
-        let both = json!({"templateSelector": {"matchTags": ["k8s"]}});
-        assert_eq!(refused(both, json!({})), field("spec.templateSelector"));
-        let no_node = json!({"sourceNode": null});
-        assert_eq!(refused(no_node, json!({})), field("spec.sourceNode"));
-        let no_tags =
-            json!({"templateID": null, "sourceNode": null, "templateSelector": {"matchTags": []}});
-        assert_eq!(
-            refused(no_tags, json!({})),
-            field("spec.templateSelector.matchTags")
-        );
-    }
-
-    #[test]
-    fn a_vmid_range_must_run_upwards_from_100() {
-        assert_eq!(
-            refused(json!({"vmIDRange": {"start": 50, "end": 60}}), json!({})),
-            field("spec.vmIDRange.start")
-        );
-        assert_eq!(
-            refused(json!({"vmIDRange": {"start": 500, "end": 400}}), json!({})),
-            field("spec.vmIDRange.end")
-        );
-        assert_eq!(
-            refused(json!({"vmIDRange": {"start": 500, "end": 500}}), json!({})),
-            None
-        );
-    }
-
-    #[test]
-    fn only_full_clones_take_a_storage_or_format() {
-        assert_eq!(
-            refused(json!({"full": false, "storage": "local"}), json!({})),
-            field("spec.storage")
-        );
-        assert_eq!(
-            refused(json!({"full": false, "format": "qcow2"}), json!({})),
-            field("spec.format")
-        );
-    }
-
-    #[test]
-    fn tags_must_be_proxmox_tags() {
-        assert_eq!(
-            refused(json!({"tags": ["ok", "Not-Ok"]}), json!({})),
-            field("spec.tags[1]")
-        );
-        assert_eq!(
-            refused(json!({"tags": ["-x"]}), json!({})),
-            field("spec.tags[0]")
-        );
-        assert_eq!(refused(json!({"tags": ["k8s_1.33+x"]}), json!({})), None);
-    }
-
-    #[test]
-    fn disks_must_be_disk_devices_each_used_once() {
-        let boot = json!({"disks": {"bootVolume": {"disk": "disk0", "sizeGb": 20}}});
-        assert_eq!(
-            refused(boot, json!({})),
-            field("spec.disks.bootVolume.disk")
-        );
-        let twice = json!({"disks": {"additionalVolumes": [
-            {"disk": "scsi1", "sizeGb": 5}, {"disk": "scsi1", "sizeGb": 5}
-        ]}});
-        assert_eq!(
-            refused(twice, json!({})),
-            field("spec.disks.additionalVolumes[1].disk")
-        );
-    }
-
-    #[test]
-    fn nics_need_a_free_name_and_a_bridge() {
-        let net0_again =
-            json!({"network": {"additionalDevices": [{"name": "net0", "bridge": "vmbr0"}]}});
-        assert_eq!(
-            refused(net0_again, json!({})),
-            field("spec.network.additionalDevices[0].name")
-        );
-        let no_bridge = json!({"network": {"default": {"bridge": ""}}});
-        assert_eq!(
-            refused(no_bridge, json!({})),
-            field("spec.network.default.bridge")
-        );
-    }
-
-    #[test]
-    fn a_static_address_needs_the_clusters_pool() {
-        let static4 = json!({"network": {"default": {"bridge": "vmbr0", "dhcp4": false}}});
-        assert_eq!(
-            refused(static4.clone(), json!({})),
-            field("spec.network.default.dhcp4")
-        );
-        let pool = json!({"ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1"}});
-        assert_eq!(refused(static4, pool), None);
-        let static6 = json!({"network": {"additionalDevices": [{"name": "net1", "bridge": "vmbr0", "dhcp6": false}]}});
-        assert_eq!(
-            refused(static6, json!({})),
-            field("spec.network.additionalDevices[0].dhcp6")
-        );
-    }
-
-    #[test]
-    fn the_cd_slot_must_be_a_cd_bus() {
-        assert_eq!(
-            refused(json!({"cloudInit": {"cdSlot": "virtio1"}}), json!({})),
-            field("spec.cloudInit.cdSlot")
-        );
-        assert_eq!(
-            refused(json!({"cloudInit": {"cdSlot": "sata3"}}), json!({})),
-            None
-        );
+fn template(spec: &MachineSpec) -> Result<(), PluginError> {
+    match (&spec.template_id, &spec.template_selector) {
+        (Some(_), Some(_)) => Err(invalid(
+            "spec.templateSelector",
+            "set either templateID (with sourceNode) or templateSelector, not both",
+        )),
+        (None, None) => Err(invalid(
+            "spec.templateID",
+            "a template is required: templateID with sourceNode, or templateSelector",
+        )),
+        (Some(_), None) if spec.source_node.as_deref().is_none_or(str::is_empty) => Err(invalid(
+            "spec.sourceNode",
+            "required with templateID: the node holding the template",
+        )),
+        (None, Some(sel)) if sel.match_tags.is_empty() => Err(invalid(
+            "spec.templateSelector.matchTags",
+            "at least one tag is required",
+        )),
+        (None, Some(sel)) => match sel.match_tags.iter().position(|t| !is_tag(t)) {
+            Some(i) => Err(invalid(
+                &format!("spec.templateSelector.matchTags[{i}]"),
+                format!("`{}` is not a Proxmox tag", sel.match_tags[i]),
+            )),
+            None => Ok(()),
+        },
+        _ => Ok(()),
     }
 }
+
+/// A Proxmox tag: `[a-z0-9_][a-z0-9_-+.]*`, any case.
+pub(super) fn is_tag(t: &str) -> bool {
+    t.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'+'))
+}
+
+fn disks(spec: &MachineSpec) -> Result<(), PluginError> {
+    let drive = |d: &str| {
+        ["ide", "sata", "scsi", "virtio"]
+            .iter()
+            .any(|p| d.strip_prefix(p).is_some_and(|n| n.parse::<u32>().is_ok()))
+    };
+    let Some(disks) = &spec.disks else {
+        return Ok(());
+    };
+    if let Some(b) = &disks.boot_volume
+        && !drive(&b.disk)
+    {
+        return Err(invalid(
+            "spec.disks.bootVolume.disk",
+            format!("`{}` is not a disk device (e.g. scsi0)", b.disk),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, v) in disks.additional_volumes.iter().enumerate() {
+        if !drive(&v.disk) || !seen.insert(v.disk.clone()) {
+            return Err(invalid(
+                &format!("spec.disks.additionalVolumes[{i}].disk"),
+                format!("`{}` is not a free disk device (e.g. scsi1)", v.disk),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn network(spec: &MachineSpec, cluster: &ClusterSpec, nics: &[Nic]) -> Result<(), PluginError> {
+    let zone = spec.network.as_ref().and_then(|n| n.zone.as_deref());
+    let Zone { v4, v6, .. } = zone_pools(cluster, zone)?;
+    let mut names = BTreeSet::new();
+    for nic in nics {
+        let path = &nic.path;
+        let Some(d) = &nic.spec else { continue };
+        let number = d
+            .name
+            .strip_prefix("net")
+            .and_then(|n| n.parse::<u32>().ok());
+        if number.is_none_or(|n| n > 31) || !names.insert(d.name.clone()) {
+            return Err(invalid(
+                &format!("{path}.name"),
+                format!("`{}` is not a free NIC name (net0 ... net31)", d.name),
+            ));
+        }
+        if d.bridge.as_deref() == Some("") {
+            return Err(invalid(
+                &format!("{path}.bridge"),
+                "a bridge is required (e.g. vmbr0)",
+            ));
+        }
+        if let Some(m) = d.mtu
+            && m != 1
+            && !(1280..=65520).contains(&m)
+        {
+            return Err(invalid(
+                &format!("{path}.mtu"),
+                format!("{m}: 1 (the bridge's) or 1280 to 65520 (IPv6 needs 1280)"),
+            ));
+        }
+        if let Some(m) = d.link_mtu
+            && !(1280..=65520).contains(&m)
+        {
+            return Err(invalid(
+                &format!("{path}.linkMtu"),
+                format!("{m}: 1280 to 65520 (IPv6 needs 1280)"),
+            ));
+        }
+        if let Some(v) = d.vlan
+            && !(1..=4094).contains(&v)
+        {
+            return Err(invalid(&format!("{path}.vlan"), "1 to 4094"));
+        }
+        if let Some(q) = d.queues
+            && !(1..=65535).contains(&q)
+        {
+            return Err(invalid(&format!("{path}.queues"), "1 to 65535"));
+        }
+        for (j, r) in d.ip_pool_ref.iter().enumerate() {
+            let group_ok = r.api_group.as_deref().is_none_or(|g| g == IPAM_GROUP);
+            let kind_ok = matches!(r.kind.as_str(), "InClusterIPPool" | "GlobalInClusterIPPool");
+            if !group_ok || !kind_ok || r.name.is_empty() {
+                return Err(invalid(
+                    &format!("{path}.ipPoolRef[{j}]"),
+                    format!(
+                        "{}/{} `{}`: pools are {IPAM_GROUP} InClusterIPPools or GlobalInClusterIPPools",
+                        r.api_group.as_deref().unwrap_or_default(),
+                        r.kind,
+                        r.name
+                    ),
+                ));
+            }
+        }
+        for (j, r) in d.routing_policy.iter().enumerate() {
+            rule_priority(r, &format!("{path}.routingPolicy[{j}]"))?;
+            if r.table.unwrap_or(0) == 0 {
+                return Err(invalid(
+                    &format!("{path}.routingPolicy[{j}].table"),
+                    "a routing policy rule needs a table",
+                ));
+            }
+        }
+        let static_from_refs = nic.pools.iter().any(|p| matches!(p, Pool::Ref(_)));
+        for (dhcp, flagged, pool, field, family) in [
+            (d.dhcp4, nic.default4, v4, "dhcp4", "ipv4Config"),
+            (d.dhcp6, nic.default6, v6, "dhcp6", "ipv6Config"),
+        ] {
+            if dhcp == Some(false) && flagged && pool.is_none() && !static_from_refs {
+                return Err(invalid(
+                    &format!("{path}.{field}"),
+                    format!("a static address needs the cluster's {family} (or an ipPoolRef)"),
+                ));
+            }
+        }
+    }
+    for (i, v) in spec
+        .network
+        .as_ref()
+        .map(|n| n.vrfs.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let path = format!("spec.network.vrfs[{i}]");
+        if matches!(v.table, 0 | 254 | 255) {
+            return Err(invalid(
+                &format!("{path}.table"),
+                "not the kernel's tables (0, 254, 255)",
+            ));
+        }
+        for (j, r) in v.routing_policy.iter().enumerate() {
+            rule_priority(r, &format!("{path}.routingPolicy[{j}]"))?;
+            if let Some(t) = r.table
+                && t != v.table
+            {
+                return Err(invalid(
+                    &format!("{path}.routingPolicy[{j}].table"),
+                    format!("a VRF's rules use its table ({}), not {t}", v.table),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rule_priority(r: &RoutingPolicySpec, path: &str) -> Result<(), PluginError> {
+    match r.priority {
+        Some(p) if p == 0 || p == 32765 || p == 32766 || p > 4_294_967_295 => Err(invalid(
+            &format!("{path}.priority"),
+            format!("{p} would match the kernel's own rules (0, 32765, 32766)"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

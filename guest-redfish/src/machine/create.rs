@@ -22,7 +22,7 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
     let inputs = inputs(req)?;
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
     require_some(&bmcs)?;
-    let mut state: State = guest_kit::state::load(req.state.as_deref());
+    let mut state: State = guest_kit::state::load(req.state.as_deref())?;
 
     // A static address goes into the seed: wait for it before claiming anything.
     if inputs.cluster.ipv4_config.is_some() && !req.addresses.iter().any(|a| a.device == NIC) {

@@ -14,7 +14,7 @@ use crate::inventory::{Host, bmcs};
 
 pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginError> {
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
-    let mut state: State = guest_kit::state::load(req.state.as_deref());
+    let mut state: State = guest_kit::state::load(req.state.as_deref())?;
     let host = match state.host.clone() {
         Some(h) => h,
         // Lost state: the claim finds the host again.

@@ -1,5 +1,6 @@
 //! `machine.describe`: observe the claimed host, report drift, change nothing.
 
+use guest_kit::drift;
 use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
 use guest_kit::types::PluginError;
 
@@ -12,7 +13,7 @@ use crate::inventory::bmcs;
 
 pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let bmcs = bmcs(&req.credentials, &req.more_credentials);
-    let mut state: State = guest_kit::state::load(req.state.as_deref());
+    let mut state: State = guest_kit::state::load(req.state.as_deref())?;
     let host = match state.host.clone() {
         Some(h) => h,
         None => match held_host(&bmcs)? {
@@ -21,19 +22,14 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
                 h
             }
             None => {
-                let mut status = pending(progress(
-                    &state,
-                    "NoHost",
-                    "this machine holds no host",
-                    None,
-                ));
-                status.drift = Some(Drift::Missing("this machine holds no host".into()));
-                return Ok(status);
+                let status = pending(progress(&state, "NoHost", "", None));
+                let text = "this machine holds no host".to_string();
+                return Ok(drift::report(status, "HostMissing", Drift::Missing(text)));
             }
         },
     };
-    let drift_status = |drift: Drift, power: Option<&str>| {
-        let mut status = if state.step == Step::Ready {
+    let drift_status = |reason: &str, drift: Drift, power: Option<&str>| {
+        let status = if state.step == Step::Ready {
             ready(req, &state, &host, power.unwrap_or("Unknown"))
         } else {
             pending(progress(
@@ -43,8 +39,7 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
                 None,
             ))
         };
-        status.drift = Some(drift);
-        status
+        drift::report(status, reason, drift)
     };
     match ownership(req, &host)? {
         Ownership::Ours => {}
@@ -52,12 +47,14 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
         // (it was released by delete, or by hand).
         Ownership::Free => {
             return Ok(drift_status(
+                "HostMissing",
                 Drift::Missing(format!("this machine no longer holds host {}", host.name)),
                 None,
             ));
         }
         Ownership::Foreign(uid) => {
             return Ok(drift_status(
+                "HostForeign",
                 Drift::Foreign(format!("host {} is claimed by object {uid}", host.name)),
                 None,
             ));
@@ -67,6 +64,7 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
     let system = match bmc.get(&host.path) {
         Err(e) if e.is_not_found() => {
             return Ok(drift_status(
+                "HostMissing",
                 Drift::Missing(format!(
                     "host {} is no longer served by {}",
                     host.name, host.endpoint
@@ -78,7 +76,14 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
     };
     let power = power_state(&system);
     if state.step == Step::Ready && power != "On" {
+        // Not powered on again: whoever powered it off may have meant it.
+        let reason = if power == "Off" {
+            "HostPoweredOff"
+        } else {
+            "HostNotPoweredOn"
+        };
         return Ok(drift_status(
+            reason,
             Drift::Changed(format!("host {} is powered {power}", host.name)),
             Some(&power),
         ));

@@ -214,7 +214,7 @@ mod tests {
             "waiting",
             Some(BOOTSTRAP_MS),
         );
-        let back: State = guest_kit::state::load(Some(&p.state));
+        let back: State = guest_kit::state::load(Some(&p.state)).unwrap();
         assert_eq!(back, state);
         assert_eq!(p.requeue_after_ms, Some(BOOTSTRAP_MS));
     }

@@ -31,16 +31,37 @@ pub(super) fn seed_iso(
                     ),
                 )
             })?;
-            Some(guest_nocloud::NetworkConfig {
-                interfaces: vec![guest_nocloud::Interface {
+            let ip =
+                guest_nocloud::Prefix::parse(&format!("{}/{}", address.address, address.prefix))
+                    .map_err(|e| terminal("InvalidAddress", format!("the IPAM address: {e}")))?;
+            let routes = address
+                .gateway
+                .as_deref()
+                .and_then(|g| g.parse().ok())
+                .map(|via| guest_nocloud::Route {
+                    to: guest_nocloud::Prefix::default_route(ip.is_v6()),
+                    via: Some(via),
+                    metric: None,
+                    table: None,
+                })
+                .into_iter()
+                .collect();
+            let config = guest_nocloud::NetworkConfig {
+                ethernets: vec![guest_nocloud::Ethernet {
                     name: "eth0".into(),
                     mac,
-                    addresses: vec![format!("{}/{}", address.address, address.prefix)],
-                    gateway4: address.gateway.clone(),
+                    addresses: vec![ip],
+                    routes,
+                    dns_servers: cluster.dns_servers.clone(),
                     ..Default::default()
                 }],
-                dns_servers: cluster.dns_servers.clone(),
-            })
+                vrfs: vec![],
+            };
+            Some(
+                config
+                    .render()
+                    .map_err(|e| terminal("InvalidNetwork", e.to_string()))?,
+            )
         }
     };
     let seed = guest_nocloud::Seed {
@@ -49,8 +70,9 @@ pub(super) fn seed_iso(
             instance_id: req.machine.uid.clone(),
             hostname: req.machine.name.clone(),
             provider_id: Some(host.provider_id()),
+            ..Default::default()
         },
-        network,
+        network_config: network,
     };
     seed.iso().map_err(|e| {
         terminal(

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hyperplug_conformance::drive::{Pacing, TRANSIENT_RETRIES};
+use hyperplug_conformance::{Options, inputs};
+use hyperplug_runtime::blob_server;
+use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
-use crate::blob_server;
-use crate::conformance::drive::{Pacing, TRANSIENT_RETRIES};
-use crate::conformance::{self, Options, inputs};
-use crate::runtime::{BlobLimits, BlobStore, Limits};
 
 /// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
 /// provider invariants: idempotent create and delete, adoption of lost state, describe
@@ -92,12 +92,15 @@ pub struct ConformanceArgs {
 
 pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     if args.list {
-        for (name, about) in conformance::cases() {
+        for (name, about) in hyperplug_conformance::cases() {
             println!("{name:<34} {about}");
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let known: Vec<&str> = conformance::cases().iter().map(|(n, _)| *n).collect();
+    let known: Vec<&str> = hyperplug_conformance::cases()
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
     if let Some(bad) = args.skip.iter().find(|s| !known.contains(&s.as_str())) {
         anyhow::bail!("--skip {bad}: no such case (see --list)");
     }
@@ -118,20 +121,6 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         None => vec![],
     };
     let bootstrap = inputs::read_bootstrap(args.bootstrap.as_deref())?;
-    let plugin = load_plugins(
-        std::slice::from_ref(plugin_path),
-        args.limits.clone(),
-        &args.cache,
-    )
-    .await?
-    .remove(0);
-    let short = Limits {
-        timeout_ms: args.deadline_ms,
-        ..args.limits.clone()
-    };
-    let deadline_plugin = load_plugins(std::slice::from_ref(plugin_path), short, &args.cache)
-        .await?
-        .remove(0);
     // Blobs as `hyperplug run` serves them, for both runtimes.
     let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
         .await
@@ -141,10 +130,30 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         None => url::Url::parse(&format!("http://{}", listener.local_addr()?))?,
     };
     let blobs = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
-    plugin.runtime().serve_blobs(blobs.clone());
-    deadline_plugin.runtime().serve_blobs(blobs.clone());
+    let runtime = |limits: Limits| Runtime::builder(limits).blobs(blobs.clone());
+    let plugin = load_plugins(
+        std::slice::from_ref(plugin_path),
+        runtime(args.limits.clone()),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
+    let short = Limits {
+        timeout_ms: args.deadline_ms,
+        ..args.limits.clone()
+    };
+    let deadline_plugin = load_plugins(
+        std::slice::from_ref(plugin_path),
+        runtime(short),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
     tokio::spawn(blob_server::serve(listener, blobs));
-    let run_id = args.run_id.clone().unwrap_or_else(conformance::new_run_id);
+    let run_id = args
+        .run_id
+        .clone()
+        .unwrap_or_else(hyperplug_conformance::new_run_id);
     println!(
         "hyperplug conformance: plugin {} {} against {} (run {run_id})",
         plugin.name(),
@@ -171,7 +180,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         run_id,
         skip: args.skip.clone(),
     };
-    let report = conformance::run(opts).await?;
+    let report = hyperplug_conformance::run(opts).await?;
     println!("\n{}", report.summary());
     if let Some(path) = &args.junit {
         std::fs::write(path, report.junit())
@@ -181,7 +190,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         let failed: Vec<&str> = report
             .cases
             .iter()
-            .filter(|c| matches!(c.verdict, conformance::Verdict::Fail(_)))
+            .filter(|c| matches!(c.verdict, hyperplug_conformance::Verdict::Fail(_)))
             .map(|c| c.name)
             .collect();
         eprintln!("conformance failed: {}", failed.join(", "));

@@ -2,8 +2,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use hyperplug_runtime::{Limits, Runtime};
+
 use super::{CacheArgs, load_plugins};
-use crate::runtime::Limits;
 
 #[derive(Debug, clap::Args)]
 pub struct CrdsArgs {
@@ -15,8 +16,14 @@ pub struct CrdsArgs {
 }
 
 pub async fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
-    for plugin in load_plugins(&args.plugins, Limits::default(), &args.cache).await? {
-        let yaml = crate::crds::crds_yaml(plugin.info())
+    for plugin in load_plugins(
+        &args.plugins,
+        Runtime::builder(Limits::default()),
+        &args.cache,
+    )
+    .await?
+    {
+        let yaml = hyperplug_runtime::crds::crds_yaml(plugin.info())
             .map_err(|e| anyhow::anyhow!("plugin {}: {e}", plugin.path().display()))?;
         print!("{yaml}");
     }

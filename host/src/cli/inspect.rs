@@ -2,11 +2,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use hyperplug_runtime::{Limits, Runtime, WIT_PACKAGE, WIT_VERSION};
 use serde_json::json;
 
 use super::{CacheArgs, load_plugins};
-use crate::runtime::bindings::identity::KindRole;
-use crate::runtime::{Limits, WIT_PACKAGE, WIT_VERSION};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
@@ -22,7 +21,7 @@ pub struct InspectArgs {
 pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let plugin = load_plugins(
         std::slice::from_ref(&args.plugin),
-        Limits::default(),
+        Runtime::builder(Limits::default()),
         &args.cache,
     )
     .await?
@@ -34,7 +33,7 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         let kinds: Vec<_> = info
             .kinds
             .iter()
-            .map(|k| json!({"kind": k.kind, "role": role_name(k.role), "columns": k.columns.iter().map(|c| &c.name).collect::<Vec<_>>()}))
+            .map(|k| json!({"kind": k.kind, "role": k.role.name(), "columns": k.columns.iter().map(|c| &c.name).collect::<Vec<_>>()}))
             .collect();
         let doc = json!({
             "name": info.name, "version": info.version, "wit": wit,
@@ -63,20 +62,11 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     );
     println!("kinds:");
     for k in &info.kinds {
-        println!("  {:<28} {}", k.kind, role_name(k.role));
+        println!("  {:<28} {}", k.kind, k.role.name());
     }
     println!("imports:");
     for i in imports {
         println!("  {i}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-pub fn role_name(role: KindRole) -> &'static str {
-    match role {
-        KindRole::InfraCluster => "InfraCluster",
-        KindRole::InfraClusterTemplate => "InfraClusterTemplate",
-        KindRole::InfraMachine => "InfraMachine",
-        KindRole::InfraMachineTemplate => "InfraMachineTemplate",
-    }
 }

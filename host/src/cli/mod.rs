@@ -9,9 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::runtime::{Limits, Plugin, Runtime};
 use crate::telemetry::LogArgs;
-pub(crate) use inspect::role_name;
+use hyperplug_runtime::{Plugin, RuntimeBuilder};
 
 /// hyperplug — a Cluster API infrastructure provider whose infrastructure logic runs
 /// in sandboxed WebAssembly plugins.
@@ -79,14 +78,15 @@ fn default_cache_dir() -> Option<PathBuf> {
     Some(base.join("hyperplug").join("plugins"))
 }
 
-/// Load plugins with a fresh runtime; errors name the file and what is wrong with it.
-/// Plugins loaded together must not share an identity (see [`check_distinct`]).
+/// Load plugins into one runtime, built from `runtime` with the plugin cache `cache`
+/// says; errors name the file and what is wrong with it. Plugins loaded together must
+/// not share an identity (see [`check_distinct`]).
 pub async fn load_plugins(
     paths: &[PathBuf],
-    limits: Limits,
+    runtime: RuntimeBuilder,
     cache: &CacheArgs,
 ) -> anyhow::Result<Vec<Plugin>> {
-    let runtime = Runtime::new(limits, cache.dir())?;
+    let runtime = runtime.cache_dir(cache.dir()).build()?;
     let mut plugins: Vec<Plugin> = Vec::new();
     for path in paths {
         let plugin = runtime.load(path).await?;
@@ -101,17 +101,18 @@ pub async fn load_plugins(
 /// would take over the first one's objects, so it is refused, naming both files.
 fn check_distinct(loaded: &[Plugin], new: &Plugin) -> anyhow::Result<()> {
     let info = new.info();
-    let crd_names = |i: &crate::runtime::bindings::identity::PluginInfo| -> Vec<(String, String)> {
-        i.kinds
-            .iter()
-            .map(|k| {
-                (
-                    format!("{}.{}", crate::crds::plural(&k.kind), i.group),
-                    k.kind.clone(),
-                )
-            })
-            .collect()
-    };
+    let crd_names =
+        |i: &hyperplug_runtime::bindings::identity::PluginInfo| -> Vec<(String, String)> {
+            i.kinds
+                .iter()
+                .map(|k| {
+                    (
+                        format!("{}.{}", hyperplug_runtime::crds::plural(&k.kind), i.group),
+                        k.kind.clone(),
+                    )
+                })
+                .collect()
+        };
     let new_crds = crd_names(info);
     for old in loaded {
         let clash = |what: String| {

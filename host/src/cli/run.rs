@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hyperplug_runtime::blob_server;
+use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
-use crate::blob_server;
+use crate::controller::claims::LeaseClaims;
 use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
-use crate::runtime::{BlobLimits, BlobStore, Limits};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -100,7 +101,8 @@ pub struct RunArgs {
     /// Reconciles in flight per kind.
     #[arg(long, default_value_t = 16, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
     pub reconcile_concurrency: u16,
-    /// Seconds between drift checks of provisioned objects.
+    /// Seconds between drift checks of provisioned objects (and between checks of whether
+    /// the credentials of a call that failed for good have changed since).
     #[arg(long, default_value_t = 300, env = "HYPERPLUG_RESYNC_SECONDS")]
     pub resync_seconds: u64,
     #[command(flatten)]
@@ -113,12 +115,40 @@ pub struct RunArgs {
 const LEASE: Duration = Duration::from_secs(15);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let plugins = load_plugins(&args.plugins, args.limits.clone(), &args.cache).await?;
-    let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
-    let default_credentials = default_credentials(&args.default_credentials_secret, &names)?;
+    // Claims are Leases, so the runtime needs the API client; a bad plugin or flag is
+    // still reported before an unreachable API (the runtime is then never used).
+    let client = kube::Client::try_default().await;
     let pod_namespace = std::env::var("POD_NAMESPACE")
         .ok()
         .filter(|n| !n.is_empty());
+    let claims_namespace = args
+        .claims_namespace
+        .clone()
+        .or(pod_namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    let metrics = Arc::new(Metrics::default());
+    let observed = metrics.clone();
+    let mut runtime =
+        Runtime::builder(args.limits.clone()).observe_http(Arc::new(move |p, method, path| {
+            observed.infrastructure_request(p, method, path)
+        }));
+    if let Ok(client) = &client {
+        // Claims must hold across replicas and restarts: keep them in Kubernetes.
+        runtime = runtime.claims(Arc::new(LeaseClaims::new(
+            client.clone(),
+            &claims_namespace,
+        )));
+    }
+    let blobs = args
+        .blob_advertise_url
+        .as_ref()
+        .map(|advertise| Arc::new(BlobStore::new(advertise.clone(), args.blob_limits.clone())));
+    if let Some(store) = &blobs {
+        runtime = runtime.blobs(store.clone());
+    }
+    let plugins = load_plugins(&args.plugins, runtime, &args.cache).await?;
+    let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
+    let default_credentials = default_credentials(&args.default_credentials_secret, &names)?;
     let ownership_key_secret = match &args.ownership_key_secret {
         Some(s) => namespaced(s, "--ownership-key-secret")?,
         None => (
@@ -135,23 +165,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .collect();
         tracing::info!(plugin = plugin.name(), version = %plugin.info().version, ?kinds, "plugin loaded");
     }
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
-    let metrics = Arc::new(Metrics::default());
-    for plugin in &plugins {
-        let m = metrics.clone();
-        plugin
-            .runtime()
-            .observe_http(Arc::new(move |p, method, path| {
-                m.infrastructure_request(p, method, path)
-            }));
-    }
-    if let Some(advertise) = &args.blob_advertise_url {
-        let store = Arc::new(BlobStore::new(advertise.clone(), args.blob_limits.clone()));
-        for plugin in &plugins {
-            plugin.runtime().serve_blobs(store.clone());
-        }
+    let client =
+        client.context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
+    if let (Some(advertise), Some(store)) = (&args.blob_advertise_url, blobs) {
         let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
             .await
             .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
@@ -181,11 +197,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         namespace: args.namespace.clone().filter(|n| !n.is_empty()),
         concurrency: args.reconcile_concurrency,
         resync: Duration::from_secs(args.resync_seconds),
-        claims_namespace: args
-            .claims_namespace
-            .clone()
-            .or(pod_namespace)
-            .unwrap_or_else(|| "default".into()),
     };
     ready.store(true, Ordering::Relaxed);
     let elector = args.leader_elect.then(|| {

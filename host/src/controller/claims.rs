@@ -7,12 +7,11 @@
 //! object are found and released.
 use std::collections::BTreeMap;
 
+use hyperplug_runtime::ObjectRef;
+use hyperplug_runtime::claims::{ClaimFuture, ClaimStore};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use sha2::{Digest, Sha256};
-
-use crate::runtime::ObjectRef;
-use crate::runtime::claims::{ClaimFuture, ClaimStore};
 
 const HOLDER_LABEL: &str = "hyperplug.dev/claim-holder";
 const PLUGIN_LABEL: &str = "hyperplug.dev/claim-plugin";

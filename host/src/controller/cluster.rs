@@ -1,22 +1,26 @@
 //! The InfraCluster reconciler: validate the infrastructure, publish the control-plane
-//! endpoint and failure domains, realize the IP pools.
+//! endpoint and failure domains, realize the IP pools. Its steps: observe → (delete) →
+//! finalizer → call the plugin → pools and endpoint → persist its report (`report`) →
+//! come back at the resync period.
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use super::conditions::{self, Condition, PAUSED, PROVISIONED, READY, reasons};
 use super::context::{Context, finalizer};
-use super::error::Result;
-use super::machine::{key, object_ref, publish};
+use super::error::{Error, Result};
+use super::events::{self, Event, Report};
 use super::objects::{self, api, capi_cluster, str_field};
-use super::outcome::{self, Outcome};
-use super::ownership::{self, Ownership};
-use super::{credentials, ipam, patch};
-use crate::runtime::bindings::cluster::ClusterRequest;
+use super::outcome::{self, Failed, Outcome};
+use super::ownership::Ownership;
+use super::{credentials, ipam, patch, unverified};
+use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
+use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
+use hyperplug_runtime::bindings::types::Progress;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
@@ -24,8 +28,11 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let Some(obj) = objects::fresh(&own, &obj).await? else {
         return Ok(Action::await_change());
     };
-    let generation = obj.metadata.generation.unwrap_or(0);
     if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
+        return Ok(Action::await_change());
+    }
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    if deleting && !obj.finalizers().contains(&finalizer(&ctx.plugin)) {
         return Ok(Action::await_change());
     }
     let cluster = match objects::cluster_name(&obj) {
@@ -41,166 +48,216 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .await?;
         return Ok(Action::await_change());
     }
+    // Failed for good on this generation: nothing more to read until the spec changes
+    // (or, at the resync period, the credentials it was called with).
+    let failed = outcome::still_failing(&Progressing::of(&obj), obj.metadata.generation, deleting);
+    if failed == Failed::Stop {
+        return Ok(Action::await_change());
+    }
     // Unproven ownership: no plugin call at all.
     let (cluster_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
         Ownership::Unproven { message } => {
-            return ownership::refuse(&ctx, &own, &obj, message).await;
+            return unverified::refuse(&ctx, &own, &obj, message).await;
         }
     };
     let creds = match credentials::for_cluster(&ctx, &obj).await {
         Ok(creds) => creds,
-        Err(e) => return super::machine::fail(&ctx, &own, &obj, e).await,
+        Err(e) => return outcome::fail(&ctx, &own, &obj, e, None).await,
     };
-    let deleting = obj.metadata.deletion_timestamp.is_some();
-    let request = |credentials: credentials::CallCredentials| ClusterRequest {
-        cluster: object_ref(&obj, &cluster_id),
-        spec: spec(&obj),
-        state: state(&obj),
-        credentials: credentials.primary,
-        more_credentials: credentials.more,
+    if failed == Failed::UnlessChanged(creds.version.clone()) {
+        return Ok(Action::requeue(ctx.options.resync));
+    }
+    let version = creds.version.clone();
+    let req = ClusterRequest {
+        cluster: objects::object_ref(&obj, &cluster_id),
+        spec: objects::spec_json(&obj),
+        state: str_field(&obj, "status.pluginState").map(str::to_string),
+        credentials: creds.primary,
+        more_credentials: creds.more,
     };
     if deleting {
-        if !obj
-            .finalizers()
-            .iter()
-            .any(|f| *f == finalizer(&ctx.plugin))
-        {
-            return Ok(Action::await_change());
-        }
-        let req = request(creds);
-        let result = ctx
-            .metrics
-            .plugin_call(
-                ctx.plugin.name(),
-                "cluster.delete",
-                ctx.plugin.delete_cluster(&req),
-            )
-            .await;
-        return match outcome::of(result) {
-            Outcome::Done(None) => {
-                // What the plugin published or claimed for the cluster goes with it.
-                let runtime = ctx.plugin.runtime();
-                runtime.blobs().withdraw_object(&cluster_id);
-                runtime
-                    .claims()
-                    .release_all(&cluster_id)
-                    .await
-                    .map_err(super::error::Error::Dependency)?;
-                patch::remove_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
-                Ok(Action::await_change())
-            }
-            Outcome::Done(Some(p)) => {
-                // The plugin's state goes on to its next call, as for machines.
-                patch::status(&own, &obj, patch::progress_fields(&p)).await?;
-                Ok(Action::requeue(Duration::from_millis(
-                    p.requeue_after_ms.unwrap_or(2_000).max(50),
-                )))
-            }
-            Outcome::Failed(e) => Err(e),
-        };
-    }
-    if objects::failed_this_generation(&obj) {
-        return Ok(Action::await_change());
+        return delete(&ctx, &own, &obj, &req, &version).await;
     }
     patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin), write_id.as_deref()).await?;
-    let req = request(creds);
+    let call = "cluster.reconcile";
     let result = ctx
         .metrics
-        .plugin_call(
-            ctx.plugin.name(),
-            "cluster.reconcile",
-            ctx.plugin.reconcile_cluster(&req),
-        )
+        .plugin_call(ctx.plugin.name(), call, ctx.plugin.reconcile_cluster(&req))
         .await;
-    let status = match outcome::of(result) {
+    let status = match outcome::of(ctx.plugin.name(), call, result) {
         Outcome::Done(s) => s,
-        Outcome::Failed(err) => return super::machine::fail(&ctx, &own, &obj, err).await,
+        Outcome::Failed(err) => return outcome::fail(&ctx, &own, &obj, err, Some(&version)).await,
     };
-    ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
+    // The endpoint first: the status then describes the generation it makes.
+    let mut generation = obj.metadata.generation;
     if let Some(ep) = &status.control_plane_endpoint
         && str_field(&obj, "spec.controlPlaneEndpoint.host").is_none()
     {
-        patch::spec_field(
-            &own,
-            &obj,
-            "controlPlaneEndpoint",
-            json!({"host": ep.host, "port": ep.port}),
-        )
-        .await?;
+        let endpoint = json!({"host": ep.host, "port": ep.port});
+        generation = patch::spec_field(&own, &obj, "controlPlaneEndpoint", endpoint).await?;
     }
-    let mut fields = patch::progress_fields(&status.progress);
-    fields.insert("observedGeneration".into(), json!(generation));
-    fields.insert("failedGeneration".into(), Value::Null);
-    let domains: Vec<Value> = status
-        .failure_domains
-        .iter()
-        .map(|d| {
-            let attributes: Map<String, Value> = d
-                .attributes
-                .iter()
-                .map(|(k, v)| (k.clone(), json!(v)))
-                .collect();
-            json!({"name": d.name, "controlPlane": d.control_plane, "attributes": attributes})
-        })
-        .collect();
-    fields.insert("failureDomains".into(), json!(domains));
-    let details: Map<String, Value> = status
-        .details
-        .iter()
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
-    fields.insert("details".into(), Value::Object(details));
-    if status.ready {
-        fields.insert("initialization".into(), json!({"provisioned": true}));
-        fields.insert("ready".into(), json!(true));
-    }
-    let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
-    let reason = if status.ready {
-        reasons::PROVISIONED.to_string()
-    } else {
-        status.progress.phase.clone()
-    };
-    let updates = [
-        Condition::new(READY, status.ready, &reason, &status.progress.message),
-        Condition::new(
-            PROVISIONED,
-            status.ready,
-            &status.progress.phase,
-            &status.progress.message,
-        ),
-        conditions::not_paused(),
-    ];
-    fields.insert(
-        "conditions".into(),
-        conditions::merge(existing, &updates, generation),
+    let report = report(
+        &InfraClusterStatus::of(&obj),
+        &status,
+        generation.unwrap_or(0),
+        &conditions::now(),
     );
-    if str_field(&obj, "status.phase") != Some(status.progress.phase.as_str()) {
-        publish(
-            &ctx,
-            &obj,
-            &status.progress.phase,
-            &status.progress.message,
-            false,
-        )
-        .await;
-    }
-    patch::status(&own, &obj, fields).await?;
-    ctx.backoff.reset(&key(&obj));
+    patch::status(&own, &obj, &report.status).await?;
+    events::publish_all(&ctx, &obj, &report.events).await;
+    ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
+    ctx.backoff.reset(&objects::key(&obj));
     Ok(match status.progress.requeue_after_ms {
         Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),
         None => Action::requeue(ctx.options.resync),
     })
 }
 
-fn spec(obj: &DynamicObject) -> String {
-    obj.data
-        .get("spec")
-        .cloned()
-        .unwrap_or(json!({}))
-        .to_string()
+async fn delete(
+    ctx: &Context,
+    own: &kube::Api<DynamicObject>,
+    obj: &DynamicObject,
+    req: &ClusterRequest,
+    credentials: &str,
+) -> Result<Action> {
+    let call = "cluster.delete";
+    let result = ctx
+        .metrics
+        .plugin_call(ctx.plugin.name(), call, ctx.plugin.delete_cluster(req))
+        .await;
+    match outcome::of(ctx.plugin.name(), call, result) {
+        Outcome::Done(None) => {
+            // What the plugin published or claimed for the cluster goes with it.
+            let runtime = ctx.plugin.runtime();
+            runtime.blobs().withdraw_object(&req.cluster.uid);
+            runtime
+                .claims()
+                .release_all(&req.cluster.uid)
+                .await
+                .map_err(Error::Dependency)?;
+            patch::remove_finalizer(own, obj, &finalizer(&ctx.plugin)).await?;
+            Ok(Action::await_change())
+        }
+        Outcome::Done(Some(p)) => {
+            // The plugin's state goes on to its next call, as for machines.
+            patch::status(own, obj, &deleting(&Progressing::of(obj), &p)).await?;
+            Ok(Action::requeue(Duration::from_millis(
+                p.requeue_after_ms.unwrap_or(2_000).max(50),
+            )))
+        }
+        Outcome::Failed(e) => outcome::fail(ctx, own, obj, e, Some(credentials)).await,
+    }
 }
 
-fn state(obj: &DynamicObject) -> Option<String> {
-    str_field(obj, "status.pluginState").map(str::to_string)
+/// The status and events after a reconcile call reported `s` on a cluster whose status
+/// was `prev`. Pure, like the machine's (`machine::report`).
+pub fn report(
+    prev: &InfraClusterStatus,
+    s: &ClusterStatus,
+    generation: i64,
+    now: &str,
+) -> Report<InfraClusterStatus> {
+    let mut next = prev.clone();
+    let p = &mut next.progress;
+    p.plugin_state = (!s.progress.state.is_empty()).then(|| s.progress.state.clone());
+    p.phase = (!s.progress.phase.is_empty()).then(|| s.progress.phase.clone());
+    p.observed_generation = Some(generation);
+    p.failed_generation = None;
+    p.failed_credentials = None;
+    p.details = s.details.iter().cloned().collect();
+    next.failure_domains = s
+        .failure_domains
+        .iter()
+        .map(|d| FailureDomain {
+            name: d.name.clone(),
+            control_plane: d.control_plane,
+            attributes: d.attributes.iter().cloned().collect(),
+        })
+        .collect();
+    if s.ready {
+        next.initialization = Initialization::provisioned();
+        next.ready = Some(true);
+    }
+    let step = conditions::reason_or(
+        &s.progress.phase,
+        if s.ready {
+            reasons::PROVISIONED
+        } else {
+            reasons::PROVISIONING
+        },
+    );
+    let ready_reason = if s.ready { reasons::PROVISIONED } else { &step };
+    let message = &s.progress.message;
+    next.progress.conditions = conditions::merge(
+        &prev.progress.conditions,
+        &[
+            Condition::new(READY, s.ready, ready_reason, message),
+            Condition::new(PROVISIONED, s.ready, &step, message),
+            conditions::not_paused(),
+        ],
+        generation,
+        now,
+    );
+    // An InfraCluster's phases are few: each is an event.
+    let events = if prev.progress.phase != next.progress.phase {
+        vec![Event::normal(&step, message)]
+    } else {
+        vec![]
+    };
+    Report {
+        status: next,
+        events,
+    }
+}
+
+/// The status while the plugin releases what the cluster holds.
+fn deleting(prev: &Progressing, p: &Progress) -> Progressing {
+    let mut next = prev.clone();
+    next.plugin_state = (!p.state.is_empty()).then(|| p.state.clone());
+    next.phase = (!p.phase.is_empty()).then(|| p.phase.clone());
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyperplug_runtime::bindings::cluster::FailureDomain as PluginDomain;
+
+    fn status(phase: &str, ready: bool) -> ClusterStatus {
+        ClusterStatus {
+            progress: Progress {
+                state: String::new(),
+                phase: phase.into(),
+                message: "3 nodes".into(),
+                requeue_after_ms: None,
+            },
+            ready,
+            control_plane_endpoint: None,
+            failure_domains: vec![PluginDomain {
+                name: "pve1".into(),
+                control_plane: true,
+                attributes: vec![("node".into(), "pve1".into())],
+            }],
+            ip_pools: vec![],
+            details: vec![],
+        }
+    }
+
+    #[test]
+    fn a_ready_cluster_reports_its_domains_and_one_event_per_phase() {
+        let first = report(&Default::default(), &status("Ready", true), 1, "t0");
+        let s = &first.status;
+        assert_eq!(s.ready, Some(true));
+        assert_eq!(s.failure_domains[0].attributes["node"], "pve1");
+        assert_eq!(
+            conditions::find(&s.progress.conditions, READY)
+                .unwrap()
+                .reason,
+            "Provisioned"
+        );
+        assert_eq!(first.events, vec![Event::normal("Ready", "3 nodes")]);
+        let again = report(s, &status("Ready", true), 1, "t1");
+        assert_eq!(&again.status, s);
+        assert!(again.events.is_empty());
+    }
 }

@@ -1,7 +1,6 @@
 //! Conditions as a visible state machine: `Ready`, `Paused`, and the provider condition
 //! whose reason names the plugin's current step.
-use chrono::{SecondsFormat, Utc};
-use serde_json::{Value, json};
+use crate::status::{self, ConditionStatus};
 
 pub const READY: &str = "Ready";
 pub const PAUSED: &str = "Paused";
@@ -12,19 +11,31 @@ pub mod reasons {
     pub const PAUSED: &str = "Paused";
     pub const NOT_PAUSED: &str = "NotPaused";
     pub const PROVISIONED: &str = "Provisioned";
-    pub const WAITING_FOR_OWNER: &str = "WaitingForOwner";
+    pub const PROVISIONING: &str = "Provisioning";
     pub const WAITING_FOR_CLUSTER_INFRASTRUCTURE: &str = "WaitingForClusterInfrastructure";
     pub const WAITING_FOR_BOOTSTRAP_DATA: &str = "WaitingForBootstrapData";
-    pub const WAITING_FOR_ADDRESSES: &str = "WaitingForAddresses";
-    pub const DELETING: &str = "Deleting";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const PLUGIN_FAILURE: &str = "PluginFailure";
+    /// The plugin returned something the host will not write (too large, malformed).
+    pub const INVALID_PLUGIN_OUTPUT: &str = "InvalidPluginOutput";
     pub const CREDENTIALS_ERROR: &str = "CredentialsError";
     pub const TRANSIENT_ERROR: &str = "TransientError";
-    pub const DRIFT: &str = "Drift";
+    /// Drift the plugin names with no valid reason of its own, by kind.
+    pub const INFRASTRUCTURE_MISSING: &str = "InfrastructureMissing";
+    pub const INFRASTRUCTURE_FOREIGN: &str = "InfrastructureForeign";
+    pub const INFRASTRUCTURE_CHANGED: &str = "InfrastructureChanged";
+    /// The Normal event when a drift is gone.
+    pub const DRIFT_RESOLVED: &str = "DriftResolved";
+    /// A reason nobody gave.
+    pub const UNKNOWN: &str = "Unknown";
 }
 
-/// One condition, metav1.Condition-shaped.
+/// Longest condition message kept (longer ones are cut, marked with `…`).
+pub const MAX_MESSAGE: usize = 4096;
+/// Longest reason used: what an Event's reason holds.
+const MAX_REASON: usize = 128;
+
+/// One condition as a reconcile wants it; [`merge`] makes it a `metav1.Condition`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Condition {
     pub type_: &'static str,
@@ -49,62 +60,77 @@ impl Condition {
     }
 }
 
-/// Merge `updates` into the existing conditions, keeping `lastTransitionTime` where the
-/// status did not change. Returns the new list.
-pub fn merge(existing: Option<&Value>, updates: &[Condition], generation: i64) -> Value {
-    let mut list: Vec<Value> = existing
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let now = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+/// Whether `reason` is a condition reason Kubernetes and Cluster API accept (CamelCase:
+/// `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`), short enough for an event too.
+pub fn is_reason(reason: &str) -> bool {
+    let bytes = reason.as_bytes();
+    let inner = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b',' | b':');
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            reason.len() <= MAX_REASON
+                && first.is_ascii_alphabetic()
+                && (last.is_ascii_alphanumeric() || *last == b'_')
+                && bytes.iter().all(inner)
+        }
+        _ => false,
+    }
+}
+
+/// `reason` if it is one (see [`is_reason`]), else `fallback`.
+pub fn reason_or(reason: &str, fallback: &str) -> String {
+    if is_reason(reason) {
+        reason.to_string()
+    } else {
+        fallback.to_string()
+    }
+}
+
+/// Merge `updates` into `existing`, keeping `lastTransitionTime` where the status did
+/// not change (`now` where it did). A reason that is not one becomes `Unknown`, and a
+/// message is cut at [`MAX_MESSAGE`] bytes.
+pub fn merge(
+    existing: &[status::Condition],
+    updates: &[Condition],
+    generation: i64,
+    now: &str,
+) -> Vec<status::Condition> {
+    let mut list = existing.to_vec();
     for c in updates {
-        let status = if c.status { "True" } else { "False" };
-        let old = list
-            .iter()
-            .position(|v| v.get("type").and_then(Value::as_str) == Some(c.type_));
+        let status = ConditionStatus::from(c.status);
+        let old = list.iter().position(|v| v.type_ == c.type_);
         let since = old
-            .and_then(|i| {
-                list[i]
-                    .get("status")
-                    .and_then(Value::as_str)
-                    .filter(|s| *s == status)
-                    .map(|_| i)
-            })
-            .and_then(|i| list[i].get("lastTransitionTime").cloned())
-            .unwrap_or_else(|| Value::String(now.clone()));
-        let reason = if c.reason.is_empty() {
-            "Unknown".to_string()
-        } else {
-            c.reason.clone()
+            .map(|i| &list[i])
+            .filter(|o| o.status == status)
+            .map(|o| o.last_transition_time.clone())
+            .unwrap_or_else(|| now.to_string());
+        let value = status::Condition {
+            type_: c.type_.to_string(),
+            status,
+            observed_generation: Some(generation),
+            last_transition_time: since,
+            reason: reason_or(&c.reason, reasons::UNKNOWN),
+            message: truncate(&c.message, MAX_MESSAGE),
         };
-        let value = json!({
-            "type": c.type_,
-            "status": status,
-            "reason": reason,
-            "message": truncate(&c.message, 4096),
-            "lastTransitionTime": since,
-            "observedGeneration": generation,
-        });
         match old {
             Some(i) => list[i] = value,
             None => list.push(value),
         }
     }
-    Value::Array(list)
+    list
 }
 
-/// The reason of a condition in a status, if present.
-pub fn reason_of(status: Option<&Value>, type_: &str) -> Option<String> {
-    status?
-        .get("conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
-        .and_then(|c| c.get("reason").and_then(Value::as_str))
-        .map(str::to_string)
+/// The condition `type_` of a list.
+pub fn find<'a>(list: &'a [status::Condition], type_: &str) -> Option<&'a status::Condition> {
+    list.iter().find(|c| c.type_ == type_)
 }
 
-fn truncate(text: &str, max: usize) -> String {
+/// The time as conditions write it.
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// `text` cut at `max` bytes (on a character boundary), marked with `…` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
@@ -126,22 +152,49 @@ mod tests {
 
     #[test]
     fn transition_time_is_kept_while_status_holds() {
-        let first = merge(None, &[Condition::new(READY, false, "Cloning", "")], 1);
-        let t0 = first[0]["lastTransitionTime"].clone();
-        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let t0 = "2030-01-01T00:00:00Z";
+        let first = merge(&[], &[Condition::new(READY, false, "Cloning", "")], 1, t0);
         let second = merge(
-            Some(&first),
+            &first,
             &[Condition::new(READY, false, "PoweringOn", "")],
             1,
+            "2030-01-01T00:00:09Z",
         );
-        assert_eq!(second[0]["lastTransitionTime"], t0);
-        assert_eq!(second[0]["reason"], "PoweringOn");
+        assert_eq!(second[0].last_transition_time, t0);
+        assert_eq!(second[0].reason, "PoweringOn");
         let third = merge(
-            Some(&second),
+            &second,
             &[Condition::new(READY, true, "Provisioned", "")],
             2,
+            "2030-01-01T00:01:00Z",
         );
-        assert_ne!(third[0]["lastTransitionTime"], t0);
-        assert_eq!(third[0]["observedGeneration"], 2);
+        assert_eq!(third[0].last_transition_time, "2030-01-01T00:01:00Z");
+        assert_eq!(third[0].observed_generation, Some(2));
+    }
+
+    #[test]
+    fn only_camel_case_reasons_are_written() {
+        for good in ["VMMissing", "Ready", "A", "Waiting_For:X,Y"] {
+            assert!(is_reason(good), "{good}");
+        }
+        for bad in ["", "cloning vm", "1Up", "Bad,", "Über", &"A".repeat(129)] {
+            assert!(!is_reason(bad), "{bad}");
+        }
+        let merged = merge(
+            &[],
+            &[Condition::new(READY, false, "not a reason", "")],
+            1,
+            "t",
+        );
+        assert_eq!(merged[0].reason, "Unknown");
+        assert_eq!(reason_or("", "Provisioning"), "Provisioning");
+    }
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary() {
+        let long = "é".repeat(MAX_MESSAGE);
+        let merged = merge(&[], &[Condition::new(READY, false, "X", &long)], 1, "t");
+        assert!(merged[0].message.len() <= MAX_MESSAGE + '…'.len_utf8());
+        assert!(merged[0].message.ends_with('…'));
     }
 }

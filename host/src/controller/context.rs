@@ -4,16 +4,16 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::identity::KindInfo;
 use kube::Client;
 use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
 
 use super::backoff::Backoff;
-use super::credentials::CredentialsGrant;
+use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
 use crate::metrics::Metrics;
-use crate::runtime::Plugin;
-use crate::runtime::bindings::identity::KindInfo;
 
 /// Options of the manager that controllers read.
 #[derive(Debug, Clone)]
@@ -32,8 +32,6 @@ pub struct ManagerOptions {
     pub concurrency: u16,
     /// How often a provisioned object is re-checked for drift.
     pub resync: Duration,
-    /// Namespace of the Leases that keep plugins' exclusive claims.
-    pub claims_namespace: String,
 }
 
 impl Default for ManagerOptions {
@@ -45,7 +43,6 @@ impl Default for ManagerOptions {
             namespace: None,
             concurrency: 16,
             resync: Duration::from_secs(300),
-            claims_namespace: "default".into(),
         }
     }
 }

@@ -6,27 +6,23 @@
 //! A tenant who may edit InfraClusters in one namespace must not borrow another
 //! team's credentials: a reference may name a Secret only in the InfraCluster's own
 //! namespace, unless the operator grants more (`--cross-namespace-credentials`).
+use hyperplug_runtime::{Credentials, NamedCredentials, credentials};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::DynamicObject;
 
 use super::context::Context;
 use super::error::{Error, Result};
+use super::grants::allowed;
 use super::objects::{field, str_field};
-use crate::runtime::{Credentials, NamedCredentials};
-
-/// Keys read from the Secret.
-pub const URL: &str = "url";
-pub const TOKEN: &str = "token";
-pub const SECRET: &str = "secret";
-pub const CA: &str = "ca.crt";
-pub const FINGERPRINT: &str = "fingerprint";
-pub const INSECURE: &str = "insecure";
 
 /// The credentials of a call: the primary ones and those of `spec.credentialsRefs`.
 pub struct CallCredentials {
     pub primary: Credentials,
     pub more: Vec<NamedCredentials>,
+    /// Which Secrets, at which resource versions, they were read from (a digest): a call
+    /// that failed for good is tried again when it changes (see `outcome`).
+    pub version: String,
 }
 
 /// Most Secrets one InfraCluster may name in `spec.credentialsRefs`.
@@ -34,39 +30,10 @@ const MAX_REFS: usize = 256;
 
 /// Condition reason of a reference to a Secret the InfraCluster may not use.
 pub const NOT_ALLOWED: &str = "CredentialsNotAllowed";
-
-/// An operator's grant: InfraClusters in `from` (`*`: any namespace) may name Secrets
-/// in `secrets`. Written `FROM=SECRETS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CredentialsGrant {
-    pub from: String,
-    pub secrets: String,
-}
-
-impl std::str::FromStr for CredentialsGrant {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s.split_once('=') {
-            Some((from, secrets)) if !from.is_empty() && !secrets.is_empty() => {
-                Ok(CredentialsGrant {
-                    from: from.into(),
-                    secrets: secrets.into(),
-                })
-            }
-            _ => Err(format!(
-                "`{s}` must be CLUSTER_NAMESPACE=SECRET_NAMESPACE (CLUSTER_NAMESPACE may be `*`)"
-            )),
-        }
-    }
-}
-
-/// Whether an InfraCluster in `own` may name a Secret in `ns`.
-fn allowed(grants: &[CredentialsGrant], own: &str, ns: &str) -> bool {
-    ns == own
-        || grants
-            .iter()
-            .any(|g| g.secrets == ns && (g.from == "*" || g.from == own))
-}
+/// Condition reasons of credentials that are not there or not complete.
+pub const NO_CREDENTIALS: &str = "NoCredentials";
+pub const NOT_FOUND: &str = "CredentialsNotFound";
+pub const INVALID: &str = "InvalidCredentials";
 
 pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
@@ -74,8 +41,8 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
         .and_then(|v| v.as_array())
         .map_or(&[], Vec::as_slice);
     if refs.len() > MAX_REFS {
-        return Err(Error::Terminal {
-            reason: "InvalidCredentials".into(),
+        return Err(Error::Credentials {
+            reason: INVALID.into(),
             message: format!(
                 "spec.credentialsRefs names {} Secrets; at most {MAX_REFS} are allowed",
                 refs.len()
@@ -89,8 +56,8 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             .get("name")
             .and_then(|v| v.as_str())
             .filter(|n| !n.is_empty())
-            .ok_or_else(|| Error::Terminal {
-                reason: "InvalidCredentials".into(),
+            .ok_or_else(|| Error::Credentials {
+                reason: INVALID.into(),
                 message: format!("spec.credentialsRefs[{i}].name is not set"),
             })?;
         let ns = r
@@ -107,13 +74,18 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
         )?;
         named.push((ns, name));
     }
-    let more = futures::future::try_join_all(named.into_iter().map(|(ns, name)| async move {
-        Ok::<_, Error>(NamedCredentials {
-            name: format!("{ns}/{name}"),
-            credentials: read(ctx, ns, name).await?,
-        })
+    let read_more = futures::future::try_join_all(named.into_iter().map(|(ns, name)| async move {
+        let (credentials, version) = read(ctx, ns, name).await?;
+        Ok::<_, Error>((
+            NamedCredentials {
+                name: format!("{ns}/{name}"),
+                credentials,
+            },
+            version,
+        ))
     }))
     .await?;
+    let (more, mut versions): (Vec<_>, Vec<_>) = read_more.into_iter().unzip();
     let (namespace, name) = match str_field(infra_cluster, "spec.credentialsRef.name") {
         Some(name) => {
             let ns = field(infra_cluster, "spec.credentialsRef.namespace")
@@ -135,12 +107,13 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
                 return Ok(CallCredentials {
                     primary: first.credentials.clone(),
                     more,
+                    version: digest(&versions),
                 });
             }
             (None, Some(default)) => default.clone(),
             (None, None) => {
-                return Err(Error::Terminal {
-                    reason: "NoCredentials".into(),
+                return Err(Error::Credentials {
+                    reason: NO_CREDENTIALS.into(),
                     message: format!(
                         "spec.credentialsRef (or spec.credentialsRefs) is not set and the manager has no --default-credentials-secret for plugin {}",
                         ctx.plugin.name()
@@ -149,10 +122,19 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             }
         },
     };
+    let (primary, version) = read(ctx, &namespace, &name).await?;
+    versions.insert(0, version);
     Ok(CallCredentials {
-        primary: read(ctx, &namespace, &name).await?,
+        primary,
         more,
+        version: digest(&versions),
     })
+}
+
+/// A short digest of the Secrets' `namespace/name@resourceVersion`s.
+fn digest(versions: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(versions.join("\n").as_bytes())[..12])
 }
 
 /// Refuse a reference to a Secret outside the InfraCluster's namespace, unless granted.
@@ -160,7 +142,7 @@ fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) ->
     if allowed(&ctx.options.credentials_grants, own, ns) {
         return Ok(());
     }
-    Err(Error::Terminal {
+    Err(Error::Credentials {
         reason: NOT_ALLOWED.into(),
         message: format!(
             "{field} names Secret {ns}/{name}, outside this object's namespace {own}; an InfraCluster may use only Secrets of its own namespace unless the manager is started with --cross-namespace-credentials {own}={ns} (or *={ns})"
@@ -168,57 +150,39 @@ fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) ->
     })
 }
 
-async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<Credentials> {
+/// The credentials of a Secret, and `namespace/name@resourceVersion` it was read at.
+async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<(Credentials, String)> {
     let secret = super::objects::read(
         &Api::<Secret>::namespaced(ctx.client.clone(), namespace),
         name,
     )
     .await?
-    .ok_or_else(|| Error::Dependency(format!("credentials Secret {namespace}/{name} not found")))?;
-    from_secret(&secret, &format!("{namespace}/{name}"))
+    .ok_or_else(|| Error::Credentials {
+        reason: NOT_FOUND.into(),
+        message: format!("credentials Secret {namespace}/{name} not found"),
+    })?;
+    let version = format!(
+        "{namespace}/{name}@{}",
+        secret
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default()
+    );
+    Ok((
+        from_secret(&secret, &format!("{namespace}/{name}"))?,
+        version,
+    ))
 }
 
-/// Credentials from a Secret's `data`; `hyperplug conformance` reads its credentials
-/// file through this too, so both accept the same keys.
+/// Credentials from a Secret's `data` (the keys `hyperplug conformance` reads from its
+/// credentials file too).
 pub fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
-    let data = secret.data.clone().unwrap_or_default();
-    let get = |key: &str| -> Option<String> {
-        data.get(key)
-            .map(|v| String::from_utf8_lossy(&v.0).trim().to_string())
-            .filter(|s| !s.is_empty())
-    };
-    let required = |key: &str| {
-        get(key).ok_or_else(|| Error::Terminal {
-            reason: "InvalidCredentials".into(),
-            message: format!("credentials Secret {name} has no `{key}`"),
-        })
-    };
-    Ok(Credentials {
-        endpoint: required(URL)?,
-        token: required(TOKEN)?,
-        secret: required(SECRET)?,
-        ca_bundle: get(CA),
-        fingerprint: get(FINGERPRINT),
-        insecure: get(INSECURE).is_some_and(|v| v == "true" || v == "1"),
+    let data = secret.data.as_ref();
+    credentials::from_keys(name, |key| Some(data?.get(key)?.0.as_slice())).map_err(|message| {
+        Error::Credentials {
+            reason: INVALID.into(),
+            message,
+        }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_own_namespace_unless_granted() {
-        let grants: Vec<CredentialsGrant> = vec![
-            "team-a=shared-a".parse().unwrap(),
-            "*=infra".parse().unwrap(),
-        ];
-        assert!(allowed(&[], "team-a", "team-a"));
-        assert!(!allowed(&[], "team-a", "team-b"));
-        assert!(allowed(&grants, "team-a", "shared-a"));
-        assert!(!allowed(&grants, "team-b", "shared-a"));
-        assert!(allowed(&grants, "team-b", "infra"));
-        assert!("nope".parse::<CredentialsGrant>().is_err());
-        assert!("=x".parse::<CredentialsGrant>().is_err());
-    }
 }

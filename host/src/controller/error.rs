@@ -1,5 +1,5 @@
 //! The controllers' errors, typed so the error policy can branch on them.
-use crate::runtime::CallError;
+use hyperplug_runtime::CallError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -17,6 +17,11 @@ pub enum Error {
     /// Something the object refers to is missing or malformed.
     #[error("{0}")]
     Dependency(String),
+    /// The object's credentials cannot be used as they are (none named, a Secret missing,
+    /// incomplete or not allowed): shown as a condition with `reason`, and retried with
+    /// backoff (no plugin is called, and fixing a Secret changes no generation).
+    #[error("{reason}: {message}")]
+    Credentials { reason: String, message: String },
 }
 
 impl Error {
@@ -28,6 +33,7 @@ impl Error {
             Error::Terminal { .. } => "terminal",
             Error::Call(_) => "plugin_call",
             Error::Dependency(_) => "dependency",
+            Error::Credentials { .. } => "credentials",
         }
     }
 }

@@ -1,21 +1,113 @@
 //! Addresses through Cluster API IPAM: the pools a plugin asks for become in-cluster
-//! IPAM pools owned by the InfraCluster; each machine device gets one IPAddressClaim
-//! owned by the InfraMachine; claims go when the machine goes.
+//! IPAM pools owned by the InfraCluster; each address a machine requests (a device and a
+//! pool: a dual-stack NIC asks for two) gets one IPAddressClaim owned by the
+//! InfraMachine, from one of those pools or any pool it names by kind; claims go when
+//! the machine goes.
+//!
+//! A reconcile reads a machine's claims and their addresses once, from the API server's
+//! watch cache ([`MachineClaims::read`]), hands the bound ones to the plugin, and writes
+//! only the claims that are missing ([`MachineClaims::ensure`]).
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 use super::context::Context;
 use super::error::Result;
-use super::objects::{api, field, in_cluster_ip_pool, ip_address, ip_address_claim, str_field};
-use crate::runtime::bindings::cluster::IpPool;
-use crate::runtime::bindings::machine::{AddressRequest, AllocatedAddress};
+use super::objects::{
+    self, api, field, in_cluster_ip_pool, ip_address, ip_address_claim, str_field,
+};
+use hyperplug_runtime::bindings::cluster::IpPool;
+use hyperplug_runtime::bindings::machine::{AddressRequest, AllocatedAddress};
 
 const FIELD_MANAGER: &str = "hyperplug";
+/// Label of a claim: its machine (by name, or a digest of a name too long for a label).
 const OWNER_LABEL: &str = "infrastructure.hyperplug.dev/owner";
+/// Annotation of a claim: the device it is for, as the plugin named it.
+const DEVICE_ANNOTATION: &str = "infrastructure.hyperplug.dev/device";
+/// Longest Kubernetes label value and object name.
+const MAX_LABEL: usize = 63;
+const MAX_NAME: usize = 253;
 
 pub fn pool_name(infra_cluster: &str, pool: &str) -> String {
     format!("{infra_cluster}-{pool}")
+}
+
+/// The kind of the pools the host makes from an InfraCluster's `ip-pools`.
+const IN_CLUSTER_POOL: &str = "InClusterIPPool";
+
+/// A Cluster API IPAM pool, as a claim's `spec.poolRef` names it (group
+/// `ipam.cluster.x-k8s.io`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRef {
+    pub kind: String,
+    pub name: String,
+}
+
+impl PoolRef {
+    /// The pool an address request names: one the InfraCluster `infra_cluster`
+    /// reported in its `ip-pools` (`ipv4`: the InClusterIPPool `<infra_cluster>-ipv4`),
+    /// or any pool as `<Kind>/<name>` (e.g. `GlobalInClusterIPPool/shared`).
+    pub fn of(infra_cluster: &str, pool: &str) -> PoolRef {
+        match pool.split_once('/') {
+            Some((kind, name)) => PoolRef {
+                kind: kind.into(),
+                name: name.into(),
+            },
+            None => PoolRef {
+                kind: IN_CLUSTER_POOL.into(),
+                name: pool_name(infra_cluster, pool),
+            },
+        }
+    }
+}
+
+/// The claim names of a machine's requests: `<machine>-<device>`, or, for a device
+/// with several requests (a dual-stack NIC), `<machine>-<device>-<pool>`; each made a
+/// valid object name (lower case, `[a-z0-9.-]`, at most 253 characters: a longer one
+/// ends in a digest of the whole).
+pub fn claim_names(machine: &str, requests: &[AddressRequest]) -> Vec<String> {
+    requests
+        .iter()
+        .map(|r| {
+            let shared = requests.iter().filter(|o| o.device == r.device).count() > 1;
+            let raw = if shared {
+                format!("{machine}-{}-{}", r.device, r.pool)
+            } else {
+                format!("{machine}-{}", r.device)
+            };
+            object_name(&raw)
+        })
+        .collect()
+}
+
+fn object_name(raw: &str) -> String {
+    let mut name: String = raw
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '.' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    if name.len() > MAX_NAME {
+        let digest = hex::encode(&Sha256::digest(raw.as_bytes())[..8]);
+        name.truncate(MAX_NAME - digest.len() - 1);
+        name = format!("{}-{digest}", name.trim_end_matches(['-', '.']));
+    }
+    name.trim_matches(['-', '.']).to_string()
+}
+
+/// The owner label's value for a machine: its name, or a digest when the name does not
+/// fit a label value.
+fn owner_label(machine: &str) -> String {
+    if machine.len() <= MAX_LABEL {
+        machine.to_string()
+    } else {
+        format!(
+            "sha256-{}",
+            hex::encode(&Sha256::digest(machine.as_bytes())[..16])
+        )
+    }
 }
 
 fn owner_ref(obj: &DynamicObject, ctx: &Context) -> serde_json::Value {
@@ -59,107 +151,190 @@ pub async fn ensure_pools(
     Ok(())
 }
 
-/// Ensure a claim per request; return the addresses bound so far.
-pub async fn ensure_claims(
-    ctx: &Context,
-    machine: &DynamicObject,
-    cluster_name: &str,
-    infra_cluster_name: &str,
-    requests: &[AddressRequest],
-) -> Result<Vec<AllocatedAddress>> {
-    let ns = machine.namespace().unwrap_or_default();
-    let claims = api(&ctx.client, &ip_address_claim(), &ns);
-    let addresses = api(&ctx.client, &ip_address(), &ns);
-    let mut bound = Vec::new();
-    for req in requests {
-        let name = format!("{}-{}", machine.name_any(), req.device);
-        let body = json!({
-            "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
-            "kind": "IPAddressClaim",
-            "metadata": {
-                "name": name, "namespace": ns,
-                "labels": {OWNER_LABEL: machine.name_any(), "cluster.x-k8s.io/cluster-name": cluster_name},
-                "ownerReferences": [owner_ref(machine, ctx)],
-            },
-            "spec": {
-                "clusterName": cluster_name,
-                "poolRef": {
-                    "apiGroup": "ipam.cluster.x-k8s.io",
-                    "kind": "InClusterIPPool",
-                    "name": pool_name(infra_cluster_name, &req.pool),
-                },
-            },
-        });
-        let claim = claims
-            .patch(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&body),
-            )
-            .await?;
-        let Some(address_name) = str_field(&claim, "status.addressRef.name") else {
-            continue;
-        };
-        let Some(address) = addresses.get_opt(address_name).await? else {
-            continue;
-        };
-        let (Some(ip), Some(prefix)) = (
-            str_field(&address, "spec.address"),
-            field(&address, "spec.prefix").and_then(|p| p.as_u64()),
-        ) else {
-            continue;
-        };
-        bound.push(AllocatedAddress {
-            device: req.device.clone(),
-            address: ip.to_string(),
-            prefix: prefix as u8,
-            gateway: str_field(&address, "spec.gateway").map(str::to_string),
-        });
-    }
-    Ok(bound)
+/// One of a machine's claims as read.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub name: String,
+    /// The device it is for.
+    pub device: String,
+    /// The IPAM pool it names.
+    pub pool: PoolRef,
+    /// Whether it is owned by the machine's current UID (not a stale one).
+    pub owned: bool,
+    /// The address bound to it, once the IPAM provider has.
+    pub address: Option<AllocatedAddress>,
 }
 
-/// The addresses already bound to a machine's claims (for calls that do not request).
-pub async fn bound_addresses(
-    ctx: &Context,
-    machine: &DynamicObject,
-) -> Result<Vec<AllocatedAddress>> {
-    let ns = machine.namespace().unwrap_or_default();
-    let claims = api(&ctx.client, &ip_address_claim(), &ns);
-    let addresses = api(&ctx.client, &ip_address(), &ns);
-    let list = claims
-        // From the API server's cache, like every read of a reconcile (objects::read).
-        .list(
-            &ListParams::default()
-                .labels(&format!("{OWNER_LABEL}={}", machine.name_any()))
-                .match_any(),
-        )
+/// What became of a machine's address requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Claimed {
+    /// Claims were written just now (the IPAM provider binds them in a moment).
+    pub written: bool,
+    /// Some request has no bound address yet.
+    pub pending: bool,
+}
+
+/// A machine's claims, read once per reconcile.
+#[derive(Debug, Clone, Default)]
+pub struct MachineClaims {
+    pub claims: Vec<Claim>,
+}
+
+impl MachineClaims {
+    /// The machine's claims and their bound addresses, from the API server's watch cache
+    /// (like every read of a reconcile, `objects::read`). No IPAM installed: none.
+    pub async fn read(ctx: &Context, machine: &DynamicObject) -> Result<MachineClaims> {
+        let ns = machine.namespace().unwrap_or_default();
+        let list = match api(&ctx.client, &ip_address_claim(), &ns)
+            .list(
+                &ListParams::default()
+                    .labels(&format!(
+                        "{OWNER_LABEL}={}",
+                        owner_label(&machine.name_any())
+                    ))
+                    .match_any(),
+            )
+            .await
+        {
+            Ok(list) => list.items,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(MachineClaims::default()),
+            Err(e) => return Err(e.into()),
+        };
+        let addresses = api(&ctx.client, &ip_address(), &ns);
+        let uid = machine.uid().unwrap_or_default();
+        let claims = futures::future::try_join_all(list.into_iter().map(|claim| {
+            let addresses = addresses.clone();
+            let uid = uid.clone();
+            let machine = machine.name_any();
+            async move {
+                let device = claim
+                    .annotations()
+                    .get(DEVICE_ANNOTATION)
+                    .cloned()
+                    // Claims made before one per request: `<machine>-<device>`.
+                    .unwrap_or_else(|| {
+                        let name = claim.name_any();
+                        name.strip_prefix(&format!("{machine}-"))
+                            .unwrap_or(&name)
+                            .to_string()
+                    });
+                let address = match str_field(&claim, "status.addressRef.name") {
+                    Some(name) => objects::read(&addresses, name)
+                        .await?
+                        .and_then(|a| allocated(&a, &device)),
+                    None => None,
+                };
+                let text = |path: &str| str_field(&claim, path).unwrap_or_default().to_string();
+                Ok::<_, kube::Error>(Claim {
+                    name: claim.name_any(),
+                    pool: PoolRef {
+                        kind: text("spec.poolRef.kind"),
+                        name: text("spec.poolRef.name"),
+                    },
+                    owned: claim.owner_references().iter().any(|o| o.uid == uid),
+                    device,
+                    address,
+                })
+            }
+        }))
         .await?;
-    let mut bound = Vec::new();
-    for claim in list {
-        let device = claim
-            .name_any()
-            .trim_start_matches(&format!("{}-", machine.name_any()))
-            .to_string();
-        let Some(address_name) = str_field(&claim, "status.addressRef.name") else {
-            continue;
-        };
-        let Some(address) = addresses.get_opt(address_name).await? else {
-            continue;
-        };
-        if let (Some(ip), Some(prefix)) = (
-            str_field(&address, "spec.address"),
-            field(&address, "spec.prefix").and_then(|p| p.as_u64()),
-        ) {
-            bound.push(AllocatedAddress {
-                device,
-                address: ip.to_string(),
-                prefix: prefix as u8,
-                gateway: str_field(&address, "spec.gateway").map(str::to_string),
-            });
-        }
+        Ok(MachineClaims { claims })
     }
-    Ok(bound)
+
+    /// The addresses bound so far, for the plugin.
+    pub fn bound(&self) -> Vec<AllocatedAddress> {
+        self.claims
+            .iter()
+            .filter_map(|c| c.address.clone())
+            .collect()
+    }
+
+    /// The claim answering `request` from the InfraCluster `infra_cluster`'s pools.
+    fn answering(&self, infra_cluster: &str, request: &AddressRequest) -> Option<&Claim> {
+        let pool = PoolRef::of(infra_cluster, &request.pool);
+        self.claims
+            .iter()
+            .find(|c| c.device == request.device && c.pool == pool)
+    }
+
+    /// The requests that need a claim written: none answers them, or the one that does
+    /// is not owned by this machine's current UID (it was moved).
+    pub fn to_write<'a>(
+        &self,
+        infra_cluster: &str,
+        requests: &'a [AddressRequest],
+    ) -> Vec<&'a AddressRequest> {
+        requests
+            .iter()
+            .filter(|r| !self.answering(infra_cluster, r).is_some_and(|c| c.owned))
+            .collect()
+    }
+
+    /// Write the claims `requests` still need (nothing for those that have one).
+    pub async fn ensure(
+        &self,
+        ctx: &Context,
+        machine: &DynamicObject,
+        cluster_name: &str,
+        infra_cluster: &str,
+        requests: &[AddressRequest],
+    ) -> Result<Claimed> {
+        let ns = machine.namespace().unwrap_or_default();
+        let claims = api(&ctx.client, &ip_address_claim(), &ns);
+        let to_write = self.to_write(infra_cluster, requests);
+        let names = claim_names(&machine.name_any(), requests);
+        for (req, name) in requests.iter().zip(names) {
+            if !to_write.iter().any(|w| std::ptr::eq(*w, req)) {
+                continue;
+            }
+            let pool = PoolRef::of(infra_cluster, &req.pool);
+            // A claim made before, under another name, keeps its name.
+            let name = self
+                .answering(infra_cluster, req)
+                .map_or(name, |c| c.name.clone());
+            let body = json!({
+                "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+                "kind": "IPAddressClaim",
+                "metadata": {
+                    "name": name, "namespace": ns,
+                    "labels": {OWNER_LABEL: owner_label(&machine.name_any()), objects::CLUSTER_NAME_LABEL: cluster_name},
+                    "annotations": {DEVICE_ANNOTATION: req.device},
+                    "ownerReferences": [owner_ref(machine, ctx)],
+                },
+                "spec": {
+                    "clusterName": cluster_name,
+                    "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": pool.kind, "name": pool.name},
+                },
+            });
+            claims
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Apply(&body),
+                )
+                .await?;
+        }
+        let pending = requests.iter().any(|r| {
+            self.answering(infra_cluster, r)
+                .is_none_or(|c| c.address.is_none())
+        });
+        Ok(Claimed {
+            written: !to_write.is_empty(),
+            pending,
+        })
+    }
+}
+
+/// The address an IPAddress holds, for `device`.
+fn allocated(address: &DynamicObject, device: &str) -> Option<AllocatedAddress> {
+    let ip = str_field(address, "spec.address")?;
+    let prefix = field(address, "spec.prefix").and_then(|p| p.as_u64())?;
+    Some(AllocatedAddress {
+        device: device.to_string(),
+        address: ip.to_string(),
+        prefix: u8::try_from(prefix).ok()?,
+        gateway: str_field(address, "spec.gateway").map(str::to_string),
+    })
 }
 
 /// Delete a machine's claims (the IPAM provider then frees the addresses).
@@ -170,7 +345,10 @@ pub async fn release_claims(ctx: &Context, machine: &DynamicObject) -> Result<()
         // From the API server's cache, like every read of a reconcile (objects::read).
         .list(
             &ListParams::default()
-                .labels(&format!("{OWNER_LABEL}={}", machine.name_any()))
+                .labels(&format!(
+                    "{OWNER_LABEL}={}",
+                    owner_label(&machine.name_any())
+                ))
                 .match_any(),
         )
         .await
@@ -188,4 +366,105 @@ pub async fn release_claims(ctx: &Context, machine: &DynamicObject) -> Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(device: &str, pool: &str) -> AddressRequest {
+        AddressRequest {
+            device: device.into(),
+            pool: pool.into(),
+        }
+    }
+
+    fn claim(name: &str, device: &str, pool: &str, owned: bool) -> Claim {
+        Claim {
+            name: name.into(),
+            device: device.into(),
+            pool: PoolRef::of("demo", pool),
+            owned,
+            address: None,
+        }
+    }
+
+    fn names(requests: &[AddressRequest]) -> Vec<String> {
+        claim_names("cp-0", requests)
+    }
+
+    #[test]
+    fn a_device_with_two_requests_gets_a_claim_per_pool() {
+        let dual = [request("net0", "ipv4"), request("net0", "ipv6")];
+        assert_eq!(names(&dual), ["cp-0-net0-ipv4", "cp-0-net0-ipv6"]);
+        let seen = MachineClaims {
+            claims: vec![claim("cp-0-net0-ipv4", "net0", "ipv4", true)],
+        };
+        let to_write = seen.to_write("demo", &dual);
+        assert_eq!(to_write.len(), 1);
+        assert_eq!(to_write[0].pool, "ipv6");
+        // A request per device keeps the name `<machine>-<device>`.
+        let apart = [
+            request("net0-00-inet", "ipv4"),
+            request("net0-01-inet", "ipv6"),
+        ];
+        assert_eq!(names(&apart), ["cp-0-net0-00-inet", "cp-0-net0-01-inet"]);
+    }
+
+    #[test]
+    fn a_request_names_a_reported_pool_or_any_pool_by_kind() {
+        assert_eq!(
+            PoolRef::of("demo", "ipv4"),
+            PoolRef {
+                kind: "InClusterIPPool".into(),
+                name: "demo-ipv4".into()
+            }
+        );
+        assert_eq!(
+            PoolRef::of("demo", "GlobalInClusterIPPool/shared"),
+            PoolRef {
+                kind: "GlobalInClusterIPPool".into(),
+                name: "shared".into()
+            }
+        );
+    }
+
+    #[test]
+    fn claims_are_written_only_when_missing_or_not_this_machines() {
+        let requests = [request("net0", "ipv4")];
+        let owned = MachineClaims {
+            claims: vec![claim("m-net0", "net0", "ipv4", true)],
+        };
+        assert!(owned.to_write("demo", &requests).is_empty());
+        let moved = MachineClaims {
+            claims: vec![claim("m-net0", "net0", "ipv4", false)],
+        };
+        assert_eq!(moved.to_write("demo", &requests).len(), 1);
+        let other_pool = MachineClaims {
+            claims: vec![claim("m-net0", "net0", "ipv6", true)],
+        };
+        assert_eq!(other_pool.to_write("demo", &requests).len(), 1);
+    }
+
+    #[test]
+    fn names_and_labels_stay_valid_whatever_the_plugin_calls_things() {
+        let odd = [
+            request("Net_0/A", "x"),
+            request("Net_0/A", "InClusterIPPool/y"),
+        ];
+        assert_eq!(
+            names(&odd),
+            ["cp-0-net-0-a-x", "cp-0-net-0-a-inclusterippool-y"]
+        );
+        let long = [
+            request(&"n".repeat(250), "ipv4"),
+            request(&"n".repeat(250), "ipv6"),
+        ];
+        let long = names(&long);
+        assert!(long.iter().all(|n| n.len() <= MAX_NAME), "{long:?}");
+        assert_ne!(long[0], long[1]);
+        assert_eq!(owner_label("short"), "short");
+        let digest = owner_label(&"x".repeat(100));
+        assert!(digest.len() <= MAX_LABEL && digest.starts_with("sha256-"));
+    }
 }

@@ -9,14 +9,17 @@ mod context;
 pub mod credentials;
 mod error;
 mod events;
+mod grants;
 mod ipam;
 mod machine;
 pub mod objects;
 mod outcome;
+mod output;
 pub mod ownership;
 mod patch;
 mod template;
 mod triggers;
+mod unverified;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,17 +36,17 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 pub use context::{DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions, finalizer};
-pub use credentials::CredentialsGrant;
-pub use credentials::{CA, FINGERPRINT, INSECURE, SECRET, TOKEN, URL};
 pub use error::Error;
+pub use grants::CredentialsGrant;
 
 use crate::metrics::Metrics;
-use crate::runtime::Plugin;
-use crate::runtime::bindings::identity::{KindInfo, KindRole};
 use context::Context;
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
 
 /// Run every controller until they stop (they do not, unless the API is gone). Fails
-/// at start if the ownership key can be neither read nor created.
+/// at start if the ownership key can be neither read nor created. The plugins' runtime
+/// keeps their claims where every replica sees them ([`claims::LeaseClaims`]).
 pub async fn run(
     client: Client,
     plugins: Vec<Plugin>,
@@ -59,17 +62,10 @@ pub async fn run(
         instance: std::env::var("HOSTNAME").ok(),
     };
     for plugin in plugins {
-        // Claims must hold across replicas and restarts: keep them in Kubernetes.
-        plugin
-            .runtime()
-            .keep_claims(Arc::new(claims::LeaseClaims::new(
-                client.clone(),
-                &options.claims_namespace,
-            )));
         let info = plugin.info().clone();
         let resource = |k: &KindInfo| {
             let gvk = GroupVersionKind::gvk(&info.group, &info.api_version, &k.kind);
-            ApiResource::from_gvk_with_plural(&gvk, &crate::crds::plural(&k.kind))
+            ApiResource::from_gvk_with_plural(&gvk, &hyperplug_runtime::crds::plural(&k.kind))
         };
         let cluster_kind = info
             .kinds
@@ -308,7 +304,8 @@ async fn timed(obj: Arc<DynamicObject>, ctx: Arc<Context>, f: Reconcile) -> Resu
 
 /// Transient failures come back with exponential backoff and jitter, per object.
 fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.next(&machine::key(&obj));
-    tracing::warn!(kind = %ctx.kind.kind, object = %machine::key(&obj), error = %err, retry_in = ?delay, "reconcile failed");
+    let key = objects::key(&obj);
+    let delay = ctx.backoff.next(&key);
+    tracing::warn!(kind = %ctx.kind.kind, object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

@@ -4,6 +4,8 @@ use kube::api::{Api, ApiResource, DynamicObject, GetParams, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use hyperplug_runtime::ObjectRef;
+
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
@@ -116,12 +118,6 @@ pub async fn fresh(
     api.get_opt(&cached.name_any()).await
 }
 
-/// The plugin failed terminally on this generation: no retry until the spec changes.
-pub fn failed_this_generation(obj: &DynamicObject) -> bool {
-    let failed = field(obj, "status.failedGeneration").and_then(Value::as_i64);
-    failed.is_some() && failed == obj.metadata.generation
-}
-
 /// Why reconciling is paused, if it is: the owning Cluster's `spec.paused`, or the
 /// object's paused annotation.
 pub fn paused_why(obj: &DynamicObject, cluster: Option<&DynamicObject>) -> Option<&'static str> {
@@ -136,4 +132,31 @@ pub fn paused_why(obj: &DynamicObject, cluster: Option<&DynamicObject>) -> Optio
     } else {
         None
     }
+}
+
+/// `namespace/name`: how logs, backoff and metrics name an object.
+pub fn key(obj: &DynamicObject) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+/// The object as the plugin sees it, with `id` (a proven ownership id, or a UID the
+/// API server assigned) as its `uid`.
+pub fn object_ref(obj: &DynamicObject, id: &str) -> ObjectRef {
+    ObjectRef {
+        namespace: obj.namespace().unwrap_or_default(),
+        name: obj.name_any(),
+        uid: id.to_string(),
+    }
+}
+
+/// The object's `spec` as the JSON a plugin parses (`{}` when it has none).
+pub fn spec_json(obj: &DynamicObject) -> String {
+    obj.data
+        .get("spec")
+        .map_or_else(|| "{}".to_string(), Value::to_string)
+}
+
+/// Whether the object's infrastructure was provisioned (`status.initialization.provisioned`).
+pub fn provisioned(obj: &DynamicObject) -> bool {
+    field(obj, "status.initialization.provisioned").and_then(Value::as_bool) == Some(true)
 }

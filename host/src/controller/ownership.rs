@@ -22,17 +22,11 @@ use kube::api::{ApiResource, DynamicObject, ObjectMeta, PostParams};
 use kube::{Api, Client, ResourceExt};
 use ring::hmac;
 
-use kube::runtime::controller::Action;
-
-use super::conditions::{self, Condition, READY};
-use super::context::{Context, finalizer};
-use super::error::Result;
 use super::objects::OWNERSHIP_ID_ANNOTATION;
-use super::{events, patch};
 
 /// How often an object whose ownership does not verify is looked at again (a key may
 /// be copied in, or the annotation fixed, without the object changing).
-const RECHECK: Duration = Duration::from_secs(60);
+pub const RECHECK: Duration = Duration::from_secs(60);
 
 /// The Secret data key of the key that signs.
 pub const SIGNING_KEY: &str = "key";
@@ -244,38 +238,6 @@ impl OwnershipKeys {
             self.secret(),
         )
     }
-}
-
-/// React to an object whose ownership does not verify: no plugin call; a `Ready`
-/// condition and a Warning event that say why and what to do. A deleting object keeps
-/// our finalizer (nothing is deleted for an unproven owner) until its ownership
-/// verifies again or someone removes the finalizer to abandon what it made.
-pub(super) async fn refuse(
-    ctx: &Context,
-    own: &Api<DynamicObject>,
-    obj: &DynamicObject,
-    message: String,
-) -> Result<Action> {
-    let fin = finalizer(&ctx.plugin);
-    let message = if obj.metadata.deletion_timestamp.is_some() && obj.finalizers().contains(&fin) {
-        format!(
-            "{message} It is being deleted: nothing is deleted in the infrastructure until its ownership verifies again; to abandon what it made instead (left as it is), remove the finalizer {fin}."
-        )
-    } else {
-        message
-    };
-    let before = conditions::reason_of(obj.data.get("status"), READY);
-    patch::conditions(
-        own,
-        obj,
-        &[Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message)],
-    )
-    .await?;
-    if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
-        tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
-        events::publish(ctx, obj, OWNERSHIP_UNVERIFIED, &message, true).await;
-    }
-    Ok(Action::requeue(RECHECK))
 }
 
 /// What a MAC covers: the domain, then group/kind, namespace, name and the id, each

@@ -6,50 +6,76 @@ use kube::{Api, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::error::Result;
+use crate::status::{Progressing, Status};
 
-/// Merge-patch `fields` into `status`, skipping the write when nothing differs.
-pub async fn status(
+/// Write `new` as the object's status: a merge patch of what differs from `T`'s view of
+/// the status the object has, fields `T` drops removed; no write when nothing differs.
+/// Whether it wrote.
+pub async fn status<T: Status>(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
-    fields: Map<String, Value>,
+    new: &T,
 ) -> Result<bool> {
-    let current = obj.data.get("status").and_then(Value::as_object);
-    let changed: Map<String, Value> = fields
-        .into_iter()
-        .filter(|(k, v)| {
-            current.and_then(|c| c.get(k)) != Some(v)
-                && !(v.is_null() && current.and_then(|c| c.get(k)).is_none())
-        })
-        .collect();
-    if changed.is_empty() {
+    let old = serde_json::to_value(T::of(obj)).expect("a status serializes");
+    let new = serde_json::to_value(new).expect("a status serializes");
+    let Some(diff) = merge_diff(&old, &new) else {
         return Ok(false);
-    }
+    };
     api.patch_status(
         &obj.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": changed})),
+        &Patch::Merge(json!({ "status": diff })),
     )
     .await?;
     Ok(true)
 }
 
-/// Merge-patch one spec field if it differs.
+/// The JSON merge patch (RFC 7396) that turns `old` into `new`: changed members, removed
+/// ones as `null`, objects compared member by member, anything else replaced whole.
+/// `None` when they are equal.
+pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            let mut diff = Map::new();
+            for (k, v) in new {
+                let changed = match old.get(k) {
+                    Some(o) => merge_diff(o, v),
+                    // A null in a merge patch removes: an absent member is already that.
+                    None if v.is_null() => None,
+                    None => Some(v.clone()),
+                };
+                if let Some(c) = changed {
+                    diff.insert(k.clone(), c);
+                }
+            }
+            for k in old.keys().filter(|k| !new.contains_key(*k)) {
+                diff.insert(k.clone(), Value::Null);
+            }
+            (!diff.is_empty()).then_some(Value::Object(diff))
+        }
+        _ if old == new => None,
+        _ => Some(new.clone()),
+    }
+}
+
+/// Merge-patch one spec field if it differs; the object's generation after.
 pub async fn spec_field(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     key: &str,
     value: Value,
-) -> Result<()> {
+) -> Result<Option<i64>> {
     if obj.data.get("spec").and_then(|s| s.get(key)) == Some(&value) {
-        return Ok(());
+        return Ok(obj.metadata.generation);
     }
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {key: value}})),
-    )
-    .await?;
-    Ok(())
+    let patched = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {key: value}})),
+        )
+        .await?;
+    Ok(patched.metadata.generation)
 }
 
 /// Before any plugin call that may create infrastructure: our finalizer, and the
@@ -122,26 +148,60 @@ pub async fn remove_finalizer(
     Ok(())
 }
 
-/// Merge `updates` into `status.conditions` (one status write, none when unchanged).
+/// Merge `updates` into the object's conditions (one status write, none when unchanged).
 pub async fn conditions(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     updates: &[super::conditions::Condition],
 ) -> Result<()> {
-    let existing = obj.data.get("status").and_then(|s| s.get("conditions"));
-    let mut fields = Map::new();
-    fields.insert(
-        "conditions".into(),
-        super::conditions::merge(existing, updates, obj.metadata.generation.unwrap_or(0)),
+    let mut status = Progressing::of(obj);
+    status.conditions = super::conditions::merge(
+        &status.conditions,
+        updates,
+        obj.metadata.generation.unwrap_or(0),
+        &super::conditions::now(),
     );
-    status(api, obj, fields).await?;
+    self::status(api, obj, &status).await?;
     Ok(())
 }
 
-/// The status fields every plugin progress report sets: its state and phase.
-pub fn progress_fields(progress: &crate::runtime::bindings::types::Progress) -> Map<String, Value> {
-    let mut fields = Map::new();
-    fields.insert("pluginState".into(), json!(progress.state));
-    fields.insert("phase".into(), json!(progress.phase));
-    fields
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_merge_diff_names_changes_and_removes_what_is_gone() {
+        let old = json!({"phase": "Ready", "details": {"power": "running", "vmid": "100"}, "ready": true});
+        let new = json!({"phase": "VMMissing", "details": {"vmid": "100"}, "ready": false});
+        assert_eq!(
+            merge_diff(&old, &new),
+            Some(json!({"phase": "VMMissing", "details": {"power": null}, "ready": false}))
+        );
+        assert_eq!(merge_diff(&new, &new), None);
+        assert_eq!(merge_diff(&json!({}), &json!({"a": null})), None);
+        // Lists are replaced whole.
+        assert_eq!(
+            merge_diff(&json!({"l": [1, 2]}), &json!({"l": [2]})),
+            Some(json!({"l": [2]}))
+        );
+    }
+
+    #[test]
+    fn applying_a_merge_diff_gives_the_new_value() {
+        let cases = [
+            (
+                json!({"a": {"b": 1, "c": 2}, "d": 3}),
+                json!({"a": {"c": 4}, "e": [5]}),
+            ),
+            (json!({"a": 1}), json!({"a": {"b": 2}})),
+            (json!({"a": {"b": 2}}), json!({"a": "x"})),
+        ];
+        for (old, new) in cases {
+            let mut patched = old.clone();
+            if let Some(diff) = merge_diff(&old, &new) {
+                json_patch::merge(&mut patched, &diff);
+            }
+            assert_eq!(patched, new, "{old} -> {new}");
+        }
+    }
 }

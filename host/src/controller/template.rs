@@ -6,15 +6,15 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
 use super::context::Context;
 use super::error::Result;
-use super::machine::object_ref;
-use super::objects::api;
+use super::objects::{api, object_ref};
 use super::outcome::{self, Outcome};
 use super::patch;
-use crate::runtime::bindings::machine::TemplateRequest;
+use crate::status::{InfraMachineTemplateStatus, NodeInfo};
+use hyperplug_runtime::bindings::machine::TemplateRequest;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let own = api(
@@ -43,22 +43,23 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             ctx.plugin.describe_template(&req),
         )
         .await;
-    match outcome::of(result) {
+    match outcome::of(ctx.plugin.name(), "machine.describe-template", result) {
         Outcome::Done(status) => {
-            let capacity: Map<String, Value> = status
-                .capacity
-                .into_iter()
-                .map(|(k, v)| (k, json!(v)))
-                .collect();
-            let node_info: Map<String, Value> = status
-                .node_info
-                .into_iter()
-                .map(|(k, v)| (k, json!(v)))
-                .collect();
-            let mut fields = Map::new();
-            fields.insert("capacity".into(), Value::Object(capacity));
-            fields.insert("nodeInfo".into(), Value::Object(node_info));
-            patch::status(&own, &obj, fields).await?;
+            let info = |key: &str| {
+                status
+                    .node_info
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, v)| v.clone())
+            };
+            let next = InfraMachineTemplateStatus {
+                capacity: status.capacity.iter().cloned().collect(),
+                node_info: NodeInfo {
+                    architecture: info("architecture"),
+                    operating_system: info("operating-system").or_else(|| info("operatingSystem")),
+                },
+            };
+            patch::status(&own, &obj, &next).await?;
             Ok(Action::await_change())
         }
         Outcome::Failed(e) => {

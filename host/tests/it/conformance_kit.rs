@@ -1,7 +1,8 @@
 //! `hyperplug conformance`, the real binary: the bundled Proxmox plugin passes against
 //! pve-sim with the fixture specs of tests/conformance/proxmox; a plugin that breaks
 //! the invariants (the hostile test plugin, behaving) makes it exit 1 and name the cases.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::process::Output;
 
 use pve_sim::{Config, FaultKind, FaultRule, Faults, RunningSim};
 
@@ -11,13 +12,54 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/proxmox")
 }
 
-/// The fixture credentials plus the simulator's CA (generated at its start).
-fn credentials(dir: &Path, sim: &RunningSim) -> PathBuf {
-    let base = std::fs::read_to_string(fixtures().join("credentials.yaml")).unwrap();
-    let ca: String = sim.ca_pem().lines().map(|l| format!("  {l}\n")).collect();
-    let path = dir.join("credentials.yaml");
-    std::fs::write(&path, format!("{base}ca.crt: |\n{ca}")).unwrap();
-    path
+/// pve-sim, and a directory with the credentials for it and the kit's JUnit report.
+struct Against {
+    sim: RunningSim,
+    dir: tempfile::TempDir,
+    credentials: PathBuf,
+    junit: PathBuf,
+}
+
+impl Against {
+    async fn start(config: Config) -> Against {
+        let sim = sim_with(config).await;
+        let dir = tempfile::tempdir().unwrap();
+        // The fixture credentials plus the simulator's CA (generated at its start).
+        let base = std::fs::read_to_string(fixtures().join("credentials.yaml")).unwrap();
+        let ca: String = sim.ca_pem().lines().map(|l| format!("  {l}\n")).collect();
+        let credentials = dir.path().join("credentials.yaml");
+        std::fs::write(&credentials, format!("{base}ca.crt: |\n{ca}")).unwrap();
+        let junit = dir.path().join("junit.xml");
+        Against {
+            sim,
+            dir,
+            credentials,
+            junit,
+        }
+    }
+
+    /// `hyperplug conformance` for the plugin `plugin` (by name) against the simulator,
+    /// writing the JUnit report, with `more` arguments.
+    async fn conformance(&self, plugin: &str, more: &[&str]) -> (Output, String) {
+        let plugin = crate::support::plugin_path(plugin);
+        let mut args = vec![
+            "--plugin",
+            plugin.to_str().unwrap(),
+            "--target",
+            self.sim.base_url(),
+            "--credentials",
+            self.credentials.to_str().unwrap(),
+            "--junit",
+            self.junit.to_str().unwrap(),
+        ];
+        args.extend(more);
+        conformance::run(&args, 100).await
+    }
+
+    /// The cases of the last run's JUnit report.
+    fn cases(&self) -> Vec<(String, &'static str, String)> {
+        crate::support::junit::cases(&std::fs::read_to_string(&self.junit).unwrap())
+    }
 }
 
 #[tokio::test]
@@ -101,36 +143,30 @@ async fn the_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
 async fn passes_against(
     config: Config,
 ) -> (Vec<(String, &'static str, String)>, serde_json::Value) {
-    let sim = sim_with(config).await;
-    let dir = tempfile::tempdir().unwrap();
-    let creds = credentials(dir.path(), &sim);
-    let junit = dir.path().join("junit.xml");
-    let plugin = crate::support::plugin_path("proxmox");
-    let (out, stdout) = conformance::run(
-        &[
-            "--plugin",
-            plugin.to_str().unwrap(),
-            "--target",
-            sim.base_url(),
-            "--credentials",
-            creds.to_str().unwrap(),
-            "--spec",
-            fixtures().join("machine.yaml").to_str().unwrap(),
-            "--cluster-spec",
-            fixtures().join("cluster.yaml").to_str().unwrap(),
-            "--junit",
-            junit.to_str().unwrap(),
-        ],
-        100,
-    )
-    .await;
+    let target = Against::start(config).await;
+    let (spec, cluster) = (
+        fixtures().join("machine.yaml"),
+        fixtures().join("cluster.yaml"),
+    );
+    let (out, stdout) = target
+        .conformance(
+            "proxmox",
+            &[
+                "--spec",
+                spec.to_str().unwrap(),
+                "--cluster-spec",
+                cluster.to_str().unwrap(),
+            ],
+        )
+        .await;
+    let sim = &target.sim;
     assert!(out.status.success(), "conformance failed:\n{stdout}");
     assert!(
         stdout.contains(" passed, 0 failed, "),
         "a summary line: {stdout}"
     );
-    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
-    let expected: Vec<&str> = hyperplug::conformance::cases()
+    let cases = target.cases();
+    let expected: Vec<&str> = hyperplug_conformance::cases()
         .iter()
         .map(|(n, _)| *n)
         .collect();
@@ -182,34 +218,17 @@ async fn passes_against(
 
 #[tokio::test]
 async fn a_plugin_that_breaks_the_invariants_fails_by_name() {
-    let sim = sim_with(Config::fast()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let creds = credentials(dir.path(), &sim);
-    let junit = dir.path().join("junit.xml");
+    let target = Against::start(Config::fast()).await;
     // The hostile test plugin, told to behave: it answers without ever calling its
     // endpoint and reports its machine ready whatever happened before.
-    let spec = dir.path().join("spec.json");
+    let spec = target.dir.path().join("spec.json");
     std::fs::write(&spec, r#"{"attack": "noop"}"#).unwrap();
-    let plugin = crate::support::plugin_path("hostile");
-    let (out, stdout) = conformance::run(
-        &[
-            "--plugin",
-            plugin.to_str().unwrap(),
-            "--target",
-            sim.base_url(),
-            "--credentials",
-            creds.to_str().unwrap(),
-            "--spec",
-            spec.to_str().unwrap(),
-            "--junit",
-            junit.to_str().unwrap(),
-        ],
-        100,
-    )
-    .await;
+    let (out, stdout) = target
+        .conformance("hostile", &["--spec", spec.to_str().unwrap()])
+        .await;
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = target.cases();
     let failed: Vec<&str> = cases
         .iter()
         .filter(|c| c.1 == "fail")
@@ -248,21 +267,11 @@ async fn a_plugin_that_breaks_the_invariants_fails_by_name() {
 /// `--addresses` it answers them from the file.
 #[tokio::test]
 async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
-    let sim = sim_with(Config::fast()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let creds = credentials(dir.path(), &sim);
-    let junit = dir.path().join("junit.xml");
-    let plugin = crate::support::plugin_path("proxmox");
+    let target = Against::start(Config::fast()).await;
     let spec = fixtures().join("machine.yaml");
     let cluster = fixtures().join("cluster.yaml");
     let pools = fixtures().join("addresses.yaml");
     let mut args = vec![
-        "--plugin",
-        plugin.to_str().unwrap(),
-        "--target",
-        sim.base_url(),
-        "--credentials",
-        creds.to_str().unwrap(),
         "--spec",
         spec.to_str().unwrap(),
         "--cluster-spec",
@@ -271,12 +280,10 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
         "cluster-reconcile",
         "--skip",
         "cluster-delete",
-        "--junit",
-        junit.to_str().unwrap(),
     ];
-    let (out, stdout) = conformance::run(&args, 100).await;
+    let (out, stdout) = target.conformance("proxmox", &args).await;
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = target.cases();
     let create = cases.iter().find(|c| c.0 == "create-converges").unwrap();
     assert_eq!(create.1, "fail");
     assert!(
@@ -286,15 +293,15 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
     );
 
     args.extend(["--addresses", pools.to_str().unwrap()]);
-    let (out, stdout) = conformance::run(&args, 100).await;
+    let (out, stdout) = target.conformance("proxmox", &args).await;
     assert!(out.status.success(), "{stdout}");
-    let cases = crate::support::junit::cases(&std::fs::read_to_string(&junit).unwrap());
+    let cases = target.cases();
     let skipped = cases.iter().find(|c| c.0 == "cluster-reconcile").unwrap();
     assert_eq!(
         (skipped.1, skipped.2.as_str()),
         ("skip", "skipped by --skip")
     );
-    let vms = sim.state().vms();
+    let vms = target.sim.state().vms();
     assert!(
         vms.iter().all(|v| v["template"] == serde_json::json!(true)),
         "nothing left: {vms:?}"

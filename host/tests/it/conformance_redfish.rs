@@ -45,7 +45,7 @@ async fn the_redfish_plugin_passes_against_sushy_emulator() {
     assert!(out.status.success(), "conformance failed:\n{stdout}");
     let xml = std::fs::read_to_string(&junit).expect("JUnit written");
     let cases = crate::support::junit::cases(&xml);
-    assert_eq!(cases.len(), hyperplug::conformance::cases().len(), "{xml}");
+    assert_eq!(cases.len(), hyperplug_conformance::cases().len(), "{xml}");
     // The cases the plugin's capabilities and these fixtures enable run and pass.
     conformance::all_pass_or_say_why_not(
         &cases,

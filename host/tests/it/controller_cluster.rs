@@ -1,6 +1,5 @@
 //! The InfraCluster controller against a real kube-apiserver and pve-sim: the contract
 //! fields, pause, terminal errors, IP pools, and no secret in any log, event or status.
-use std::time::Duration;
 
 use crate::support::world::{TOKEN_SECRET, World, condition, logs};
 use kube::api::{Api, DynamicObject};
@@ -120,13 +119,9 @@ async fn a_spec_error_is_a_terminal_condition_until_the_spec_is_fixed() {
     let clusters = world
         .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
         .await;
-    let pc = world
-        .wait_for(&clusters, "demo", "terminal failure", |o| {
-            o.data["status"]["failedGeneration"].is_i64()
-        })
-        .await;
-    let ready = condition(&pc, "Ready").unwrap();
-    assert_eq!(ready["status"], "False");
+    // No retries while the generation stays, not even at the 5 s resync: the
+    // simulator sees no further calls.
+    let ready = world.failed_terminally(&clusters, "demo").await;
     assert_eq!(ready["reason"], "InvalidSpec");
     assert!(
         ready["message"]
@@ -134,15 +129,6 @@ async fn a_spec_error_is_a_terminal_condition_until_the_spec_is_fixed() {
             .unwrap()
             .starts_with("spec.controlPlaneEndpoint:"),
         "{ready}"
-    );
-    // No retries while the generation stays, not even at the 5 s resync: the
-    // simulator sees no further calls.
-    let before = world.sim.state().counters();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(
-        world.sim.state().counters(),
-        before,
-        "a terminal error must stop retries"
     );
     // Fixing the spec (a new generation) recovers.
     world.apply(&cluster_yaml(true)).await;
@@ -185,4 +171,91 @@ async fn no_secret_appears_in_logs_events_or_status() {
             "the token secret leaked into {what}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_wrong_token_shows_authentication_failed_until_the_secret_is_fixed() {
+    let world = World::start(pve_sim::Config::fast()).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(world.plane.client(), &world.ns);
+    let token = |value: &str| kube::api::Patch::Merge(json!({"stringData": {"secret": value}}));
+    secrets
+        .patch(
+            "pve-credentials",
+            &Default::default(),
+            &token("a-wrong-token-secret"),
+        )
+        .await
+        .unwrap();
+    world.apply(&cluster_yaml(true)).await;
+    let clusters = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
+        .await;
+    let pc = world
+        .wait_for(&clusters, "demo", "authentication failed", |o| {
+            condition(o, "Ready").is_some_and(|c| c["reason"] == "AuthenticationFailed")
+        })
+        .await;
+    let ready = condition(&pc, "Ready").unwrap();
+    assert_eq!(ready["status"], "False");
+    let message = ready["message"].as_str().unwrap();
+    assert!(message.contains("401"), "{message}");
+    assert!(!message.contains("a-wrong-token-secret"), "{message}");
+    assert!(pc.data["status"]["failedGeneration"].is_i64());
+    assert_ne!(pc.data["status"]["initialization"]["provisioned"], true);
+    // The user fixes the Secret, not the spec: the next resync (5 s here) tries again.
+    secrets
+        .patch("pve-credentials", &Default::default(), &token(TOKEN_SECRET))
+        .await
+        .unwrap();
+    let pc = world
+        .wait_for(&clusters, "demo", "provisioned", |o| {
+            o.data["status"]["initialization"]["provisioned"] == true
+        })
+        .await;
+    assert_eq!(condition(&pc, "Ready").unwrap()["status"], "True");
+    assert!(pc.data["status"].get("failedGeneration").is_none());
+}
+
+#[tokio::test]
+async fn a_missing_credentials_secret_says_so_and_is_retried_until_it_appears() {
+    let world = World::start(pve_sim::Config::fast()).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(world.plane.client(), &world.ns);
+    let secret = secrets.get("pve-credentials").await.unwrap();
+    secrets
+        .delete("pve-credentials", &Default::default())
+        .await
+        .unwrap();
+    world.apply(&cluster_yaml(true)).await;
+    let clusters = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
+        .await;
+    let pc = world
+        .wait_for(&clusters, "demo", "credentials not found", |o| {
+            condition(o, "Ready").is_some_and(|c| c["reason"] == "CredentialsNotFound")
+        })
+        .await;
+    let message = condition(&pc, "Ready").unwrap()["message"].to_string();
+    assert!(message.contains("pve-credentials"), "{message}");
+    assert!(pc.data["status"].get("failedGeneration").is_none());
+    secrets
+        .create(
+            &Default::default(),
+            &k8s_openapi::api::core::v1::Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("pve-credentials".into()),
+                    ..Default::default()
+                },
+                data: secret.data,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    world
+        .wait_for(&clusters, "demo", "provisioned", |o| {
+            o.data["status"]["initialization"]["provisioned"] == true
+        })
+        .await;
 }

@@ -160,7 +160,7 @@ async fn a_proxmox_machine_is_provisioned_with_an_ipam_address_and_deleted_vm_fi
     let claims = world
         .api("ipam.cluster.x-k8s.io/v1beta2", "IPAddressClaim")
         .await;
-    let claim = claims.get("cp-0-net0").await.unwrap();
+    let claim = claims.get("cp-0-net0-00-inet").await.unwrap();
     assert_eq!(claim.owner_references()[0].kind, "ProxmoxMachine");
     // The VM exists with the requested shape.
     let vm = vm_of(&world, &pm).expect("VM in pve-sim");
@@ -186,15 +186,89 @@ async fn a_proxmox_machine_is_provisioned_with_an_ipam_address_and_deleted_vm_fi
         "the VM must be gone before the object"
     );
     for _ in 0..50 {
-        if claims.get_opt("cp-0-net0").await.unwrap().is_none() {
+        if claims.get_opt("cp-0-net0-00-inet").await.unwrap().is_none() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
-        claims.get_opt("cp-0-net0").await.unwrap().is_none(),
+        claims.get_opt("cp-0-net0-00-inet").await.unwrap().is_none(),
         "the address claim is released"
     );
+}
+
+/// A call to the Proxmox API behind the host's back, as a user with the token would make.
+async fn out_of_band(world: &World, method: reqwest::Method, path: &str) -> reqwest::StatusCode {
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let auth = format!(
+        "PVEAPIToken={}={}",
+        crate::support::world::TOKEN_ID,
+        crate::support::world::TOKEN_SECRET
+    );
+    let url = format!("{}/api2/json{path}", world.sim.base_url());
+    let response = http
+        .request(method, url)
+        .header("Authorization", &auth)
+        .send()
+        .await
+        .unwrap();
+    response.status()
+}
+
+/// Events about `name` with `reason`: (type, how many times each was reported).
+async fn events_of(world: &World, name: &str, reason: &str) -> Vec<(String, i32)> {
+    let events: kube::Api<k8s_openapi::api::core::v1::Event> =
+        kube::Api::namespaced(world.plane.client(), &world.ns);
+    events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .map(|e| {
+            let times = e
+                .series
+                .as_ref()
+                .and_then(|s| s.count)
+                .map_or(e.count.unwrap_or(1), i32::from)
+                .max(1);
+            (e.type_.unwrap_or_default(), times)
+        })
+        .collect()
+}
+
+fn vmid_of(pm: &DynamicObject) -> u32 {
+    pm.data["status"]["details"]["vmid"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// What a drifting machine shows: not ready, the drift's reason as the phase and on
+/// both conditions (`InfrastructureProvisioned` True only if the VM `exists`), a human
+/// message, and still provisioned for Cluster API.
+fn shows_drift(pm: &DynamicObject, reason: &str, exists: bool) {
+    let status = &pm.data["status"];
+    assert_eq!(status["ready"], false, "{status}");
+    assert_eq!(status["phase"], reason);
+    assert_eq!(status["initialization"]["provisioned"], true);
+    let ready = condition(pm, "Ready").unwrap();
+    let infra = condition(pm, "InfrastructureProvisioned").unwrap();
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], reason);
+    assert_eq!(infra["status"], if exists { "True" } else { "False" });
+    assert_eq!(infra["reason"], reason);
+    let message = ready["message"].as_str().unwrap();
+    assert_eq!(infra["message"], message);
+    assert!(message.starts_with("VM "), "{message}");
+    assert!(!status.to_string().contains("Drift::"), "{status}");
 }
 
 #[tokio::test]
@@ -207,45 +281,89 @@ async fn a_vm_deleted_out_of_band_is_reported_as_drift() {
     let pm = world
         .wait_for(&pms, "w-0", "provisioned", provisioned)
         .await;
-    let vmid: u32 = pm.data["status"]["details"]["vmid"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    // Out of band: stop and destroy the VM straight through the Proxmox API.
-    let http = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .build()
-        .unwrap();
-    let auth = format!(
-        "PVEAPIToken={}={}",
-        crate::support::world::TOKEN_ID,
-        crate::support::world::TOKEN_SECRET
+    assert_eq!(pm.data["status"]["details"]["power"], "running");
+    let vmid = vmid_of(&pm);
+    let vm = format!("/nodes/pve1/qemu/{vmid}");
+
+    // Stopped out of band: drift, shown everywhere, once.
+    out_of_band(&world, reqwest::Method::POST, &format!("{vm}/status/stop")).await;
+    let pm = world
+        .wait_for(&pms, "w-0", "powered off", |o| {
+            o.data["status"]["phase"] == "VMPoweredOff"
+        })
+        .await;
+    shows_drift(&pm, "VMPoweredOff", true);
+    assert_eq!(pm.data["status"]["details"]["power"], "stopped");
+    assert_eq!(
+        condition(&pm, "Ready").unwrap()["message"],
+        format!("VM {vmid} is stopped, not running")
     );
-    let base = format!("{}/api2/json/nodes/pve1/qemu/{vmid}", world.sim.base_url());
-    http.post(format!("{base}/status/stop"))
-        .header("Authorization", &auth)
-        .send()
-        .await
-        .unwrap();
+    // Past a resync (5 s here): still one Warning, reported once.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        events_of(&world, "w-0", "VMPoweredOff").await,
+        [("Warning".to_string(), 1)]
+    );
+    // Nothing starts it again behind the user's back.
+    assert_eq!(world.sim.state().vm(vmid).unwrap()["status"], "stopped");
+
+    // Started again: the drift clears everywhere, with one Normal event.
+    out_of_band(&world, reqwest::Method::POST, &format!("{vm}/status/start")).await;
+    let pm = world
+        .wait_for(&pms, "w-0", "repaired", |o| {
+            o.data["status"]["ready"] == true
+        })
+        .await;
+    assert_eq!(pm.data["status"]["phase"], "Ready");
+    assert_eq!(pm.data["status"]["details"]["power"], "running");
+    assert_eq!(condition(&pm, "Ready").unwrap()["status"], "True");
+    assert_eq!(
+        condition(&pm, "InfrastructureProvisioned").unwrap()["status"],
+        "True"
+    );
+    assert_eq!(
+        events_of(&world, "w-0", "DriftResolved").await,
+        [("Normal".to_string(), 1)]
+    );
+
+    // Out of band: stop and destroy the VM straight through the Proxmox API.
+    out_of_band(&world, reqwest::Method::POST, &format!("{vm}/status/stop")).await;
     for _ in 0..50 {
-        let r = http
-            .delete(&base)
-            .header("Authorization", &auth)
-            .send()
+        if out_of_band(&world, reqwest::Method::DELETE, &vm)
             .await
-            .unwrap();
-        if r.status().is_success() {
+            .is_success()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    world.sim.state().reset_counters();
     let pm = world
         .wait_for(&pms, "w-0", "drift reported", |o| {
-            condition(o, "Ready").is_some_and(|c| c["reason"] == "Drift")
+            condition(o, "Ready").is_some_and(|c| c["reason"] == "VMMissing")
         })
         .await;
     assert_eq!(condition(&pm, "Ready").unwrap()["status"], "False");
+    shows_drift(&pm, "VMMissing", false);
+    assert!(
+        pm.data["status"]["details"].get("power").is_none(),
+        "no power state for a VM that is gone: {}",
+        pm.data["status"]["details"]
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        events_of(&world, "w-0", "VMMissing").await,
+        [("Warning".to_string(), 1)]
+    );
+    // No silent re-creation: no clone, no VM.
+    let counters = world.sim.state().counters();
+    assert!(
+        !counters
+            .keys()
+            .any(|k| k.starts_with("POST") && k.ends_with("/clone")),
+        "{counters:?}"
+    );
+    assert!(world.sim.state().vms().iter().all(|v| v["vmid"] != vmid));
     let events = world
         .plane
         .dynamic_api("v1", "Event", Some(&world.ns))
@@ -254,6 +372,9 @@ async fn a_vm_deleted_out_of_band_is_reported_as_drift() {
     let events =
         serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap();
     assert!(events.contains("Drift"), "a Drift event is published");
+    // A machine whose VM is gone deletes at once.
+    pms.delete("w-0", &Default::default()).await.unwrap();
+    world.wait_gone(&pms, "w-0").await;
 }
 
 #[tokio::test]
@@ -263,24 +384,11 @@ async fn a_missing_template_is_terminal_until_the_spec_is_fixed() {
     let pms = world
         .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
         .await;
-    let pm = world
-        .wait_for(&pms, "bad", "terminal failure", |o| {
-            o.data["status"]["failedGeneration"].is_i64()
-        })
-        .await;
-    let ready = condition(&pm, "Ready").unwrap();
-    assert_eq!(ready["status"], "False");
+    // Longer than the 5 s resync: a resync must not retry either.
+    let ready = world.failed_terminally(&pms, "bad").await;
     assert!(
         ready["message"].as_str().unwrap().contains("4242"),
         "{ready}"
-    );
-    // Longer than the 5 s resync: a resync must not retry either.
-    let before = world.sim.state().counters();
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    assert_eq!(
-        world.sim.state().counters(),
-        before,
-        "no retries while the spec is unchanged"
     );
     pms.patch(
         "bad",
@@ -327,4 +435,82 @@ async fn pausing_the_cluster_stops_machine_plugin_calls_and_unpausing_resumes() 
     world
         .pausing_the_cluster_stops_plugin_calls(&pms, "p-0")
         .await;
+}
+
+/// The writes of `name`'s `resource` (and its subresources) in the audit log.
+fn writes_to(world: &World, resource: &str, name: &str) -> usize {
+    world
+        .writes()
+        .iter()
+        .filter(|w| w.resource.split('/').next() == Some(resource) && w.name == name)
+        .count()
+}
+
+#[tokio::test]
+async fn a_dual_stack_nic_gets_a_claim_per_pool_each_written_once() {
+    let world = World::start_audited(pve_sim::Config::fast()).await;
+    world.plane.start_ipam().await.expect("IPAM provider");
+    // The demo cluster with an IPv6 pool besides its IPv4 one.
+    let dual_stack = cluster_yaml().replace(
+        "    prefix: 24\n",
+        "    prefix: 24\n  ipv6Config:\n    addresses: [\"fd00::10-fd00::20\"]\n    gateway: \"fd00::1\"\n    prefix: 64\n",
+    );
+    assert!(dual_stack.contains("ipv6Config"));
+    world.apply(&dual_stack).await;
+    let clusters = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxCluster")
+        .await;
+    world
+        .wait_for(&clusters, "demo", "provisioned", provisioned)
+        .await;
+    create_machine(&world, "ds-0", 9000).await;
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    let pm = world
+        .wait_for(&pms, "ds-0", "provisioned, its provider ID set", |o| {
+            provisioned(o) && o.data["spec"]["providerID"].is_string()
+        })
+        .await;
+    // Both addresses, from the real in-cluster IPAM provider, each through its own claim.
+    let addresses = pm.data["status"]["addresses"].as_array().unwrap();
+    for address in ["192.168.1.220", "fd00::10"] {
+        assert!(
+            addresses.contains(&json!({"type": "InternalIP", "address": address})),
+            "{address} in {addresses:?}"
+        );
+    }
+    let claims = world
+        .api("ipam.cluster.x-k8s.io/v1beta2", "IPAddressClaim")
+        .await;
+    for (name, pool) in [
+        ("ds-0-net0-00-inet", "demo-ipv4"),
+        ("ds-0-net0-01-inet", "demo-ipv6"),
+    ] {
+        let claim = claims.get(name).await.unwrap();
+        assert_eq!(claim.owner_references()[0].kind, "ProxmoxMachine");
+        assert_eq!(claim.data["spec"]["poolRef"]["name"], pool);
+    }
+    // Each claim was written once, however many reconciles provisioning took; past two
+    // resyncs (5 s here) a healthy machine writes nothing at all.
+    let claim_writes = || {
+        world
+            .writes()
+            .iter()
+            .filter(|w| {
+                w.verb == "patch"
+                    && w.resource == "ipaddressclaims"
+                    && w.uri.contains("fieldManager=hyperplug")
+            })
+            .count()
+    };
+    assert_eq!(claim_writes(), 2);
+    let before = writes_to(&world, "proxmoxmachines", "ds-0");
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(claim_writes(), 2);
+    assert_eq!(
+        writes_to(&world, "proxmoxmachines", "ds-0"),
+        before,
+        "a resync of a healthy machine writes nothing"
+    );
 }

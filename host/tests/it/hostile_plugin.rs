@@ -2,9 +2,10 @@
 //! serving other calls correctly afterwards.
 use std::net::TcpListener;
 
-use crate::support::{credentials, load, machine_request};
-use hyperplug::runtime::{Limits, Plugin, PluginError};
+use hyperplug_runtime::{Limits, Plugin, PluginError};
 use serde_json::json;
+
+use crate::support::{credentials, load, machine_request};
 
 fn limits() -> Limits {
     Limits {
@@ -256,10 +257,63 @@ async fn every_attack_at_once_leaves_the_host_serving() {
     still_serves(&plugin).await;
 }
 
+/// Spawn every call first (the iterator is lazy), then wait for each.
 async fn futures_join<T>(handles: impl Iterator<Item = tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let handles: Vec<_> = handles.collect();
     let mut out = Vec::new();
     for h in handles {
         out.push(h.await.unwrap());
     }
     out
+}
+
+/// An HTTP endpoint that answers every request `200 OK` after `delay`.
+async fn slow_endpoint(delay: std::time::Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                tokio::time::sleep(delay).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn calls_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing() {
+    // One slot (`--plugin-concurrency 1`; the pool keeps 8 spare instances): 24 calls at
+    // once, each holding its instance while its request waits for a slow answer, are
+    // more than the pool holds.
+    let addr = slow_endpoint(std::time::Duration::from_millis(100)).await;
+    let (_rt, plugin) = load(
+        "hostile",
+        Limits {
+            concurrency: 1,
+            ..limits()
+        },
+    )
+    .await;
+    let calls = (0..24).map(|_| {
+        let (plugin, addr) = (plugin.clone(), addr.clone());
+        tokio::spawn(async move {
+            attack(
+                &plugin,
+                json!({"attack": "connect", "authority": addr}),
+                &format!("http://{addr}"),
+            )
+            .await
+        })
+    });
+    for result in futures_join(calls).await {
+        assert_eq!(result, Ok("connected: HTTP 200".to_string()));
+    }
+    still_serves(&plugin).await;
 }

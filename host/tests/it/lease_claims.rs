@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use hyperplug::controller::claims::LeaseClaims;
-use hyperplug::runtime::{ClaimStore, ObjectRef};
+use hyperplug_runtime::{ClaimStore, ObjectRef};
 use kube_world::{Plane, PlaneOpts};
 
 fn holder(i: usize) -> ObjectRef {

@@ -12,6 +12,7 @@ mod hostile_plugin;
 mod leader_election;
 mod lease_claims;
 mod plugin_loading;
+mod plugin_outputs;
 mod proxmox_machine;
 mod proxmox_via_runtime;
 mod redfish_machine;

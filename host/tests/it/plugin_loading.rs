@@ -1,7 +1,8 @@
 //! A plugin file is loaded only if it is a component, imports only what is granted and
 //! speaks a compatible version of our WIT; each refusal says which rule it broke.
+use hyperplug_runtime::{Limits, LoadError, Runtime};
+
 use crate::support::plugin_path;
-use hyperplug::runtime::{Limits, LoadError, Runtime};
 
 fn runtime(cache: Option<std::path::PathBuf>) -> Runtime {
     Runtime::new(Limits::default(), cache).expect("runtime")

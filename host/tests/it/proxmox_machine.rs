@@ -6,18 +6,18 @@
 //! calls again after the requeue hint (capped small).
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::sync::Arc;
 use std::time::Duration;
+
+use hyperplug_conformance::drive::{Answers, Drive};
+use hyperplug_runtime::bindings::machine::{
+    AddressType, AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
+};
+use hyperplug_runtime::{Credentials, Limits, Plugin, PluginError};
+use pve_sim::{Config, FaultRule, Faults};
+use serde_json::{Value, json};
 
 use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
 use crate::support::{credentials, load, object, pinned, seed_cluster, sim_with};
-use hyperplug::conformance::drive::{Answers, Drive};
-use hyperplug::runtime::bindings::machine::{
-    AddressType, AllocatedAddress, BootstrapData, Drift, MachineRequest, MachineStatus,
-};
-use hyperplug::runtime::{Credentials, Limits, Plugin, PluginError};
-use pve_sim::{Config, FaultRule, Faults};
-use serde_json::{Value, json};
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - [kubeadm, join, '--config', /run/kubeadm/kubeadm-join-config.yaml]\n";
 
@@ -175,11 +175,11 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
         .iter()
         .map(|r| (r.device.clone(), r.pool.clone()))
         .collect();
-    assert_eq!(wanted, [("net0".to_string(), "ipv4".to_string())]);
+    assert_eq!(wanted, [("net0-00-inet".to_string(), "ipv4".to_string())]);
     assert!(non_templates(&sim).is_empty(), "no VM before the address");
     req.state = Some(first.progress.state.clone());
     req.addresses.push(AllocatedAddress {
-        device: "net0".into(),
+        device: "net0-00-inet".into(),
         address: "192.168.1.221".into(),
         prefix: 24,
         gateway: Some("192.168.1.1".into()),
@@ -418,9 +418,10 @@ fn check_iso(sim: &pve_sim::RunningSim, vmid: u32, volume: &Value) {
     let user = nc["user_data"].as_str().unwrap();
     assert_eq!(user, CLOUD_CONFIG);
     let meta = nc["meta_data"].as_str().unwrap();
-    assert_eq!(nc["instance_id"], "uid-m1", "{meta}");
-    assert_eq!(nc["hostname"], "m1", "{meta}");
     let uuid = props(cfg(&vm, "smbios1")).get("uuid").cloned().unwrap();
+    // Templates set the kubelet's provider ID from the instance ID: the SMBIOS UUID.
+    assert_eq!(nc["instance_id"], uuid.as_str(), "{meta}");
+    assert_eq!(nc["hostname"], "m1", "{meta}");
     assert!(
         meta.contains(&format!("provider-id: \"proxmox://{uuid}\"")),
         "{meta}"
@@ -438,7 +439,7 @@ fn check_iso(sim: &pve_sim::RunningSim, vmid: u32, volume: &Value) {
     assert_eq!(ifaces[0]["gateway4"], "192.168.1.1", "{net}");
     assert_eq!(ifaces[1]["dhcp4"], true, "{net}");
     assert!(
-        net.contains("nameservers:\n      addresses:\n        - \"192.168.1.1\""),
+        net.contains("nameservers:\n        addresses:\n          - '192.168.1.1'"),
         "{net}"
     );
 
@@ -466,11 +467,40 @@ fn check_iso(sim: &pve_sim::RunningSim, vmid: u32, volume: &Value) {
     assert_eq!(read["META_DATA"], meta.as_bytes());
 }
 
+/// `count` machines (`alpha-<prefix>0`, `beta-<prefix>1`, ...: of two clusters in turn)
+/// created at once, each driven to ready: their UIDs and ready statuses.
+async fn create_at_once(
+    sim: &pve_sim::RunningSim,
+    plugin: Plugin,
+    spec: &Value,
+    prefix: &str,
+    count: usize,
+) -> Vec<(String, MachineStatus)> {
+    let mut handles = vec![];
+    for i in 0..count {
+        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
+        let name = format!("{cluster}-{prefix}{i}");
+        let mut req = request(sim, &name, cluster, spec.clone(), dhcp_cluster());
+        req.bootstrap = Some(bootstrap());
+        let plugin = plugin.clone();
+        handles.push(tokio::spawn(async move {
+            let (status, _) = drive_create(&plugin, &mut req)
+                .await
+                .unwrap_or_else(|e| panic!("{e:?}"));
+            (req.machine.uid, status)
+        }));
+    }
+    let mut done = vec![];
+    for h in handles {
+        done.push(h.await.unwrap());
+    }
+    done
+}
+
 #[tokio::test]
 async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
-    let plugin = Arc::new(plugin);
     let spec = json!({
         "sourceNode": "pve1",
         "templateID": 9000,
@@ -478,29 +508,10 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
         "vmIDRange": {"start": 700, "end": 719},
         "checks": {"skipCloudInitStatus": true},
     });
-    let mut handles = vec![];
-    for i in 0..20 {
-        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
-        let mut req = request(
-            &sim,
-            &format!("{cluster}-m{i}"),
-            cluster,
-            spec.clone(),
-            dhcp_cluster(),
-        );
-        req.bootstrap = Some(bootstrap());
-        let plugin = plugin.clone();
-        handles.push(tokio::spawn(async move {
-            let (status, _) = drive_create(&plugin, &mut req)
-                .await
-                .unwrap_or_else(|e| panic!("{e:?}"));
-            (req.machine.uid.clone(), vmid_of(&status), status)
-        }));
-    }
     let mut vmids = BTreeSet::new();
     let mut owners = BTreeMap::new();
-    for h in handles {
-        let (uid, vmid, status) = h.await.unwrap();
+    for (uid, status) in create_at_once(&sim, plugin, &spec, "m", 20).await {
+        let vmid = vmid_of(&status);
         assert!(status.ready);
         assert!((700..=719).contains(&vmid));
         assert!(vmids.insert(vmid), "VMID {vmid} handed out twice");
@@ -904,7 +915,7 @@ async fn template_selector_failure_domain_and_templates() {
 
     // The template describes capacity for autoscaling from zero.
     let t = plugin
-        .describe_template(&hyperplug::runtime::bindings::machine::TemplateRequest {
+        .describe_template(&hyperplug_runtime::bindings::machine::TemplateRequest {
             template: object("tpl"),
             spec: spec.to_string(),
             credentials: None,
@@ -917,7 +928,7 @@ async fn template_selector_failure_domain_and_templates() {
     assert_eq!(cap.get("memory").map(String::as_str), Some("4096Mi"));
     // Unset values come from the template (9000: 2 cores, 2048 MiB) when it can be read.
     let t = plugin
-        .describe_template(&hyperplug::runtime::bindings::machine::TemplateRequest {
+        .describe_template(&hyperplug_runtime::bindings::machine::TemplateRequest {
             template: object("tpl"),
             spec: json!({"sourceNode": "pve1", "templateID": 9000, "numSockets": 2}).to_string(),
             credentials: Some(pinned(&sim)),
@@ -934,31 +945,11 @@ async fn template_selector_failure_domain_and_templates() {
 async fn concurrent_creates_on_nextid_share_no_vmid() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
-    let plugin = Arc::new(plugin);
     let spec = json!({"sourceNode": "pve1", "templateID": 9000, "memoryMiB": 1024,
                       "checks": {"skipCloudInitStatus": true}});
-    let mut handles = vec![];
-    for i in 0..10 {
-        let cluster = if i % 2 == 0 { "alpha" } else { "beta" };
-        let mut req = request(
-            &sim,
-            &format!("{cluster}-n{i}"),
-            cluster,
-            spec.clone(),
-            dhcp_cluster(),
-        );
-        req.bootstrap = Some(bootstrap());
-        let plugin = plugin.clone();
-        handles.push(tokio::spawn(async move {
-            let (status, _) = drive_create(&plugin, &mut req)
-                .await
-                .unwrap_or_else(|e| panic!("{e:?}"));
-            vmid_of(&status)
-        }));
-    }
     let mut vmids = BTreeSet::new();
-    for h in handles {
-        assert!(vmids.insert(h.await.unwrap()), "a VMID handed out twice");
+    for (_, status) in create_at_once(&sim, plugin, &spec, "n", 10).await {
+        assert!(vmids.insert(vmid_of(&status)), "a VMID handed out twice");
     }
     assert_eq!(non_templates(&sim).len(), 10);
 }
@@ -1010,7 +1001,7 @@ struct FromRange {
 
 impl Answers for FromRange {
     fn address(&mut self, device: &str, pool: &str) -> Result<AllocatedAddress, String> {
-        assert_eq!((device, pool), ("net0", "ipv4"));
+        assert_eq!((device, pool), ("net0-00-inet", "ipv4"));
         self.next += 1;
         Ok(AllocatedAddress {
             device: device.into(),
@@ -1096,10 +1087,11 @@ async fn delete_during_the_clone_waits_for_the_lock() {
     assert!(non_templates(&sim).is_empty());
 }
 
-/// Ignition goes into `user-data` as it is (Ignition's Proxmox VE platform reads the
-/// NoCloud `user-data`); without the guest agent the ISO stays attached.
+/// Ignition goes into `user-data` (Ignition's Proxmox VE platform reads the NoCloud
+/// `user-data`) with the machine's hostname, `/etc/proxmox-env` and its network as
+/// networkd units added; without the guest agent the ISO stays attached.
 #[tokio::test]
-async fn ignition_bootstrap_data_is_the_user_data() {
+async fn ignition_bootstrap_data_is_the_user_data_with_the_machines_files() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
     let spec = json!({"sourceNode": "pve1", "templateID": 9000,
@@ -1126,7 +1118,27 @@ async fn ignition_bootstrap_data_is_the_user_data() {
         "PVE's cloud-init drive removed: {}",
         vm["config"]
     );
-    assert_eq!(isos[0]["nocloud"]["user_data"], ignition);
+    let user_data: Value =
+        serde_json::from_str(isos[0]["nocloud"]["user_data"].as_str().unwrap()).unwrap();
+    assert_eq!(user_data["ignition"]["version"], "3.4.0");
+    let files: Vec<&str> = user_data["storage"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "/etc/hostname",
+            "/etc/proxmox-env",
+            "/etc/systemd/network/00-eth0.network"
+        ]
+    );
+    assert_eq!(
+        isos[0]["nocloud"]["network_config"],
+        "version: 1\nconfig: []\n"
+    );
     // DHCP: the address comes from the DHCP lease the guest reports... without the
     // agent, only the hostname is known.
     assert!(status.provider_id.is_some());

@@ -1,13 +1,14 @@
 //! The bundled Proxmox plugin makes a real call through the granted HTTP import:
 //! `GET /api2/json/version` on pve-sim over HTTPS, with each TLS policy.
-use crate::support::{cluster_request, credentials, load, pinned, seed_cluster, sim_with};
-use hyperplug::runtime::{Credentials, Limits, PluginError};
+use hyperplug_runtime::{Credentials, Limits, PluginError};
 use pve_sim::Config;
 use serde_json::json;
 
+use crate::support::{cluster_request, credentials, load, pinned, seed_cluster, sim_with};
+
 async fn reconcile(
     creds: Credentials,
-) -> Result<hyperplug::runtime::bindings::cluster::ClusterStatus, PluginError> {
+) -> Result<hyperplug_runtime::bindings::cluster::ClusterStatus, PluginError> {
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
     plugin
         .reconcile_cluster(&cluster_request(seed_cluster(), creds))

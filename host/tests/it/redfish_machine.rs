@@ -5,12 +5,13 @@
 //! claimed twice, and a machine never touches a host it does not hold.
 use std::sync::Arc;
 
+use hyperplug_runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
+use hyperplug_runtime::{BlobStore, Limits, NamedCredentials, Plugin, PluginError, Runtime};
+use serde_json::json;
+
 use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
 use crate::support::sushy::{Bmc, serve_blobs};
-use crate::support::{cluster_request, load, object};
-use hyperplug::runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
-use hyperplug::runtime::{BlobStore, Limits, NamedCredentials, Plugin, PluginError, Runtime};
-use serde_json::json;
+use crate::support::{cluster_request, load_with, object};
 
 const CLOUD_CONFIG: &str = "#cloud-config\nruncmd:\n  - echo joined\n";
 
@@ -28,8 +29,9 @@ impl Fleet {
         for (i, n) in systems.iter().enumerate() {
             bmcs.push(Bmc::start(&format!("bmc{i}"), *n).await);
         }
-        let (runtime, plugin) = load("redfish", Limits::default()).await;
-        let blobs = serve_blobs(&runtime).await;
+        let blobs = serve_blobs().await;
+        let runtime = Runtime::builder(Limits::default()).blobs(blobs.clone());
+        let (runtime, plugin) = load_with("redfish", runtime).await;
         Fleet {
             bmcs,
             runtime,
@@ -75,6 +77,23 @@ impl Fleet {
             .holder("redfish", &format!("host/{uuid}"))
             .await
             .expect("claims")
+    }
+
+    /// Release `holder`'s claim on the host `uuid` behind the plugin's back.
+    async fn release(&self, uuid: &str, holder: &str) {
+        self.runtime
+            .claims()
+            .release("redfish", &format!("host/{uuid}"), holder)
+            .await
+            .expect("claims");
+    }
+
+    async fn describe(&self, req: &MachineRequest) -> MachineStatus {
+        self.plugin
+            .describe_machine(req)
+            .await
+            .expect("call completes")
+            .expect("describe")
     }
 
     async fn create(&self, req: &MachineRequest) -> Result<MachineStatus, PluginError> {
@@ -195,31 +214,15 @@ async fn a_machine_claims_a_host_boots_its_media_and_releases_the_host() {
         let again = fleet.create(&req).await.expect("create");
         assert!(again.ready && again.provider_id == status.provider_id);
     }
-    let described = fleet
-        .plugin
-        .describe_machine(&req)
-        .await
-        .unwrap()
-        .expect("describe");
+    let described = fleet.describe(&req).await;
     assert!(
         described.ready && described.drift.is_none(),
         "{described:?}"
     );
     // The claim is the ownership marker: released behind its back, the host is no
     // longer this machine's, and describe says so (and takes nothing).
-    let key = format!("host/{uuid}");
-    fleet
-        .runtime
-        .claims()
-        .release("redfish", &key, "uid-m1")
-        .await
-        .unwrap();
-    let described = fleet
-        .plugin
-        .describe_machine(&req)
-        .await
-        .unwrap()
-        .expect("describe");
+    fleet.release(&uuid, "uid-m1").await;
+    let described = fleet.describe(&req).await;
     assert!(
         matches!(described.drift, Some(Drift::Missing(_))),
         "{described:?}"
@@ -310,12 +313,7 @@ async fn a_machine_never_touches_a_host_it_does_not_hold() {
         Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "HostClaimedByAnother", "{t:?}"),
         other => panic!("expected HostClaimedByAnother, got {other:?}"),
     }
-    let described = fleet
-        .plugin
-        .describe_machine(&intruder)
-        .await
-        .unwrap()
-        .expect("describe");
+    let described = fleet.describe(&intruder).await;
     assert!(
         matches!(described.drift, Some(Drift::Foreign(_))),
         "{described:?}"
@@ -442,13 +440,7 @@ async fn a_provisioned_host_is_adopted_without_a_restart() {
     assert_eq!(bmc.power(&uuid).await, "On", "not restarted");
 
     // `clusterctl move`: state and claims gone, the providerID (in the spec) remains.
-    let key = format!("host/{uuid}");
-    fleet
-        .runtime
-        .claims()
-        .release("redfish", &key, "uid-m1")
-        .await
-        .unwrap();
+    fleet.release(&uuid, "uid-m1").await;
     let mut moved = req.clone();
     moved.state = None;
     moved.spec = json!({"providerID": provider_id}).to_string();
@@ -469,7 +461,7 @@ async fn a_provisioned_host_is_adopted_without_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_address_from_the_pool_is_bound_to_the_hosts_first_nic() {
-    use hyperplug::runtime::bindings::machine::{AddressType, AllocatedAddress};
+    use hyperplug_runtime::bindings::machine::{AddressType, AllocatedAddress};
     let fleet = Fleet::start(&[1]).await;
     let mut req = fleet.request("m1");
     req.cluster_spec = json!({

@@ -8,10 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{self, credentials, machine_request};
-use hyperplug::runtime::{
-    BlobLimits, BlobStore, CallError, Limits, ObjectRef, Plugin, PluginError, Runtime,
-};
+use hyperplug_runtime::{BlobStore, CallError, Limits, ObjectRef, Plugin, PluginError, Runtime};
 use serde_json::{Value, json};
+
+/// The hostile plugin in a runtime with production limits that serves blobs.
+async fn hostile_serving_blobs() -> (Runtime, Plugin, Arc<BlobStore>) {
+    let store = support::blob_store();
+    let runtime = Runtime::builder(Limits::default()).blobs(store.clone());
+    let (runtime, plugin) = support::load_with("hostile", runtime).await;
+    (runtime, plugin, store)
+}
 
 /// A runtime with production limits and the hostile plugin.
 async fn hostile() -> (Runtime, Plugin) {
@@ -67,16 +73,6 @@ async fn still_serves(plugin: &Plugin) {
     )
     .await;
     assert_eq!(ok, Ok("ok".to_string()));
-}
-
-/// Serve blobs for `runtime` with the default limits (on a port nothing reads).
-fn serve_blobs(runtime: &Runtime) -> Arc<BlobStore> {
-    let store = Arc::new(BlobStore::new(
-        url::Url::parse("http://127.0.0.1:9").unwrap(),
-        BlobLimits::default(),
-    ));
-    runtime.serve_blobs(store.clone());
-    store
 }
 
 /// An endpoint that accepts connections and never answers; counts what it accepted.
@@ -141,8 +137,7 @@ mod sandbox {
 
     #[tokio::test]
     async fn a_blob_flood_is_bounded_per_object_and_per_plugin() {
-        let (runtime, plugin) = hostile().await;
-        let store = serve_blobs(&runtime);
+        let (_runtime, plugin, store) = hostile_serving_blobs().await;
         let flood = json!({"attack": "blob-flood", "count": 8, "mib": 8});
         // One object: one blob of the largest size, then refusals naming the limit.
         let first = attack_as(&plugin, "a", flood.clone(), "http://127.0.0.1:1")
@@ -363,8 +358,7 @@ mod sandbox {
 
     #[tokio::test]
     async fn host_work_on_a_calls_behalf_counts_against_its_cpu_budget() {
-        let (runtime, plugin) = hostile().await;
-        serve_blobs(&runtime);
+        let (_runtime, plugin, _) = hostile_serving_blobs().await;
         // The plugin does nothing but make the host copy 8 MiB, again and again.
         let err = call_error(
             &plugin,
@@ -399,8 +393,7 @@ mod sandbox {
 
     #[tokio::test]
     async fn dot_and_dot_dot_are_not_blob_names() {
-        let (runtime, plugin) = hostile().await;
-        serve_blobs(&runtime);
+        let (_runtime, plugin, _) = hostile_serving_blobs().await;
         for name in [".", "..", ".hidden"] {
             let err = attack(
                 &plugin,
@@ -422,9 +415,8 @@ mod sandbox {
 
     #[tokio::test]
     async fn a_template_call_can_take_no_blobs_or_claims() {
-        let (runtime, plugin) = hostile().await;
-        let store = serve_blobs(&runtime);
-        let req = hyperplug::runtime::bindings::machine::TemplateRequest {
+        let (runtime, plugin, store) = hostile_serving_blobs().await;
+        let req = hyperplug_runtime::bindings::machine::TemplateRequest {
             template: object("tmpl"),
             spec: json!({"attack": "claim-and-publish"}).to_string(),
             credentials: None,
@@ -450,12 +442,13 @@ mod sandbox {
 
     #[tokio::test]
     async fn a_plugin_cannot_grow_the_metrics_without_bound() {
-        let (runtime, plugin) = hostile().await;
         let metrics = Arc::new(hyperplug::metrics::Metrics::default());
         let observed = metrics.clone();
-        runtime.observe_http(Arc::new(move |p, m, path| {
-            observed.infrastructure_request(p, m, path)
-        }));
+        let runtime =
+            Runtime::builder(Limits::default()).observe_http(Arc::new(move |p, m, path| {
+                observed.infrastructure_request(p, m, path)
+            }));
+        let (_runtime, plugin) = support::load_with("hostile", runtime).await;
         let addr = answering_endpoint().await;
         let ok = attack(
             &plugin,
@@ -584,44 +577,18 @@ mod identity {
 mod tenants {
     use std::collections::BTreeMap;
 
-    use hyperplug::controller::{self, ManagerOptions};
-    use hyperplug::metrics::Metrics;
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::core::v1::Event;
     use kube::ResourceExt;
     use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 
     use super::*;
+    use crate::support::controllers::{
+        hostile_cluster, hostile_world, machine, managed, options, start, warning_events,
+    };
     use crate::support::world::{World, condition};
 
     const OWNERSHIP: &str = "infrastructure.hyperplug.dev/ownership-id";
     const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
-
-    /// Controllers for `plugin` against `world`, with `options`, until dropped.
-    struct Controllers(tokio::task::JoinHandle<()>);
-
-    impl Drop for Controllers {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-
-    fn start(world: &World, plugin: Plugin, options: ManagerOptions) -> Controllers {
-        let client = world.plane.client();
-        Controllers(tokio::spawn(async move {
-            controller::run(client, vec![plugin], options, Arc::new(Metrics::default()))
-                .await
-                .expect("controllers")
-        }))
-    }
-
-    fn options(world: &World) -> ManagerOptions {
-        ManagerOptions {
-            resync: Duration::from_secs(5),
-            claims_namespace: world.ns.clone(),
-            ..ManagerOptions::default()
-        }
-    }
 
     fn ready_reason(o: &DynamicObject) -> Option<String> {
         condition(o, "Ready").and_then(|c| c["reason"].as_str().map(str::to_string))
@@ -665,87 +632,7 @@ spec:
         )
     }
 
-    /// A Machine of cluster `cluster` and its infrastructure machine of `kind` (owned as
-    /// CAPI owns it), with `annotations` and `spec` (YAML flow maps).
-    async fn machine(
-        world: &World,
-        cluster: &str,
-        kind: &str,
-        name: &str,
-        annotations: &str,
-        spec: &str,
-    ) {
-        world
-            .apply(&format!(
-                r##"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Machine
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-spec:
-  clusterName: {cluster}
-  bootstrap:
-    dataSecretName: {name}-bootstrap
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: {kind}
-    name: {name}
----
-apiVersion: v1
-kind: Secret
-metadata:
-  name: {name}-bootstrap
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-type: cluster.x-k8s.io/secret
-stringData:
-  value: "#cloud-config\n"
-  format: cloud-config
-"##
-            ))
-            .await;
-        let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
-        let uid = machines.get(name).await.unwrap().uid().unwrap();
-        world
-            .apply(&format!(
-                r#"
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: {kind}
-metadata:
-  name: {name}
-  annotations: {annotations}
-  labels:
-    cluster.x-k8s.io/cluster-name: {cluster}
-  ownerReferences:
-  - apiVersion: cluster.x-k8s.io/v1beta2
-    kind: Machine
-    name: {name}
-    uid: {uid}
-spec: {spec}
-"#
-            ))
-            .await;
-    }
-
     const PROXMOX_SPEC: &str = "{sourceNode: pve1, templateID: 9000, numCores: 1, memoryMiB: 1024, network: {default: {bridge: vmbr0}}}";
-
-    async fn warning_events(world: &World, name: &str, reason: &str) -> usize {
-        let events: Api<Event> = Api::namespaced(world.plane.client(), &world.ns);
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|e| {
-                e.involved_object.name.as_deref() == Some(name)
-                    && e.reason.as_deref() == Some(reason)
-                    && e.type_.as_deref() == Some("Warning")
-            })
-            .count()
-    }
 
     async fn set_annotation(api: &Api<DynamicObject>, name: &str, value: &str) {
         api.patch(
@@ -884,12 +771,12 @@ spec: {spec}
         copy_credentials(&world, &other, "team-b-token").await;
         // The manager's default belongs to another plugin: the Proxmox clusters never
         // get it.
-        let mut opts = options(&world);
+        let mut opts = options();
         opts.default_credentials = BTreeMap::from([(
             "redfish".to_string(),
             (world.ns.clone(), "pve-credentials".to_string()),
         )]);
-        let (_rt, proxmox) = support::load("proxmox", Limits::default()).await;
+        let (_rt, proxmox) = support::load_with("proxmox", managed(&world)).await;
         let _controllers = start(&world, proxmox, opts);
         world
             .apply(&proxmox_cluster(
@@ -932,9 +819,9 @@ spec: {spec}
         let world = World::start_with(pve_sim::Config::fast(), false).await;
         let shared = world.plane.namespace("shared").await.unwrap();
         copy_credentials(&world, &shared, "infra-token").await;
-        let mut opts = options(&world);
+        let mut opts = options();
         opts.credentials_grants = vec![format!("*={shared}").parse().unwrap()];
-        let (_rt, proxmox) = support::load("proxmox", Limits::default()).await;
+        let (_rt, proxmox) = support::load_with("proxmox", managed(&world)).await;
         let _controllers = start(&world, proxmox, opts);
         world
             .apply(&proxmox_cluster(
@@ -946,53 +833,6 @@ spec: {spec}
         world
             .wait_for(&pcs, "granted", "provisioned", provisioned)
             .await;
-    }
-
-    /// The hostile plugin's kinds on `world`, served by controllers of their own, with
-    /// blobs served.
-    async fn hostile_world() -> (World, Controllers, Runtime, Arc<BlobStore>) {
-        let world = World::start_with(pve_sim::Config::fast(), false).await;
-        let (runtime, plugin) = hostile().await;
-        let store = serve_blobs(&runtime);
-        let crds = hyperplug::crds::crds_yaml(plugin.info()).unwrap();
-        world.plane.install_crds_yaml(&crds).await.unwrap();
-        world
-            .apply(
-                r#"
-apiVersion: v1
-kind: Secret
-metadata:
-  name: hostile-credentials
-stringData: {url: "http://127.0.0.1:1", token: t, secret: s}
-"#,
-            )
-            .await;
-        let controllers = start(&world, plugin, options(&world));
-        (world, controllers, runtime, store)
-    }
-
-    fn hostile_cluster(name: &str, spec: &str) -> String {
-        format!(
-            r#"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata:
-  name: {name}
-spec:
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: HostileCluster
-    name: {name}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: HostileCluster
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {name}
-spec: {spec}
-"#
-        )
     }
 
     async fn leases(world: &World) -> Vec<Lease> {
@@ -1155,7 +995,7 @@ mod floods {
     async fn every_flood_leaves_the_manager_under_its_memory_goal() {
         let world = World::start_with(pve_sim::Config::fast(), false).await;
         let (_rt, plugin) = hostile().await;
-        let crds = hyperplug::crds::crds_yaml(plugin.info()).unwrap();
+        let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
         world.plane.install_crds_yaml(&crds).await.unwrap();
         let (silent, _) = silent_endpoint().await;
         let floods = [

@@ -5,12 +5,13 @@
 //! downloads the bootstrap ISO from the host's blob server.
 use std::process::Child;
 
-use crate::support::sushy::Bmc;
-use crate::support::world::World;
-use hyperplug::runtime::Limits;
+use hyperplug_runtime::Limits;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
+
+use crate::support::sushy::Bmc;
+use crate::support::world::World;
 
 fn start_host(world: &World, blob_port: u16) -> Child {
     let blob_addr = format!("127.0.0.1:{blob_port}");
@@ -61,7 +62,7 @@ async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_sid
     let world = World::start_with(pve_sim::Config::fast(), false).await;
     world.plane.start_ipam().await.expect("IPAM provider");
     let (_rt, redfish) = crate::support::load("redfish", Limits::default()).await;
-    let crds = hyperplug::crds::crds_yaml(redfish.info()).expect("Redfish CRDs");
+    let crds = hyperplug_runtime::crds::crds_yaml(redfish.info()).expect("Redfish CRDs");
     world
         .plane
         .install_crds_yaml(&crds)

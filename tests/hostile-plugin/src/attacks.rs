@@ -16,7 +16,11 @@ pub const SEED: &str = "seed.iso";
 pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
     let count = spec.num("count", 1_000_000);
     let mib = spec.num("mib", 1) as usize;
-    match spec.str("attack").as_str() {
+    let attack = spec.str("attack");
+    if let Some(result) = crate::outputs::run(&attack, spec) {
+        return result;
+    }
+    match attack.as_str() {
         "noop" => Ok(status("ok".into())),
         "read-file" => match std::fs::read(spec.str("path")) {
             Ok(bytes) => Ok(status(format!("read {} bytes", bytes.len()))),

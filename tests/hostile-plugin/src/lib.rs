@@ -1,5 +1,6 @@
 //! A test plugin that misbehaves on request. `machine.create` reads the attack from
-//! the spec (`{"attack": "...", ...}`), and so do `cluster.reconcile` and
+//! the spec (`{"attack": "...", ...}`): a flood or escape (`attacks`), or a result
+//! shaped wrong (`outputs`); so do `cluster.reconcile` and
 //! `machine.describe-template` for the attacks that make sense there; every other call
 //! behaves. The host's tests use it to show each misbehaviour is contained with a
 //! specific error while the same host keeps serving other calls.
@@ -7,6 +8,7 @@
 //! Built with the `impostor` feature it claims another plugin's kinds (the Proxmox
 //! ones) under its own name, to show the host refuses to load both.
 mod attacks;
+mod outputs;
 
 use guest_kit::types::{PluginError, Progress, TransientError};
 use guest_kit::{blobs, claims, cluster, identity, machine};
@@ -97,6 +99,9 @@ impl identity::Guest for Hostile {
 
 impl machine::Guest for Hostile {
     fn create(req: machine::MachineRequest) -> Result<machine::MachineStatus, PluginError> {
+        // Its state is read as every plugin reads its own (`bad-state` writes one that
+        // does not read).
+        let _: serde_json::Value = guest_kit::state::load(req.state.as_deref())?;
         attacks::run(&Spec::parse(&req.spec))
     }
 

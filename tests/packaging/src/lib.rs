@@ -97,10 +97,9 @@ pub async fn bundled_plugin_crds() -> Result<String> {
         plugin_cache: None,
         no_plugin_cache: false,
     };
-    let plugins =
-        hyperplug::cli::load_plugins(&[plugin], hyperplug::runtime::Limits::default(), &cache)
-            .await?;
-    hyperplug::crds::crds_yaml(plugins[0].info()).map_err(|e| anyhow!(e))
+    let runtime = hyperplug_runtime::Runtime::builder(hyperplug_runtime::Limits::default());
+    let plugins = hyperplug::cli::load_plugins(&[plugin], runtime, &cache).await?;
+    hyperplug_runtime::crds::crds_yaml(plugins[0].info()).map_err(|e| anyhow!(e))
 }
 
 /// A release folder rendered by `scripts/release.sh` into a temporary directory.

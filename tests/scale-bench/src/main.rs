@@ -14,8 +14,8 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use fleet::{HostSpec, now_ms, objects, world};
 use futures::{StreamExt, TryStreamExt};
-use hyperplug::runtime::bindings::machine::TemplateRequest;
-use hyperplug::runtime::{Limits, ObjectRef, Runtime, overhead};
+use hyperplug_runtime::bindings::machine::TemplateRequest;
+use hyperplug_runtime::{Limits, ObjectRef, Runtime, overhead};
 use kube_world::{AUDIT_WRITES_POLICY, PlaneOpts};
 use pve_sim::{ListenOpts, Simulator};
 

@@ -2,7 +2,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use hyperplug::runtime::overhead::{self, CallOverhead};
+use hyperplug_runtime::overhead::{self, CallOverhead};
 use pve_sim::Config;
 
 use crate::Args;

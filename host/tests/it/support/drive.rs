@@ -2,9 +2,9 @@
 //! capped for fast endpoints, and no transient error tolerated (a test expects none).
 use std::time::Duration;
 
-use hyperplug::conformance::drive::{self, Answers, Drive, Machine, Pacing, Until};
-use hyperplug::runtime::Plugin;
-use hyperplug::runtime::bindings::machine::{
+use hyperplug_conformance::drive::{self, Answers, Drive, Machine, Pacing, Until};
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::machine::{
     AllocatedAddress, BootstrapData, MachineRequest, MachineStatus,
 };
 

@@ -1,14 +1,17 @@
 //! What the host's integration tests share: the built plugins and request builders.
 pub mod conformance;
+pub mod controllers;
 pub mod drive;
 pub mod junit;
 pub mod sushy;
 pub mod world;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use hyperplug::runtime::bindings::{cluster, machine};
-use hyperplug::runtime::{Credentials, Limits, ObjectRef, Plugin, Runtime};
+use hyperplug_runtime::bindings::{cluster, machine};
+use hyperplug_runtime::{
+    BlobLimits, BlobStore, Credentials, Limits, ObjectRef, Plugin, Runtime, RuntimeBuilder,
+};
 use pve_sim::{Config, ListenOpts, RunningSim, Simulator};
 use serde_json::json;
 
@@ -39,9 +42,16 @@ pub fn plugin_path(name: &str) -> PathBuf {
     }
 }
 
+/// The plugin `name` in a runtime of its own with these limits.
 pub async fn load(name: &str, limits: Limits) -> (Runtime, Plugin) {
+    load_with(name, Runtime::builder(limits)).await
+}
+
+/// The plugin `name` in a runtime built from `runtime` (compiled code cached for the
+/// whole test binary).
+pub async fn load_with(name: &str, runtime: RuntimeBuilder) -> (Runtime, Plugin) {
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache");
-    let runtime = Runtime::new(limits, Some(cache)).expect("runtime");
+    let runtime = runtime.cache_dir(Some(cache)).build().expect("runtime");
     let plugin = runtime.load(&plugin_path(name)).await.expect("load plugin");
     (runtime, plugin)
 }
@@ -129,4 +139,12 @@ pub fn cluster_request(
         credentials,
         more_credentials: vec![],
     }
+}
+
+/// Serve blobs for `runtime` with the default limits (on a port nothing reads).
+pub fn blob_store() -> Arc<BlobStore> {
+    Arc::new(BlobStore::new(
+        url::Url::parse("http://127.0.0.1:9").unwrap(),
+        BlobLimits::default(),
+    ))
 }

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyperplug::runtime::{BlobLimits, BlobStore, Credentials, Runtime};
+use hyperplug_runtime::{BlobLimits, BlobStore, Credentials};
 use serde_json::Value;
 
 pub struct System {
@@ -189,16 +189,18 @@ fn client() -> reqwest::Client {
         .expect("client")
 }
 
-/// Serve `runtime`'s blobs on a free loopback port, as `hyperplug run
-/// --blob-advertise-url` does.
-pub async fn serve_blobs(runtime: &Runtime) -> Arc<BlobStore> {
+/// A blob store served on a free loopback port, as `hyperplug run --blob-advertise-url`
+/// serves it.
+pub async fn serve_blobs() -> Arc<BlobStore> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let advertise = url::Url::parse(&format!("http://{addr}")).expect("url");
     let store = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
-    runtime.serve_blobs(store.clone());
-    tokio::spawn(hyperplug::blob_server::serve(listener, store.clone()));
+    tokio::spawn(hyperplug_runtime::blob_server::serve(
+        listener,
+        store.clone(),
+    ));
     store
 }

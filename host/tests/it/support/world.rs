@@ -5,9 +5,10 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use hyperplug::controller::claims::LeaseClaims;
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::metrics::Metrics;
-use hyperplug::runtime::Limits;
+use hyperplug_runtime::{Limits, Runtime};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch};
 use kube_world::{Plane, PlaneOpts};
@@ -68,18 +69,38 @@ impl World {
     }
 
     /// The world without controllers (a test runs `hyperplug run` as a process).
-    pub async fn start_with(mut sim_config: Config, in_process: bool) -> World {
+    pub async fn start_with(sim_config: Config, in_process: bool) -> World {
+        World::start_full(sim_config, in_process, false).await
+    }
+
+    /// The world with the controllers running in this process and the API server
+    /// writing an audit log of every write ([`World::writes`]).
+    pub async fn start_audited(sim_config: Config) -> World {
+        World::start_full(sim_config, true, true).await
+    }
+
+    async fn start_full(mut sim_config: Config, in_process: bool, audit: bool) -> World {
         logs();
         let plane = Plane::start(PlaneOpts {
             controller_manager: true,
+            audit_policy: audit.then(|| kube_world::AUDIT_WRITES_POLICY.to_string()),
             ..PlaneOpts::default()
         })
         .await
         .expect("plane");
         plane.install_capi_crds().await.expect("CAPI CRDs");
         plane.install_ipam_crds().await.expect("IPAM CRDs");
-        let (_rt, plugin) = super::load("proxmox", Limits::default()).await;
-        let crds = hyperplug::crds::crds_yaml(plugin.info()).expect("our CRDs");
+        let metrics = Arc::new(Metrics::default());
+        let observed = metrics.clone();
+        // The runtime as `hyperplug run` builds it: metrics hear the plugin's requests,
+        // claims are Leases.
+        let runtime = Runtime::builder(Limits::default())
+            .observe_http(Arc::new(move |p, method, path| {
+                observed.infrastructure_request(p, method, path)
+            }))
+            .claims(Arc::new(LeaseClaims::new(plane.client(), "default")));
+        let (_rt, plugin) = super::load_with("proxmox", runtime).await;
+        let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).expect("our CRDs");
         plane
             .install_crds_yaml(&crds)
             .await
@@ -100,13 +121,6 @@ impl World {
             resync: Duration::from_secs(5),
             ..ManagerOptions::default()
         };
-        let metrics = Arc::new(Metrics::default());
-        let observed = metrics.clone();
-        plugin
-            .runtime()
-            .observe_http(Arc::new(move |p, method, path| {
-                observed.infrastructure_request(p, method, path)
-            }));
         let controllers = in_process.then(|| {
             let (client, metrics) = (plane.client(), metrics.clone());
             tokio::spawn(async move {
@@ -195,6 +209,31 @@ impl World {
         run
     }
 
+    /// Wait until `name` (of `objects`) fails terminally (`status.failedGeneration` set,
+    /// Ready False), then check that nothing is retried while its spec stays, not even
+    /// at the 5 s resync. Its Ready condition.
+    pub async fn failed_terminally(
+        &self,
+        objects: &Api<DynamicObject>,
+        name: &str,
+    ) -> serde_json::Value {
+        let failed = self
+            .wait_for(objects, name, "terminal failure", |o| {
+                o.data["status"]["failedGeneration"].is_i64()
+            })
+            .await;
+        let ready = condition(&failed, "Ready").expect("a Ready condition");
+        assert_eq!(ready["status"], "False");
+        let before = self.sim.state().counters();
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(
+            self.sim.state().counters(),
+            before,
+            "a terminal error must stop retries while the spec is unchanged"
+        );
+        ready
+    }
+
     /// With `name` (of `objects`) provisioned under the Cluster `demo`: pausing the
     /// Cluster stops every plugin call for it, even when it changes and past the resync,
     /// and unpausing resumes them.
@@ -245,6 +284,32 @@ impl World {
         );
     }
 
+    /// The writes the API server's audit log holds (a world from
+    /// [`World::start_audited`]): each write's verb, `resource[/subresource]`, object name
+    /// and request URI.
+    pub fn writes(&self) -> Vec<Write> {
+        let log = self.plane.audit_log_path().expect("an audited world");
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .map(|e| {
+                let r = &e["objectRef"];
+                let mut resource = r["resource"].as_str().unwrap_or_default().to_string();
+                if let Some(sub) = r["subresource"].as_str() {
+                    resource = format!("{resource}/{sub}");
+                }
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                Write {
+                    verb: text(&e["verb"]),
+                    resource,
+                    name: text(&r["name"]),
+                    uri: text(&e["requestURI"]),
+                }
+            })
+            .collect()
+    }
+
     /// Poll until the object is gone.
     pub async fn wait_gone(&self, api: &Api<DynamicObject>, name: &str) {
         for _ in 0..300 {
@@ -258,6 +323,16 @@ impl World {
             api.get_opt(name).await.ok().flatten().map(|o| o.data)
         );
     }
+}
+
+/// One write to the API server, from its audit log.
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub verb: String,
+    /// `resource` or `resource/subresource`.
+    pub resource: String,
+    pub name: String,
+    pub uri: String,
 }
 
 /// The condition `type_` of an object's status.

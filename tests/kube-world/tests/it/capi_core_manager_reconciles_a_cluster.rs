@@ -4,11 +4,13 @@
 //! finalizer, owner reference), picks up `status.initialization.provisioned` and the
 //! endpoint from it, and its conversion webhook serves the Cluster as v1beta1.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{Result, bail};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use anyhow::Result;
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube_world::{Plane, PlaneOpts};
+
+use crate::support::wait_until;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -20,30 +22,6 @@ fn condition<'a>(obj: &'a DynamicObject, type_: &str) -> Option<&'a serde_json::
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
-}
-
-async fn wait_for(
-    plane: &Plane,
-    api: &Api<DynamicObject>,
-    name: &str,
-    what: &str,
-    ok: impl Fn(&DynamicObject) -> bool,
-) -> Result<DynamicObject> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        plane.check_processes()?;
-        let obj = api.get(name).await?;
-        if ok(&obj) {
-            return Ok(obj);
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{what}: not reached on {name} after 90 s; object: {}",
-                obj.data
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,7 +89,7 @@ spec:
     let clusters = plane
         .dynamic_api("cluster.x-k8s.io/v1beta2", "Cluster", Some(&ns))
         .await?;
-    let cluster = wait_for(
+    let cluster = wait_until(
         plane,
         &clusters,
         "reconciled",
@@ -143,7 +121,7 @@ spec:
             Some(&ns),
         )
         .await?;
-    let owned = wait_for(
+    let owned = wait_until(
         plane,
         &infra,
         "reconciled",
@@ -185,7 +163,7 @@ spec:
             })),
         )
         .await?;
-    let cluster = wait_for(
+    let cluster = wait_until(
         plane,
         &clusters,
         "reconciled",

@@ -2,34 +2,12 @@
 //! IPAddressClaim, and the cert-manager controller issues a self-signed certificate, both
 //! as plain processes against the plane (no pods, no kubelet).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{Result, bail};
-use kube::api::{Api, DynamicObject};
+use anyhow::Result;
 use kube_world::{Plane, PlaneOpts};
 
-async fn wait_until(
-    plane: &Plane,
-    api: &Api<DynamicObject>,
-    name: &str,
-    what: &str,
-    ok: impl Fn(&DynamicObject) -> bool,
-) -> Result<DynamicObject> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        plane.check_processes()?;
-        if let Some(obj) = api.get_opt(name).await?
-            && ok(&obj)
-        {
-            return Ok(obj);
-        }
-        if Instant::now() > deadline {
-            let now = api.get_opt(name).await?.map(|o| o.data.to_string());
-            bail!("{what}: not reached after 90 s; object now: {now:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+use crate::support::wait_until;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_cluster_ipam_provider_allocates_an_address_for_a_claim() {

@@ -1,5 +1,7 @@
 //! kube-world's integration tests, one binary: each module was a test file of its own,
 //! and its tests keep their names (`cargo test -p kube-world --test it kubeadm_`).
+mod support;
+
 mod built_tools_report_their_pinned_versions;
 mod capi_core_manager_reconciles_a_cluster;
 mod dropping_a_plane_leaves_no_process_behind;

@@ -1,0 +1,419 @@
+//! CustomResourceDefinitions for the kinds a plugin declares.
+//!
+//! The plugin supplies each kind's `spec` schema; the host adds what the Cluster API
+//! contract requires (`spec.providerID`, `spec.controlPlaneEndpoint`, the whole
+//! `status`), what it reads itself (an InfraCluster's `spec.credentialsRef` and
+//! `spec.credentialsRefs`), the contract labels and the printer columns.
+use serde_json::{Value, json};
+
+use crate::bindings::identity::{KindInfo, KindRole, PluginInfo};
+
+/// The label that tells Cluster API which contract our CRD versions follow.
+pub const CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
+/// The label clusterctl uses to find a provider's objects.
+pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
+
+/// `infrastructure-<name>`, the provider label value.
+pub fn provider_label_value(info: &PluginInfo) -> String {
+    format!("infrastructure-{}", info.name)
+}
+
+/// Lower-case plural of a kind, as CRD names use it (`ExampleMachine` → `examplemachines`).
+pub fn plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+/// One CRD per declared kind.
+pub fn crds(info: &PluginInfo) -> Result<Vec<Value>, String> {
+    info.kinds.iter().map(|kind| crd(info, kind)).collect()
+}
+
+/// All CRDs as one multi-document YAML stream.
+pub fn crds_yaml(info: &PluginInfo) -> Result<String, String> {
+    let mut out = String::new();
+    for crd in crds(info)? {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
+    let mut spec: Value = serde_json::from_str(&kind.spec_schema)
+        .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
+    check_structural(&spec, &format!("{}.spec", kind.kind))?;
+    let spec = match kind.role {
+        KindRole::InfraMachine => {
+            add_property(
+                &mut spec,
+                "providerID",
+                json!({
+                    "type": "string",
+                    "description": "The machine's ID as the workload cluster's Node reports it; set by the provider."
+                }),
+            );
+            spec
+        }
+        KindRole::InfraCluster => {
+            add_property(&mut spec, "controlPlaneEndpoint", endpoint_schema());
+            add_credentials_refs(&mut spec);
+            spec
+        }
+        KindRole::InfraMachineTemplate | KindRole::InfraClusterTemplate => {
+            if kind.role == KindRole::InfraClusterTemplate {
+                add_property(&mut spec, "controlPlaneEndpoint", endpoint_schema());
+                add_credentials_refs(&mut spec);
+            }
+            json!({
+                "type": "object",
+                "required": ["template"],
+                "properties": {"template": {
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": {
+                        "metadata": {"type": "object", "properties": {
+                            "labels": string_map(),
+                            "annotations": string_map(),
+                        }},
+                        "spec": spec,
+                    },
+                }},
+            })
+        }
+    };
+    let plural = plural(&kind.kind);
+    let version = &info.api_version;
+    let mut columns = host_columns(kind.role);
+    for c in &kind.columns {
+        columns.insert(columns.len().saturating_sub(1), json!({
+            "name": c.name, "type": c.column_type, "jsonPath": c.json_path, "description": c.description,
+        }));
+    }
+    Ok(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{plural}.{}", info.group),
+            "labels": {
+                CONTRACT_LABEL: version,
+                PROVIDER_LABEL: provider_label_value(info),
+            },
+        },
+        "spec": {
+            "group": info.group,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind.kind,
+                "listKind": format!("{}List", kind.kind),
+                "plural": plural,
+                "singular": kind.kind.to_ascii_lowercase(),
+                "categories": ["cluster-api"],
+            },
+            "versions": [{
+                "name": version,
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": columns,
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "description": format!("{} of the {} infrastructure provider.", kind.kind, info.name),
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object"},
+                        "spec": spec,
+                        "status": status_schema(kind.role),
+                    },
+                }},
+            }],
+        },
+    }))
+}
+
+/// The `properties` of an object schema (`check_structural` made sure it is one),
+/// added when it has none.
+fn properties(schema: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
+    schema
+        .as_object_mut()?
+        .entry("properties")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+}
+
+/// Add `name` unless the plugin's schema has it (it may narrow it).
+fn add_property(schema: &mut Value, name: &str, property: Value) {
+    if let Some(props) = properties(schema) {
+        props.entry(name).or_insert(property);
+    }
+}
+
+/// `spec.credentialsRef` and `spec.credentialsRefs`: the host reads them
+/// (`controller/credentials.rs`) and hands the Secrets to the plugin as credentials, so
+/// they are the host's, whatever a plugin's schema says about them.
+fn add_credentials_refs(spec: &mut Value) {
+    let secret_ref = |description: &str| {
+        json!({
+            "type": "object",
+            "description": description,
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "namespace": {"type": "string", "description": "Default: the object's namespace."},
+            },
+        })
+    };
+    let keys = "keys `url`, `token`, `secret`, and optionally `ca.crt`, `fingerprint`, `insecure`";
+    if let Some(props) = properties(spec) {
+        props.insert(
+            "credentialsRef".into(),
+            secret_ref(&format!(
+                "A Secret with the infrastructure's credentials ({keys}). Unset: the first of credentialsRefs, else the manager's default credentials."
+            )),
+        );
+        props.insert(
+            "credentialsRefs".into(),
+            json!({
+                "type": "array",
+                "description": "More credentials Secrets (the same keys), handed to the plugin in order, e.g. one per endpoint of an inventory.",
+                "items": secret_ref("A credentials Secret."),
+            }),
+        );
+    }
+}
+
+fn endpoint_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Where the workload cluster's API server is reached.",
+        "properties": {
+            "host": {"type": "string"},
+            "port": {"type": "integer", "format": "int32", "minimum": 0, "maximum": 65535},
+        },
+    })
+}
+
+fn string_map() -> Value {
+    json!({"type": "object", "additionalProperties": {"type": "string"}})
+}
+
+/// The status every kind of a role gets: the contract's fields plus the host's own, from
+/// the type the controllers write (`crate::status`).
+fn status_schema(role: KindRole) -> Value {
+    use crate::status::{self, schema};
+    match role {
+        KindRole::InfraMachine => schema::<status::InfraMachineStatus>(),
+        KindRole::InfraCluster => schema::<status::InfraClusterStatus>(),
+        KindRole::InfraMachineTemplate => schema::<status::InfraMachineTemplateStatus>(),
+        KindRole::InfraClusterTemplate => schema::<status::InfraClusterTemplateStatus>(),
+    }
+}
+
+/// `kubectl get` columns the host fills for every plugin; plugin columns go before Age.
+fn host_columns(role: KindRole) -> Vec<Value> {
+    let col = |name: &str, ty: &str, path: &str, desc: &str| json!({"name": name, "type": ty, "jsonPath": path, "description": desc});
+    let cluster = col(
+        "Cluster",
+        "string",
+        ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        "The Cluster this object belongs to",
+    );
+    let age = col(
+        "Age",
+        "date",
+        ".metadata.creationTimestamp",
+        "Time since creation",
+    );
+    let ready = col(
+        "Ready",
+        "string",
+        ".status.conditions[?(@.type=='Ready')].status",
+        "Ready condition",
+    );
+    let phase = col("Phase", "string", ".status.phase", "Current step");
+    match role {
+        KindRole::InfraMachine => vec![
+            cluster,
+            col(
+                "Machine",
+                "string",
+                ".metadata.ownerReferences[?(@.kind=='Machine')].name",
+                "The owning Machine",
+            ),
+            col("ProviderID", "string", ".spec.providerID", "Provider ID"),
+            col(
+                "Provisioned",
+                "boolean",
+                ".status.initialization.provisioned",
+                "Infrastructure provisioned",
+            ),
+            phase,
+            age,
+        ],
+        KindRole::InfraCluster => vec![
+            cluster,
+            col(
+                "Provisioned",
+                "boolean",
+                ".status.initialization.provisioned",
+                "Infrastructure provisioned",
+            ),
+            col(
+                "Endpoint",
+                "string",
+                ".spec.controlPlaneEndpoint.host",
+                "Control-plane endpoint",
+            ),
+            ready,
+            age,
+        ],
+        KindRole::InfraMachineTemplate | KindRole::InfraClusterTemplate => vec![age],
+    }
+}
+
+/// CRD schemas must be structural: every node says its type, no `$ref`. Name the
+/// first offending path so a plugin author knows what to fix.
+fn check_structural(schema: &Value, path: &str) -> Result<(), String> {
+    let Some(obj) = schema.as_object() else {
+        return Err(format!("{path}: schema must be a JSON object"));
+    };
+    if obj.contains_key("$ref") {
+        return Err(format!(
+            "{path}: `$ref` is not allowed in CRD schemas; inline it"
+        ));
+    }
+    let typed = obj.contains_key("type")
+        || obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        || obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if !typed {
+        return Err(format!("{path}: schema has no `type`"));
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (name, sub) in props {
+            check_structural(sub, &format!("{path}.{name}"))?;
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        check_structural(items, &format!("{path}[]"))?;
+    }
+    if let Some(extra) = obj.get("additionalProperties").filter(|v| v.is_object()) {
+        check_structural(extra, &format!("{path}.*"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plural_follows_crd_naming() {
+        assert_eq!(plural("ExampleMachine"), "examplemachines");
+        assert_eq!(plural("MetalHostClass"), "metalhostclasses");
+    }
+
+    #[test]
+    fn structural_check_names_the_untyped_field() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {}}}}});
+        let err = check_structural(&schema, "X.spec").unwrap_err();
+        assert_eq!(err, "X.spec.a.b: schema has no `type`");
+    }
+
+    fn info(kinds: Vec<KindInfo>) -> PluginInfo {
+        PluginInfo {
+            name: "example".into(),
+            version: "0.1.0".into(),
+            group: "infrastructure.cluster.x-k8s.io".into(),
+            api_version: "v1alpha1".into(),
+            kinds,
+            capabilities: vec![],
+        }
+    }
+
+    fn kind(name: &str, role: KindRole, spec_schema: Value) -> KindInfo {
+        KindInfo {
+            kind: name.into(),
+            role,
+            spec_schema: spec_schema.to_string(),
+            columns: vec![],
+        }
+    }
+
+    #[test]
+    fn every_infra_cluster_crd_takes_credentials_refs_whatever_the_plugin_declares() {
+        let plain = json!({"type": "object", "properties": {"region": {"type": "string"}}});
+        // A plugin's own idea of the field does not count: the host reads it.
+        let own = json!({"type": "object", "properties": {"credentialsRef": {"type": "string"}}});
+        let crds = crds(&info(vec![
+            kind("ExampleCluster", KindRole::InfraCluster, plain.clone()),
+            kind("OtherCluster", KindRole::InfraCluster, own),
+            kind(
+                "ExampleClusterTemplate",
+                KindRole::InfraClusterTemplate,
+                plain,
+            ),
+        ]))
+        .unwrap();
+        let specs = [
+            &crds[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
+            &crds[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
+            &crds[2]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                ["template"]["properties"]["spec"],
+        ];
+        for spec in specs {
+            let one = &spec["properties"]["credentialsRef"];
+            assert_eq!(one["type"], "object", "{spec}");
+            assert_eq!(one["required"], json!(["name"]));
+            assert_eq!(one["properties"]["namespace"]["type"], "string");
+            let many = &spec["properties"]["credentialsRefs"];
+            assert_eq!(many["type"], "array", "{spec}");
+            assert_eq!(many["items"]["properties"]["name"]["type"], "string");
+        }
+        assert_eq!(specs[0]["properties"]["region"]["type"], "string");
+    }
+
+    #[test]
+    fn machine_crds_take_no_credentials() {
+        let spec = json!({"type": "object", "properties": {}});
+        let crds = crds(&info(vec![
+            kind("ExampleMachine", KindRole::InfraMachine, spec.clone()),
+            kind(
+                "ExampleMachineTemplate",
+                KindRole::InfraMachineTemplate,
+                spec,
+            ),
+        ]))
+        .unwrap();
+        for crd in &crds {
+            let text = crd.to_string();
+            assert!(!text.contains("credentialsRef"), "{text}");
+        }
+    }
+
+    #[test]
+    fn every_roles_status_schema_is_structural() {
+        for role in [
+            KindRole::InfraCluster,
+            KindRole::InfraClusterTemplate,
+            KindRole::InfraMachine,
+            KindRole::InfraMachineTemplate,
+        ] {
+            check_structural(&status_schema(role), &format!("{role:?}.status")).unwrap();
+        }
+    }
+
+    #[test]
+    fn refs_are_refused() {
+        let schema = json!({"type": "object", "properties": {"a": {"$ref": "#/x"}}});
+        assert!(
+            check_structural(&schema, "X.spec")
+                .unwrap_err()
+                .contains("$ref")
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! What one plugin call may use, and what one plugin may use across its calls. Every
+//! figure is configurable from the CLI; the defaults keep a manager serving several
+//! plugins inside the shipped 512 MiB memory limit whatever a plugin does.
+use std::time::Duration;
+
+/// Per-call and per-plugin resource limits.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Limits {
+    /// Largest linear memory a plugin may grow to during one call, in MiB (all its
+    /// memories together).
+    #[arg(
+        long = "plugin-memory-mib",
+        default_value_t = 64,
+        env = "HYPERPLUG_PLUGIN_MEMORY_MIB"
+    )]
+    pub memory_mib: u64,
+    /// Linear memory all calls of one plugin in flight at once may hold together, in
+    /// MiB: a plugin's concurrent calls cannot add up past it (a call that would grow
+    /// past it fails).
+    #[arg(
+        long = "plugin-memory-per-plugin-mib",
+        default_value_t = 128,
+        env = "HYPERPLUG_PLUGIN_MEMORY_PER_PLUGIN_MIB"
+    )]
+    pub memory_per_plugin_mib: u64,
+    /// CPU time one call may spend, in milliseconds: executing Wasm and the host's
+    /// own work on the call's behalf (host imports, copying data in and out, sending
+    /// its HTTP requests).
+    #[arg(
+        long = "plugin-cpu-ms",
+        default_value_t = 2_000,
+        env = "HYPERPLUG_PLUGIN_CPU_MS"
+    )]
+    pub cpu_ms: u64,
+    /// Wall-clock time one call may take, including time the plugin waits on HTTP
+    /// through the host, in milliseconds.
+    #[arg(
+        long = "plugin-timeout-ms",
+        default_value_t = 30_000,
+        env = "HYPERPLUG_PLUGIN_TIMEOUT_MS"
+    )]
+    pub timeout_ms: u64,
+    /// Largest result a call may return (as JSON), in KiB. The result is copied out of
+    /// the sandbox within the larger of this and --blob-max-mib, then measured.
+    #[arg(
+        long = "plugin-output-kib",
+        default_value_t = 1_024,
+        env = "HYPERPLUG_PLUGIN_OUTPUT_KIB"
+    )]
+    pub output_kib: u64,
+    /// Largest HTTP response body the host hands to a plugin, in MiB.
+    #[arg(
+        long = "plugin-http-body-mib",
+        default_value_t = 16,
+        env = "HYPERPLUG_PLUGIN_HTTP_BODY_MIB"
+    )]
+    pub http_body_mib: u64,
+    /// HTTP request body bytes one call may send, all its requests together, in MiB
+    /// (the host buffers them).
+    #[arg(
+        long = "plugin-request-body-mib",
+        default_value_t = 16,
+        env = "HYPERPLUG_PLUGIN_REQUEST_BODY_MIB"
+    )]
+    pub request_body_mib: u64,
+    /// HTTP request body bytes all calls of one plugin may have the host buffer at once,
+    /// in MiB (a call past it fails).
+    #[arg(
+        long = "plugin-request-body-per-plugin-mib",
+        default_value_t = 48,
+        env = "HYPERPLUG_PLUGIN_REQUEST_BODY_PER_PLUGIN_MIB"
+    )]
+    pub request_body_per_plugin_mib: u64,
+    /// Most HTTP requests one call may have in flight at once (sent, response body not
+    /// yet dropped).
+    #[arg(
+        long = "plugin-http-in-flight",
+        default_value_t = 16,
+        env = "HYPERPLUG_PLUGIN_HTTP_IN_FLIGHT"
+    )]
+    pub http_in_flight: u32,
+    /// Most HTTP requests all calls of one plugin may have in flight at once; further
+    /// requests wait for a slot.
+    #[arg(
+        long = "plugin-http-in-flight-per-plugin",
+        default_value_t = 128,
+        env = "HYPERPLUG_PLUGIN_HTTP_IN_FLIGHT_PER_PLUGIN"
+    )]
+    pub http_in_flight_per_plugin: u32,
+    /// Most requests to hosts outside its endpoints one call may try; each is refused
+    /// and logged, and one more fails the call.
+    #[arg(
+        long = "plugin-egress-denials",
+        default_value_t = 16,
+        env = "HYPERPLUG_PLUGIN_EGRESS_DENIALS"
+    )]
+    pub egress_denials: u32,
+    /// Most log lines a plugin may emit in one call; further lines are dropped.
+    #[arg(
+        long = "plugin-log-lines",
+        default_value_t = 200,
+        env = "HYPERPLUG_PLUGIN_LOG_LINES"
+    )]
+    pub log_lines: u32,
+    /// Most log bytes (messages and fields) a plugin may emit in one call, in KiB.
+    #[arg(
+        long = "plugin-log-kib",
+        default_value_t = 64,
+        env = "HYPERPLUG_PLUGIN_LOG_KIB"
+    )]
+    pub log_kib: u64,
+    /// Most claims one object may hold at once (each is a Lease); acquiring more is
+    /// refused.
+    #[arg(
+        long = "plugin-claims-per-object",
+        default_value_t = 8,
+        env = "HYPERPLUG_PLUGIN_CLAIMS_PER_OBJECT"
+    )]
+    pub claims_per_object: u32,
+    /// Most calls of the `claims` import one plugin call may make (each reaches the
+    /// Kubernetes API).
+    #[arg(
+        long = "plugin-claim-calls",
+        default_value_t = 1_000,
+        env = "HYPERPLUG_PLUGIN_CLAIM_CALLS"
+    )]
+    pub claim_calls: u32,
+    /// Most plugin calls in flight at once, all plugins together (instances are pooled up
+    /// to this number); more wait for a slot.
+    #[arg(
+        long = "plugin-concurrency",
+        default_value_t = 256,
+        env = "HYPERPLUG_PLUGIN_CONCURRENCY"
+    )]
+    pub concurrency: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_mib: 64,
+            memory_per_plugin_mib: 128,
+            cpu_ms: 2_000,
+            timeout_ms: 30_000,
+            output_kib: 1_024,
+            http_body_mib: 16,
+            request_body_mib: 16,
+            request_body_per_plugin_mib: 48,
+            http_in_flight: 16,
+            http_in_flight_per_plugin: 128,
+            egress_denials: 16,
+            log_lines: 200,
+            log_kib: 64,
+            claims_per_object: 8,
+            claim_calls: 1_000,
+            concurrency: 256,
+        }
+    }
+}
+
+impl Limits {
+    pub fn memory_bytes(&self) -> usize {
+        (self.memory_mib as usize) << 20
+    }
+    pub fn memory_per_plugin_bytes(&self) -> usize {
+        (self.memory_per_plugin_mib as usize) << 20
+    }
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+    /// The CPU budget of one call.
+    pub fn cpu(&self) -> Duration {
+        Duration::from_millis(self.cpu_ms)
+    }
+    pub fn output_bytes(&self) -> usize {
+        (self.output_kib as usize) << 10
+    }
+    pub fn http_body_bytes(&self) -> usize {
+        (self.http_body_mib as usize) << 20
+    }
+    pub fn request_body_bytes(&self) -> usize {
+        (self.request_body_mib as usize) << 20
+    }
+    pub fn request_body_per_plugin_bytes(&self) -> usize {
+        (self.request_body_per_plugin_mib as usize) << 20
+    }
+    pub fn log_bytes(&self) -> usize {
+        (self.log_kib as usize) << 10
+    }
+}
+
+/// A limit a call broke: what it is and the flag that sets it. The call fails with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{limit} ({flag})")]
+pub struct Breach {
+    /// The limit as a person reads it, e.g. `64 KiB of log per call`.
+    pub limit: String,
+    /// The `hyperplug run` flag that sets it.
+    pub flag: &'static str,
+}
+
+impl Breach {
+    pub fn new(limit: impl Into<String>, flag: &'static str) -> Breach {
+        Breach {
+            limit: limit.into(),
+            flag,
+        }
+    }
+}
+
+/// `1 MiB`, `64 KiB`, `300 bytes`: sizes in limit messages.
+pub fn size(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} bytes")
+    }
+}

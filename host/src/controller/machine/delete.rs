@@ -1,0 +1,62 @@
+//! A deleting machine: the plugin tears its infrastructure down; only once it confirms
+//! it gone do its claims, blobs and the finalizer go.
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
+use super::super::conditions;
+use super::super::context::{Context, finalizer};
+use super::super::error::{Error, Result};
+use super::super::events::{self, Event};
+use super::super::outcome::{self, Outcome};
+use super::super::{ipam, patch};
+use super::observe::Observed;
+use super::report;
+use crate::status::{InfraMachineStatus, Status};
+
+pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
+    let result = ctx
+        .metrics
+        .plugin_call(
+            ctx.plugin.name(),
+            "machine.delete",
+            ctx.plugin.delete_machine(&o.request),
+        )
+        .await;
+    match outcome::of(ctx.plugin.name(), "machine.delete", result) {
+        Outcome::Done(None) => {
+            ipam::release_claims(ctx, &o.obj).await?;
+            // What the plugin published or claimed for this object dies with it, even
+            // if the plugin forgot to give it up.
+            let uid = &o.request.machine.uid;
+            let runtime = ctx.plugin.runtime();
+            runtime.blobs().withdraw_object(uid);
+            runtime
+                .claims()
+                .release_all(uid)
+                .await
+                .map_err(Error::Dependency)?;
+            events::publish(
+                ctx,
+                &o.obj,
+                &Event::normal("Deleted", "the infrastructure is confirmed gone"),
+            )
+            .await;
+            patch::remove_finalizer(&o.own, &o.obj, &finalizer(&ctx.plugin)).await?;
+            Ok(Action::await_change())
+        }
+        Outcome::Done(Some(progress)) => {
+            let next = report::deleting(
+                &InfraMachineStatus::of(&o.obj),
+                &progress,
+                o.obj.metadata.generation.unwrap_or(0),
+                &conditions::now(),
+            );
+            patch::status(&o.own, &o.obj, &next).await?;
+            Ok(Action::requeue(Duration::from_millis(
+                progress.requeue_after_ms.unwrap_or(2_000).max(50),
+            )))
+        }
+        Outcome::Failed(err) => outcome::fail(ctx, &o.own, &o.obj, err, Some(&o.credentials)).await,
+    }
+}

@@ -1,0 +1,119 @@
+//! The InfraMachine reconciler, in its steps: observe (`observe`) → finalizer → call the
+//! plugin → persist its report (`report`) → claim the addresses it asks for → decide
+//! when to come back. A deleting machine goes to `delete` after observing.
+mod delete;
+mod observe;
+pub mod report;
+
+use std::sync::Arc;
+
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use super::conditions;
+use super::context::{Context, finalizer};
+use super::error::Result;
+use super::events;
+use super::ipam::Claimed;
+use super::objects;
+use super::outcome::{self, Outcome};
+use super::patch;
+use crate::status::{InfraMachineStatus, Status};
+use hyperplug_runtime::bindings::machine::MachineStatus;
+use observe::{Observed, Step};
+
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    let o = match observe::machine(&ctx, &obj).await? {
+        Step::Call(o) => o,
+        Step::Done(action) => return Ok(action),
+    };
+    if o.deleting {
+        return delete::run(&ctx, &o).await;
+    }
+    // Before any call that may create infrastructure.
+    patch::take_ownership(
+        &o.own,
+        &o.obj,
+        &finalizer(&ctx.plugin),
+        o.write_id.as_deref(),
+    )
+    .await?;
+    let status = match call(&ctx, &o).await {
+        Outcome::Done(status) => status,
+        Outcome::Failed(err) => {
+            return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
+        }
+    };
+    // The plugin's state is saved before anything else is done for its report.
+    persist(&ctx, &o, &status).await?;
+    // Addresses the plugin needs: claim them now, hand them over on the next call.
+    let claimed = if status.address_requests.is_empty() {
+        Claimed::default()
+    } else {
+        o.claims
+            .ensure(
+                &ctx,
+                &o.obj,
+                &o.cluster_name,
+                &o.infra_cluster_name,
+                &status.address_requests,
+            )
+            .await?
+    };
+    ctx.backoff.reset(&objects::key(&o.obj));
+    Ok(report::next_action(
+        &status,
+        claimed,
+        o.provisioned || status.ready,
+        ctx.options.resync,
+    ))
+}
+
+/// Create until provisioned, describe after: a provisioned machine's infrastructure is
+/// never made again (a missing VM is drift, not a reason to clone another).
+async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
+    let (name, result) = if o.provisioned {
+        let call = "machine.describe";
+        let f = ctx.plugin.describe_machine(&o.request);
+        (
+            call,
+            ctx.metrics.plugin_call(ctx.plugin.name(), call, f).await,
+        )
+    } else {
+        let call = "machine.create";
+        let f = ctx.plugin.create_machine(&o.request);
+        (
+            call,
+            ctx.metrics.plugin_call(ctx.plugin.name(), call, f).await,
+        )
+    };
+    outcome::of(ctx.plugin.name(), name, result)
+}
+
+/// Write the plugin's report: the provider ID in the spec once ready (Cluster API reads
+/// it), then the status (its state first of all) describing the generation that makes,
+/// and the events. One status write, not a second one for the new generation.
+async fn persist(ctx: &Context, o: &Observed, status: &MachineStatus) -> Result<()> {
+    let mut generation = o.obj.metadata.generation;
+    if let (true, Some(id)) = (status.ready, &status.provider_id) {
+        generation = patch::spec_field(&o.own, &o.obj, "providerID", json!(id)).await?;
+    }
+    let report = report::after_call(
+        &InfraMachineStatus::of(&o.obj),
+        status,
+        o.provisioned,
+        generation.unwrap_or(0),
+        &conditions::now(),
+    );
+    patch::status(&o.own, &o.obj, &report.status).await?;
+    events::publish_all(ctx, &o.obj, &report.events).await;
+    if status.ready {
+        // Blobs (bootstrap media) are for provisioning only: once provisioned, gone.
+        ctx.plugin
+            .runtime()
+            .blobs()
+            .withdraw_object(&o.request.machine.uid);
+    }
+    Ok(())
+}

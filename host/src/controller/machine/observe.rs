@@ -1,0 +1,242 @@
+//! The first step of a machine's reconcile: read what it needs, cheapest and most
+//! decisive first, so an object that goes no further (externally managed, without an
+//! owner yet, paused, failed on this generation) costs few reads; then build the
+//! plugin's request.
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+
+use super::super::conditions::{self, Condition, PAUSED, READY, reasons};
+use super::super::context::{Context, finalizer};
+use super::super::error::{Error, Result};
+use super::super::ipam::MachineClaims;
+use super::super::objects::{self, api, capi_cluster, capi_machine, str_field};
+use super::super::outcome::{self, Failed};
+use super::super::ownership::Ownership;
+use super::super::{credentials, patch, unverified};
+use crate::status::{Progressing, Status};
+use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
+
+/// A machine ready for its plugin call.
+pub struct Observed {
+    /// The object as the API server has it now.
+    pub obj: DynamicObject,
+    pub own: Api<DynamicObject>,
+    pub deleting: bool,
+    /// Its infrastructure was provisioned before (describe, not create).
+    pub provisioned: bool,
+    pub cluster_name: String,
+    pub infra_cluster_name: String,
+    /// The version of the credentials the call is made with (`CallCredentials::version`).
+    pub credentials: String,
+    /// The ownership annotation to write with the finalizer, when it is not stored yet.
+    pub write_id: Option<String>,
+    pub claims: MachineClaims,
+    pub request: MachineRequest,
+}
+
+/// What observing came to: go on, or this reconcile is over.
+pub enum Step {
+    Call(Box<Observed>),
+    Done(Action),
+}
+
+pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
+    let ns = cached.namespace().unwrap_or_default();
+    let own = api(&ctx.client, &ctx.resource, &ns);
+    let Some(obj) = objects::fresh(&own, cached).await? else {
+        return Ok(Step::Done(Action::await_change()));
+    };
+    if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
+        return Ok(Step::Done(Action::await_change()));
+    }
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    let Some(machine_name) = objects::capi_owner(&obj, "Machine") else {
+        if deleting {
+            // Never owned by a Machine: nothing can have been created.
+            patch::remove_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
+        }
+        // Else the Machine controller sets itself as owner soon; its watch brings us back.
+        return Ok(Step::Done(Action::await_change()));
+    };
+    if deleting && !obj.finalizers().contains(&finalizer(&ctx.plugin)) {
+        return Ok(Step::Done(Action::await_change()));
+    }
+    let Some(cluster_name) = objects::cluster_name(&obj) else {
+        return Ok(Step::Done(Action::await_change()));
+    };
+    let cluster = objects::read(&api(&ctx.client, &capi_cluster(), &ns), &cluster_name).await?;
+    // Pause: no plugin call at all, and say so.
+    if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
+        patch::conditions(
+            &own,
+            &obj,
+            &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
+        )
+        .await?;
+        return Ok(Step::Done(Action::await_change()));
+    }
+    // Failed for good on this generation: nothing more to read until the spec changes
+    // (or, at the resync period, the credentials it was called with).
+    let failed = outcome::still_failing(&Progressing::of(&obj), obj.metadata.generation, deleting);
+    if failed == Failed::Stop {
+        return Ok(Step::Done(Action::await_change()));
+    }
+
+    let infra_cluster = match (&cluster, &ctx.cluster_kind) {
+        (Some(c), Some(kind)) => {
+            match objects::reference_to(c, "spec.infrastructureRef", &kind.group, &kind.kind) {
+                Some(name) => objects::read(&api(&ctx.client, kind, &ns), &name).await?,
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let Some(infra_cluster) = infra_cluster else {
+        if deleting {
+            // Without its cluster we cannot reach the infrastructure; what was made (if any)
+            // stays, and so does the finalizer, until the cluster is back.
+            return Err(Error::Dependency(format!(
+                "cluster {cluster_name} or its infrastructure is gone; cannot delete"
+            )));
+        }
+        let c = Condition::new(
+            READY,
+            false,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            format!("waiting for cluster {cluster_name}"),
+        );
+        patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await?;
+        return Ok(Step::Done(Action::requeue(Duration::from_secs(10))));
+    };
+    // Whose infrastructure this is: proven by the manager's MAC, never by what a user
+    // wrote. Unproven, the plugin is not called at all.
+    let (machine_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
+        Ownership::Proven { id, write } => (id, write),
+        Ownership::Unproven { message } => {
+            return unverified::refuse(ctx, &own, &obj, message)
+                .await
+                .map(Step::Done);
+        }
+    };
+    let cluster_kind = ctx
+        .cluster_kind
+        .as_ref()
+        .expect("an InfraCluster was found");
+    let cluster_id = match ctx.ownership.verify(cluster_kind, &infra_cluster).await {
+        Ownership::Proven { id, .. } => id,
+        Ownership::Unproven { .. } => {
+            let message = format!(
+                "the ownership id of {} {} does not verify (see its Ready condition); nothing is done for its machines until it does",
+                cluster_kind.kind,
+                infra_cluster.name_any()
+            );
+            return unverified::refuse(ctx, &own, &obj, message)
+                .await
+                .map(Step::Done);
+        }
+    };
+
+    // Independent reads go out together: a reconcile's latency is its chain of API
+    // round trips, and every machine is polled while its tasks run.
+    let provisioned = objects::provisioned(&obj);
+    let machine = async {
+        let machine = objects::read(&api(&ctx.client, &capi_machine(), &ns), &machine_name).await?;
+        // Bootstrap data is for provisioning: never read again once provisioned.
+        let bootstrap = match &machine {
+            Some(m) if !deleting && !provisioned => bootstrap_data(ctx, m).await?,
+            _ => None,
+        };
+        Ok::<_, Error>((machine, bootstrap))
+    };
+    let claims = async {
+        if deleting {
+            Ok(MachineClaims::default())
+        } else {
+            MachineClaims::read(ctx, &obj).await
+        }
+    };
+    let creds = match failed {
+        // Only the credentials decide whether to go on.
+        Failed::UnlessChanged(version) => {
+            match credentials::for_cluster(ctx, &infra_cluster).await {
+                Ok(creds) if creds.version == version => {
+                    return Ok(Step::Done(Action::requeue(ctx.options.resync)));
+                }
+                read => Some(read),
+            }
+        }
+        _ => None,
+    };
+    let creds = async {
+        match creds {
+            Some(read) => read,
+            None => credentials::for_cluster(ctx, &infra_cluster).await,
+        }
+    };
+    let (creds, read) = tokio::join!(creds, async { tokio::try_join!(machine, claims) });
+    let ((machine, bootstrap), claims) = read?;
+    let creds = match creds {
+        Ok(creds) => creds,
+        Err(e) => {
+            return outcome::fail(ctx, &own, &obj, e, None)
+                .await
+                .map(Step::Done);
+        }
+    };
+    let version = creds.version.clone();
+    let request = MachineRequest {
+        machine: objects::object_ref(&obj, &machine_id),
+        cluster: objects::object_ref(&infra_cluster, &cluster_id),
+        spec: objects::spec_json(&obj),
+        cluster_spec: objects::spec_json(&infra_cluster),
+        state: str_field(&obj, "status.pluginState").map(str::to_string),
+        bootstrap,
+        failure_domain: machine
+            .as_ref()
+            .and_then(|m| str_field(m, "spec.failureDomain"))
+            .map(str::to_string),
+        addresses: claims.bound(),
+        credentials: creds.primary,
+        more_credentials: creds.more,
+    };
+    Ok(Step::Call(Box::new(Observed {
+        credentials: version,
+        infra_cluster_name: infra_cluster.name_any(),
+        obj,
+        own,
+        deleting,
+        provisioned,
+        cluster_name,
+        write_id,
+        claims,
+        request,
+    })))
+}
+
+async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option<BootstrapData>> {
+    let Some(name) = str_field(machine, "spec.bootstrap.dataSecretName") else {
+        return Ok(None);
+    };
+    let ns = machine.namespace().unwrap_or_default();
+    let Some(secret) =
+        objects::read(&Api::<Secret>::namespaced(ctx.client.clone(), &ns), name).await?
+    else {
+        return Ok(None);
+    };
+    let data = secret.data.unwrap_or_default();
+    let Some(value) = data.get("value") else {
+        return Ok(None);
+    };
+    let format = data
+        .get("format")
+        .map(|f| String::from_utf8_lossy(&f.0).to_string())
+        .unwrap_or_else(|| "cloud-config".into());
+    Ok(Some(BootstrapData {
+        format,
+        value: value.0.clone(),
+    }))
+}

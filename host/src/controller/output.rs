@@ -1,0 +1,215 @@
+//! What the host accepts of a plugin's result before writing any of it: a plugin is
+//! untrusted code, and what it returns ends up in an object's status (where an
+//! oversized or malformed value would fail every write, leaving the object stuck) and in
+//! conditions Cluster API mirrors (where a reason that is not CamelCase would fail its
+//! writes). Pure functions, so a fuzzer can call them.
+//!
+//! Out-of-bounds results are refused whole (a terminal `InvalidPluginOutput` naming the
+//! field and the bound); messages are only cut ([`super::conditions::MAX_MESSAGE`]) and
+//! reasons replaced where they are used, since a long message or an odd phase is no
+//! reason to stop.
+use hyperplug_runtime::bindings::cluster::ClusterStatus;
+use hyperplug_runtime::bindings::machine::{MachineStatus, TemplateStatus};
+use hyperplug_runtime::bindings::types::Progress;
+
+/// Largest `progress.state` kept in `status.pluginState`.
+pub const MAX_STATE_BYTES: usize = 256 << 10;
+/// Most entries of any list a plugin reports (details, addresses, requests, domains,
+/// pools, capacity).
+pub const MAX_ENTRIES: usize = 64;
+/// Longest key of a detail or capacity entry, or name (device, pool, failure domain).
+pub const MAX_KEY_BYTES: usize = 128;
+/// Longest other value (a detail, an address, a provider ID, a phase).
+pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// A result the host will not write, and why (naming the field and the bound).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+/// Whether a result is within what the host writes.
+pub trait Check {
+    fn check(&self) -> Result<(), Invalid>;
+}
+
+impl Check for Progress {
+    fn check(&self) -> Result<(), Invalid> {
+        if self.state.len() > MAX_STATE_BYTES {
+            return Err(Invalid(format!(
+                "progress.state is {} bytes; at most {} are kept in status.pluginState",
+                self.state.len(),
+                MAX_STATE_BYTES
+            )));
+        }
+        value("progress.phase", &self.phase)
+    }
+}
+
+impl Check for Option<Progress> {
+    fn check(&self) -> Result<(), Invalid> {
+        self.as_ref().map_or(Ok(()), Check::check)
+    }
+}
+
+impl Check for MachineStatus {
+    fn check(&self) -> Result<(), Invalid> {
+        self.progress.check()?;
+        entries("details", &self.details)?;
+        count("addresses", self.addresses.len())?;
+        for (i, a) in self.addresses.iter().enumerate() {
+            value(&format!("addresses[{i}].address"), &a.address)?;
+        }
+        count("address-requests", self.address_requests.len())?;
+        for (i, r) in self.address_requests.iter().enumerate() {
+            key(&format!("address-requests[{i}].device"), &r.device)?;
+            key(&format!("address-requests[{i}].pool"), &r.pool)?;
+        }
+        if let Some(id) = &self.provider_id {
+            value("provider-id", id)?;
+        }
+        if let Some(fd) = &self.failure_domain {
+            key("failure-domain", fd)?;
+        }
+        Ok(())
+    }
+}
+
+impl Check for ClusterStatus {
+    fn check(&self) -> Result<(), Invalid> {
+        self.progress.check()?;
+        entries("details", &self.details)?;
+        count("failure-domains", self.failure_domains.len())?;
+        for (i, d) in self.failure_domains.iter().enumerate() {
+            key(&format!("failure-domains[{i}].name"), &d.name)?;
+            entries(&format!("failure-domains[{i}].attributes"), &d.attributes)?;
+        }
+        count("ip-pools", self.ip_pools.len())?;
+        for (i, p) in self.ip_pools.iter().enumerate() {
+            key(&format!("ip-pools[{i}].name"), &p.name)?;
+            count(&format!("ip-pools[{i}].addresses"), p.addresses.len())?;
+        }
+        if let Some(ep) = &self.control_plane_endpoint {
+            value("control-plane-endpoint.host", &ep.host)?;
+        }
+        Ok(())
+    }
+}
+
+impl Check for TemplateStatus {
+    fn check(&self) -> Result<(), Invalid> {
+        entries("capacity", &self.capacity)?;
+        entries("node-info", &self.node_info)
+    }
+}
+
+fn count(field: &str, n: usize) -> Result<(), Invalid> {
+    if n > MAX_ENTRIES {
+        return Err(Invalid(format!(
+            "{field} has {n} entries; at most {MAX_ENTRIES} are kept"
+        )));
+    }
+    Ok(())
+}
+
+fn entries(field: &str, list: &[(String, String)]) -> Result<(), Invalid> {
+    count(field, list.len())?;
+    for (k, v) in list {
+        key(&format!("{field} key"), k)?;
+        value(&format!("{field}.{}", k), v)?;
+    }
+    Ok(())
+}
+
+fn key(field: &str, k: &str) -> Result<(), Invalid> {
+    if k.is_empty() || k.len() > MAX_KEY_BYTES {
+        return Err(Invalid(format!(
+            "{field} is {} bytes long; it must have 1 to {MAX_KEY_BYTES}",
+            k.len()
+        )));
+    }
+    Ok(())
+}
+
+fn value(field: &str, v: &str) -> Result<(), Invalid> {
+    if v.len() > MAX_VALUE_BYTES {
+        return Err(Invalid(format!(
+            "{field} is {} bytes long; at most {MAX_VALUE_BYTES} are kept",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(state: &str, phase: &str) -> Progress {
+        Progress {
+            state: state.into(),
+            phase: phase.into(),
+            message: String::new(),
+            requeue_after_ms: None,
+        }
+    }
+
+    fn machine() -> MachineStatus {
+        MachineStatus {
+            progress: progress("{}", "Ready"),
+            ready: true,
+            provider_id: Some("x://1".into()),
+            addresses: vec![],
+            failure_domain: None,
+            address_requests: vec![],
+            needs_bootstrap: false,
+            drift: None,
+            details: vec![("vmid".into(), "100".into())],
+        }
+    }
+
+    #[test]
+    fn a_sound_result_passes() {
+        assert_eq!(machine().check(), Ok(()));
+        assert_eq!(None::<Progress>.check(), Ok(()));
+    }
+
+    #[test]
+    fn an_oversized_state_is_refused_naming_the_bound() {
+        let big = "x".repeat(MAX_STATE_BYTES + 1);
+        let err = progress(&big, "Cloning").check().unwrap_err();
+        assert!(
+            err.0.starts_with("progress.state is 262145 bytes"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn huge_detail_lists_and_values_are_refused_naming_the_field() {
+        let mut m = machine();
+        m.details = (0..1000).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert_eq!(
+            m.check().unwrap_err().0,
+            "details has 1000 entries; at most 64 are kept"
+        );
+        m.details = vec![("power".into(), "x".repeat(MAX_VALUE_BYTES + 1))];
+        assert!(
+            m.check()
+                .unwrap_err()
+                .0
+                .starts_with("details.power is 4097")
+        );
+        m.details = vec![(String::new(), "v".into())];
+        assert!(
+            m.check()
+                .unwrap_err()
+                .0
+                .starts_with("details key is 0 bytes")
+        );
+    }
+
+    #[test]
+    fn empty_messages_and_odd_phases_are_not_refused() {
+        let mut m = machine();
+        m.progress = progress("", "");
+        assert_eq!(m.check(), Ok(()));
+    }
+}

@@ -1,0 +1,45 @@
+//! What the controllers do with an object whose ownership id does not verify.
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::controller::Action;
+
+use super::conditions::{self, Condition, READY};
+use super::context::{Context, finalizer};
+use super::error::Result;
+use super::events::{self, Event};
+use super::ownership::{OWNERSHIP_UNVERIFIED, RECHECK};
+use super::patch;
+use crate::status::{Progressing, Status};
+
+/// React to an object whose ownership does not verify: no plugin call; a `Ready`
+/// condition and a Warning event that say why and what to do. A deleting object keeps
+/// our finalizer (nothing is deleted for an unproven owner) until its ownership
+/// verifies again or someone removes the finalizer to abandon what it made.
+pub(super) async fn refuse(
+    ctx: &Context,
+    own: &Api<DynamicObject>,
+    obj: &DynamicObject,
+    message: String,
+) -> Result<Action> {
+    let fin = finalizer(&ctx.plugin);
+    let message = if obj.metadata.deletion_timestamp.is_some() && obj.finalizers().contains(&fin) {
+        format!(
+            "{message} It is being deleted: nothing is deleted in the infrastructure until its ownership verifies again; to abandon what it made instead (left as it is), remove the finalizer {fin}."
+        )
+    } else {
+        message
+    };
+    let before =
+        conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
+    patch::conditions(
+        own,
+        obj,
+        &[Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message)],
+    )
+    .await?;
+    if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
+        tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
+        events::publish(ctx, obj, &Event::warning(OWNERSHIP_UNVERIFIED, &message)).await;
+    }
+    Ok(Action::requeue(RECHECK))
+}

@@ -1,0 +1,17 @@
+//! The typed status of our kinds (defined in the runtime, whose CRDs carry its schema),
+//! read off an object.
+use kube::api::DynamicObject;
+
+pub use hyperplug_runtime::status::*;
+
+/// A status type's view of an object's `status`.
+pub trait Status: hyperplug_runtime::status::Status {
+    /// The object's status as this type reads it (see [`from_status`]).
+    ///
+    /// [`from_status`]: hyperplug_runtime::status::Status::from_status
+    fn of(obj: &DynamicObject) -> Self {
+        Self::from_status(obj.data.get("status"))
+    }
+}
+
+impl<T: hyperplug_runtime::status::Status> Status for T {}

@@ -1,0 +1,175 @@
+//! Controllers of a loaded plugin against a test world, and the objects CAPI would
+//! create for them: what tests that run one plugin's controllers share.
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyperplug::controller::claims::LeaseClaims;
+use hyperplug::controller::{self, ManagerOptions};
+use hyperplug::metrics::Metrics;
+use hyperplug_runtime::{BlobStore, Limits, Plugin, Runtime, RuntimeBuilder};
+use k8s_openapi::api::core::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+
+use super::world::World;
+
+/// Controllers for `plugin` against `world`, with `options`, until dropped.
+pub struct Controllers(tokio::task::JoinHandle<()>);
+
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+pub fn start(world: &World, plugin: Plugin, options: ManagerOptions) -> Controllers {
+    let client = world.plane.client();
+    Controllers(tokio::spawn(async move {
+        controller::run(client, vec![plugin], options, Arc::new(Metrics::default()))
+            .await
+            .expect("controllers")
+    }))
+}
+
+pub fn options() -> ManagerOptions {
+    ManagerOptions {
+        resync: Duration::from_secs(5),
+        ..ManagerOptions::default()
+    }
+}
+
+/// A runtime as `hyperplug run --claims-namespace <the world's>` builds it: claims are
+/// Leases there.
+pub fn managed(world: &World) -> RuntimeBuilder {
+    Runtime::builder(Limits::default())
+        .claims(Arc::new(LeaseClaims::new(world.plane.client(), &world.ns)))
+}
+
+/// A Machine of cluster `cluster` and its infrastructure machine of `kind` (owned as
+/// CAPI owns it), with `annotations` and `spec` (YAML flow maps).
+pub async fn machine(
+    world: &World,
+    cluster: &str,
+    kind: &str,
+    name: &str,
+    annotations: &str,
+    spec: &str,
+) {
+    world
+        .apply(&format!(
+            r##"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata:
+  name: {name}
+  labels:
+    cluster.x-k8s.io/cluster-name: {cluster}
+spec:
+  clusterName: {cluster}
+  bootstrap:
+    dataSecretName: {name}-bootstrap
+  infrastructureRef:
+    apiGroup: infrastructure.cluster.x-k8s.io
+    kind: {kind}
+    name: {name}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {name}-bootstrap
+  labels:
+    cluster.x-k8s.io/cluster-name: {cluster}
+type: cluster.x-k8s.io/secret
+stringData:
+  value: "#cloud-config\n"
+  format: cloud-config
+"##
+        ))
+        .await;
+    let machines = world.api("cluster.x-k8s.io/v1beta2", "Machine").await;
+    let uid = machines.get(name).await.unwrap().uid().unwrap();
+    world
+        .apply(&format!(
+            r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: {kind}
+metadata:
+  name: {name}
+  annotations: {annotations}
+  labels:
+    cluster.x-k8s.io/cluster-name: {cluster}
+  ownerReferences:
+  - apiVersion: cluster.x-k8s.io/v1beta2
+    kind: Machine
+    name: {name}
+    uid: {uid}
+spec: {spec}
+"#
+        ))
+        .await;
+}
+
+/// Warning events about `name` with `reason`.
+pub async fn warning_events(world: &World, name: &str, reason: &str) -> usize {
+    let events: Api<Event> = Api::namespaced(world.plane.client(), &world.ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .count()
+}
+
+/// A Cluster and its HostileCluster with `spec` (a YAML flow map).
+pub fn hostile_cluster(name: &str, spec: &str) -> String {
+    format!(
+        r#"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: {name}
+spec:
+  infrastructureRef:
+    apiGroup: infrastructure.cluster.x-k8s.io
+    kind: HostileCluster
+    name: {name}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: HostileCluster
+metadata:
+  name: {name}
+  labels:
+    cluster.x-k8s.io/cluster-name: {name}
+spec: {spec}
+"#
+    )
+}
+
+/// The hostile plugin's kinds on `world` (their CRDs, a credentials Secret
+/// `hostile-credentials`), served by controllers of their own, with blobs served.
+pub async fn hostile_world() -> (World, Controllers, Runtime, Arc<BlobStore>) {
+    let world = World::start_with(pve_sim::Config::fast(), false).await;
+    let store = super::blob_store();
+    let (runtime, plugin) = super::load_with("hostile", managed(&world).blobs(store.clone())).await;
+    let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
+    world.plane.install_crds_yaml(&crds).await.unwrap();
+    world
+        .apply(
+            r#"
+apiVersion: v1
+kind: Secret
+metadata:
+  name: hostile-credentials
+stringData: {url: "http://127.0.0.1:1", token: t, secret: s}
+"#,
+        )
+        .await;
+    let controllers = start(&world, plugin, options());
+    (world, controllers, runtime, store)
+}
