@@ -1552,7 +1552,11 @@ async fn an_iso_left_on_the_node_a_vm_moved_from_is_removed_even_when_removing_i
     });
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
-    assert_eq!(sim.state().fault_hits()[0]["fired"], 1, "the removal failed once");
+    assert_eq!(
+        sim.state().fault_hits()[0]["fired"],
+        1,
+        "the removal failed once"
+    );
     assert_eq!(
         iso_volumes(&sim),
         Vec::<Value>::new(),
