@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of hyperplug: installs what is missing (scripts/setup.sh), builds the
 # plugins, then `cargo test` over the workspace (unit, runtime, hostile-plugin, simulator
-# and real-API-server integration tests), then a smoke run of the scale benchmark.
+# and real-API-server integration tests, and the chaos run at CI size: tests/chaos, about
+# a minute, its table of invariants in the log), then a smoke run of the scale benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
