@@ -11,7 +11,11 @@ bash scripts/build-plugins.sh
 # The root's default-members: the host and the test world, and natively the plugin kit
 # and the bundled plugins' unit tests; the plugins' components are tested through the
 # host (its integration tests load plugins/*.wasm).
-cargo test "$@"
+if [ $# -gt 0 ]; then
+    cargo test "$@"
+else
+    bash scripts/test-parallel.sh
+fi
 # The scale benchmark at its smallest (1 cluster × 2 machines, tiny task durations, debug
 # build): asserts nothing about speed, only that it runs to the end and prints its table.
 bash scripts/bench.sh --smoke

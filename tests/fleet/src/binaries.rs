@@ -34,8 +34,13 @@ pub fn hyperplug_binary() -> Result<PathBuf> {
 }
 
 /// Builds the `hyperplug` binary into the target directory this test runs from
-/// (integration tests of another package do not get it built by cargo), and returns it.
+/// (integration tests of another package do not get it built by cargo), and returns it;
+/// `$HYPERPLUG_BIN` when set (built already: scripts/test-parallel.sh runs these tests
+/// while another cargo holds the target directory).
 pub fn build_hyperplug() -> Result<PathBuf> {
+    if std::env::var_os("HYPERPLUG_BIN").is_some() {
+        return hyperplug_binary();
+    }
     let exe = std::env::current_exe()?;
     // target/<profile>/deps/<test binary>
     let target = exe
