@@ -12,8 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
 # Packages (by directory name) whose test executables run in the background (the chaos
-# run at CI size, then the end-to-end suites), four tests
-# at a time.
+# run at CI size and the end-to-end suites), four tests at a time.
 SLOW="chaos e2e"
 
 # "directory name<TAB>directory<TAB>executable" of every test executable of the default
