@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 seconds=${seconds:-300}
+given=(${targets[@]+"${targets[@]}"})
 all_targets=(pve_replies specs nocloud_iso)
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 
@@ -43,7 +44,7 @@ if [ "$mode" = record ]; then
   # pve-sim in-process, deterministic (fixed seed, times made canonical): recording again
   # changes the seeds only where a plugin's API calls or pve-sim's replies changed.
   log "recording the seeds (fuzz/record)"
-  cargo run --quiet --manifest-path fuzz/Cargo.toml -p hyperplug-fuzz-seeds -- ${targets[@]+"${targets[@]}"}
+  cargo run --quiet --manifest-path fuzz/Cargo.toml -p hyperplug-fuzz-seeds -- ${given[@]+"${given[@]}"}
   log "seed tests"
   cargo test --quiet --manifest-path fuzz/Cargo.toml --lib
   git status --short -- fuzz/seeds fuzz/specs.dict >&2
