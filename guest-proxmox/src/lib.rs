@@ -12,8 +12,10 @@ pub mod spec;
 
 /// The plugin: implements `identity`, `cluster` (in `cluster.rs`), `machine` (in
 /// `machine/`), `conversion` (in `conversion.rs`, over `spec::convert`) and `observer`
-/// (nothing to observe yet: no progress names a wait).
-struct Plugin;
+/// (nothing to observe yet: no progress names a wait). Public (hidden) only so that
+/// `fuzz/` can call it natively.
+#[doc(hidden)]
+pub struct Plugin;
 
 guest_kit::export!(Plugin);
 

@@ -13,8 +13,10 @@ mod spec;
 
 /// The plugin: implements `identity`, `cluster` (in `cluster.rs`), `machine` (in
 /// `machine/`), `conversion` (one version per kind: nothing to convert) and `observer`
-/// (nothing to observe yet: no progress names a wait).
-struct Plugin;
+/// (nothing to observe yet: no progress names a wait). Public (hidden) only so that
+/// `fuzz/` can call it natively.
+#[doc(hidden)]
+pub struct Plugin;
 
 guest_kit::export!(Plugin);
 

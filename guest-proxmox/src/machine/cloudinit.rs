@@ -306,20 +306,37 @@ pub(super) fn following_iso_removal(
     }
 }
 
-pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
+pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    // Removing the ISO left on the node the VM moved from (below): followed to its end,
+    // and tried again when it failed, since that ISO holds the bootstrap data.
+    if let Some(s) = following_iso_removal(cx, st, "UploadingCloudInit")? {
+        return Ok(Some(s));
+    }
+    let Some(volid) = st.iso.clone() else {
+        st.step = Step::UploadingCloudInit;
+        return Ok(None);
+    };
     let config = cx.owned_config(st, "attaching the NoCloud ISO")?;
-    // Migrated since the upload: the ISO is on the old node's storage; upload it again.
-    if let (Some(volid), Some(old)) = (st.iso.clone(), st.iso_node.clone())
+    // Migrated since the upload: the ISO is on the old node's storage; remove it there,
+    // then upload it again.
+    if let Some(old) = st.iso_node.clone()
         && st.node.as_ref() != Some(&old)
     {
-        delete_volume(&cx.pve, &old, &volid)?;
-        st.iso = None;
-        st.iso_node = None;
-        st.step = Step::UploadingCloudInit;
-        return Ok(());
+        let Some(upid) = delete_volume(&cx.pve, &old, &volid)? else {
+            st.iso = None;
+            st.iso_node = None;
+            st.step = Step::UploadingCloudInit;
+            return Ok(None);
+        };
+        st.upid = Some(upid);
+        return Ok(Some(cx.status(
+            st,
+            "UploadingCloudInit",
+            format!("removing the NoCloud ISO left on {old}, which the VM moved from"),
+            Some(SHORT_MS),
+        )));
     }
     let slot = st.cd_slot.clone().unwrap_or_else(|| "ide2".into());
-    let volid = st.iso.clone().unwrap_or_default();
     let mut form = vec![(slot.as_str(), format!("{volid},media=cdrom"))];
     if let Some(d) = str_of(&config, "digest") {
         form.push(("digest", d));
@@ -328,7 +345,7 @@ pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
         .put(&format!("{}/config", cx.config_path(st)), &form)
         .map_err(|e| e.classify("attaching the NoCloud ISO"))?;
     st.step = Step::PoweringOn;
-    Ok(())
+    Ok(None)
 }
 
 /// Booted: eject the ISO (media change works on a running VM) and delete it.

@@ -52,7 +52,11 @@ pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError>
                     return Ok(s);
                 }
             }
-            Step::Attaching => attaching(&cx, &mut st)?,
+            Step::Attaching => {
+                if let Some(s) = attaching(&cx, &mut st)? {
+                    return Ok(s);
+                }
+            }
             Step::PoweringOn => {
                 if let Some(s) = powering_on(&cx, &mut st)? {
                     return Ok(s);

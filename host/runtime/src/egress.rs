@@ -97,6 +97,10 @@ pub struct Endpoint {
 /// so what they may make the host keep is bounded.
 const MAX_ENDPOINTS: usize = 256;
 
+/// Endpoints whose keys share a hash: each with the endpoint URL and TLS policy it was
+/// made for.
+type Bucket = Vec<(String, TlsPolicy, Arc<Endpoint>)>;
+
 /// The endpoints of the credentials calls are made with, each parsed once with its
 /// client: a call neither parses its credentials again nor looks a client up per
 /// request.
@@ -104,7 +108,7 @@ const MAX_ENDPOINTS: usize = 256;
 pub struct EndpointCache {
     /// By a hash of the endpoint and TLS policy; entries whose key only collides are
     /// told apart by the key they keep.
-    entries: Mutex<HashMap<u64, Vec<(String, TlsPolicy, Arc<Endpoint>)>>>,
+    entries: Mutex<HashMap<u64, Bucket>>,
 }
 
 impl EndpointCache {

@@ -1513,3 +1513,56 @@ async fn a_vm_that_migrated_is_followed_to_its_new_node() {
     assert!(non_templates(&sim).is_empty());
     assert!(iso_volumes(&sim).is_empty());
 }
+
+/// A VM moved between its NoCloud ISO's upload and the ISO's attachment gets the ISO
+/// again on its new node; the one on the node it left (it holds the bootstrap data) is
+/// removed there, and its removal is tried again when PVE fails it. Found by the chaos
+/// run (an ISO left behind when that removal's task failed).
+#[tokio::test]
+async fn an_iso_left_on_the_node_a_vm_moved_from_is_removed_even_when_removing_it_fails_once() {
+    let mut config = Config::fast();
+    // The upload takes long enough for a migration to land between upload and attach.
+    config.task_ms.insert("imgcopy".into(), 1_000);
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let cluster = json!({"allowedNodes": ["pve1", "pve2"],
+                         "controlPlaneEndpoint": {"host": "10.10.0.5", "port": 6443}});
+    let mut req = request(&sim, "m", "c1", spec, cluster);
+    req.bootstrap = Some(bootstrap());
+    let uploading = loop {
+        let s = plugin.create_machine(&req).await.unwrap().unwrap();
+        req.state = Some(s.progress.state.clone());
+        if s.progress.message == "uploading the NoCloud ISO" {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let vmid = vmid_of(&uploading);
+    sim.state().migrate_vm(vmid, "pve2").unwrap();
+    sim.state().set_faults(Faults {
+        rules: vec![FaultRule {
+            name: Some("the first ISO removal on pve1 fails".into()),
+            endpoint: "DELETE /nodes/pve1/storage/**".into(),
+            kind: pve_sim::FaultKind::TaskFailure,
+            max_count: Some(1),
+            ..FaultRule::default()
+        }],
+        ..Faults::default()
+    });
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+    assert_eq!(
+        sim.state().fault_hits()[0]["fired"],
+        1,
+        "the removal failed once"
+    );
+    assert_eq!(
+        iso_volumes(&sim),
+        Vec::<Value>::new(),
+        "no NoCloud ISO is left on either node once the VM runs"
+    );
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(non_templates(&sim).is_empty());
+}

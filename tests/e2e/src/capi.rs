@@ -1,12 +1,11 @@
 //! Reading Cluster API objects, waiting on them, and the binaries the flow runs.
-use std::path::PathBuf;
-use std::process::Command;
-
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::Result;
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
+
+pub use fleet::binaries::{build_hyperplug, bundled_plugin, hyperplug_binary};
 
 pub const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 pub const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
@@ -74,63 +73,4 @@ pub fn describe_machines(machines: &[DynamicObject]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// The `hyperplug` binary next to the running executable (`target/<profile>/` for the
-/// `quickstart` binary, its parent for test binaries in `deps/`), or `$HYPERPLUG_BIN`.
-pub fn hyperplug_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("HYPERPLUG_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .ok_or_else(|| anyhow!("no directory of {}", exe.display()))?;
-    [dir.join("hyperplug"), dir.join("../hyperplug")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow!(
-                "no hyperplug binary next to {}: run `cargo build -p hyperplug` (or set HYPERPLUG_BIN)",
-                exe.display()
-            )
-        })
-}
-
-/// Builds the `hyperplug` binary into the target directory this test runs from
-/// (integration tests of another package do not get it built by cargo), and returns it.
-pub fn build_hyperplug() -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    // target/<profile>/deps/<test binary>
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .ok_or_else(|| anyhow!("unexpected test binary path {}", exe.display()))?;
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "hyperplug",
-            "--bin",
-            "hyperplug",
-            "--target-dir",
-        ])
-        .arg(target)
-        .current_dir(packaging::repo_root())
-        .status()
-        .context("running cargo build -p hyperplug")?;
-    if !status.success() {
-        bail!("cargo build -p hyperplug failed ({status})");
-    }
-    hyperplug_binary()
-}
-
-/// The bundled plugin, built by `scripts/build-plugins.sh`.
-pub fn bundled_plugin() -> Result<PathBuf> {
-    let p = packaging::repo_root().join("plugins/proxmox.wasm");
-    if !p.is_file() {
-        bail!("{} is missing: run scripts/build-plugins.sh", p.display());
-    }
-    Ok(p)
 }

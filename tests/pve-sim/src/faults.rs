@@ -66,6 +66,11 @@ pub struct FaultRule {
     /// HTTP status of kind `http`: 500 and 503 answer with `message` as PVE's errors do,
     /// 595 with an empty body (a node that cannot be reached).
     pub status: u16,
+    /// Kind `http`: handle the request first and answer the error after it, as when the
+    /// connection to the node drops once the node has acted (595): the client cannot
+    /// tell whether its request happened (a clone may have started, a VM been
+    /// destroyed).
+    pub handled: bool,
     /// Error text: the HTTP error's message (default "simulated failure"), or the task's
     /// exit status of kind `task_failure` (default "simulated task failure"; a clone
     /// prefixes it with "clone failed: " as PVE does).
@@ -83,6 +88,7 @@ impl Default for FaultRule {
             max_count: None,
             kind: FaultKind::Http,
             status: 500,
+            handled: false,
             message: None,
         }
     }
@@ -137,6 +143,8 @@ pub struct Decision {
     pub delay_ms: u64,
     /// Answer with this error instead of handling the request.
     pub error: Option<ApiError>,
+    /// Handle the request, then answer with this error (its reply is lost).
+    pub error_after: Option<ApiError>,
     /// Hand this to the handler.
     pub task: Option<TaskFault>,
 }
@@ -235,7 +243,11 @@ impl World {
             match rule.kind {
                 FaultKind::Delay => {}
                 FaultKind::Http => {
-                    d.error = Some(rule.error());
+                    if rule.handled {
+                        d.error_after = Some(rule.error());
+                    } else {
+                        d.error = Some(rule.error());
+                    }
                     break;
                 }
                 FaultKind::TaskFailure => {

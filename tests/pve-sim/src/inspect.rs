@@ -6,6 +6,7 @@
 //! | `GET /_sim/vms/{vmid}` | one VM (404 if absent) |
 //! | `POST /_sim/vms/{vmid}/crash` | the VM stops at once, without a task (a guest crash) |
 //! | `POST /_sim/vms/{vmid}/migrate?target=NODE` | the VM moves to NODE at once, as a finished migration by someone else (HA's load balancer); 409 with the reason if PVE would refuse |
+//! | `GET /_sim/destroyed` | every VM a `qmdestroy` removed: VMID, node, the principal who asked, when (`at_ms`), its last config |
 //! | `GET /_sim/state` | everything: nodes, storages and volumes, VMs, pools, tasks, counters, faults, leases |
 //! | `GET /_sim/counters` | requests per endpoint, `{"METHOD /path/template": n}` |
 //! | `POST /_sim/counters/reset` | zero the counters |
@@ -96,6 +97,7 @@ pub fn dump(w: &World) -> Value {
         "pools": w.pools,
         "tasks": w.task_order.iter().filter_map(|u| w.tasks.get(u)).map(|t| t.inspect_json()).collect::<Vec<_>>(),
         "counters": w.counters,
+        "destroyed": w.destroyed,
         "faults": w.faults,
         "fault_hits": w.fault_hits_json(),
         "leases": w.leases.iter().map(|(m, ip)| (m.clone(), ip.to_string())).collect::<std::collections::BTreeMap<_, _>>(),
@@ -108,6 +110,7 @@ pub fn handle(shared: &Shared, parts: &Parts, body: Bytes) -> Resp {
     let method = parts.method.as_str();
     match (method, path) {
         ("GET", "/_sim/vms") => raw_json(200, &Value::Array(vms_json(&shared.lock()))),
+        ("GET", "/_sim/destroyed") => raw_json(200, &json!(shared.lock().destroyed)),
         ("GET", "/_sim/state") => raw_json(200, &dump(&shared.lock())),
         ("GET", "/_sim/counters") => raw_json(200, &json!(shared.lock().counters)),
         ("POST", "/_sim/counters/reset") => {

@@ -35,7 +35,7 @@
 //! * [`RunningSim`]: `base_url()`, `addr()`, `ca_pem()`, `ca_path()`, `fingerprint()`,
 //!   `state()`, `shutdown().await`; stops when dropped.
 //! * [`StateHandle`]: `vms()`, `vm(id)`, `counters()`, `reset_counters()`, `faults()`,
-//!   `set_faults(f)`, `fault_hits()`, `tasks()`, `crash_vm(id)`, `migrate_vm(id, node)`,
+//!   `set_faults(f)`, `fault_hits()`, `tasks()`, `destroyed()`, `crash_vm(id)`, `migrate_vm(id, node)`,
 //!   `dump()`.
 //! * [`nocloud::build_cidata_iso`] builds a NoCloud ISO for tests.
 //!

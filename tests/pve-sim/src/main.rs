@@ -49,11 +49,13 @@ use pve_sim::{Config, ListenOpts, Simulator};
 ///   [[faults.rules]]       name, endpoint = "METHOD PATH" (`*`/`{x}` one segment, `**`
 ///                          any; "*" = every request), probability, delay_ms, skip,
 ///                          max_count, kind = http|delay|task_failure|lock_timeout|
-///                          vmid_race, status = 500|503|595, message
+///                          vmid_race, status = 500|503|595, message, handled
+///                          (http: act first, then answer the error: a lost reply)
 ///   seed, max_body_bytes   reproducible randomness; largest request body
 ///
 /// Inspection (unauthenticated, same listener):
 ///   GET /_sim/vms, /_sim/vms/{vmid}, /_sim/state, /_sim/counters, /_sim/tasks,
+///   /_sim/destroyed,
 ///   /_sim/faults, /_sim/faults/hits, /_sim/endpoints; POST /_sim/counters/reset,
 ///   /_sim/vms/{vmid}/crash, /_sim/vms/{vmid}/migrate?target=NODE;
 ///   PUT /_sim/faults (JSON with the keys of [faults]).

@@ -302,6 +302,16 @@ impl StateHandle {
             .map(|_| ())
             .map_err(|(_, e)| e)
     }
+    /// Every VM a `qmdestroy` task removed, oldest first, as `/_sim/destroyed` shows it:
+    /// VMID, node, the principal whose request destroyed it, `at_ms`, its last config.
+    pub fn destroyed(&self) -> Vec<Value> {
+        self.0
+            .lock()
+            .destroyed
+            .iter()
+            .filter_map(|d| serde_json::to_value(d).ok())
+            .collect()
+    }
     /// All tasks as `/_sim/tasks` shows them (status, queued, log, millisecond timeline),
     /// oldest first.
     pub fn tasks(&self) -> Vec<Value> {

@@ -261,6 +261,20 @@ pub fn drive_string(opts: &BTreeMap<String, String>) -> String {
     parts.join(",")
 }
 
+/// A VM a `qmdestroy` task removed: who destroyed it, when, and the config it had, so
+/// tests can tell whose VMs a client destroyed (PVE keeps no such record; the task log
+/// names only the volumes).
+#[derive(Debug, Clone, Serialize)]
+pub struct Destroyed {
+    pub vmid: u32,
+    pub node: String,
+    /// The principal whose request started the task (`capmox@pve!capi`).
+    pub user: String,
+    /// Unix milliseconds when the VM was removed.
+    pub at_ms: u64,
+    pub config: BTreeMap<String, String>,
+}
+
 /// Requests per endpoint, keyed `"METHOD /path/template"`.
 pub type Counters = BTreeMap<String, u64>;
 
@@ -289,6 +303,8 @@ pub struct World {
     /// MACs handed out, to keep generated ones unique.
     pub macs: std::collections::HashSet<String>,
     pub counters: Counters,
+    /// Every VM destroyed so far, oldest first.
+    pub destroyed: Vec<Destroyed>,
     pub faults: Faults,
     pub rng: fastrand::Rng,
     pub tickets: HashMap<String, Ticket>,
@@ -326,6 +342,7 @@ impl World {
             leased: Default::default(),
             macs: Default::default(),
             counters: BTreeMap::new(),
+            destroyed: Vec::new(),
             faults: cfg.faults.clone(),
             rng,
             tickets: HashMap::new(),

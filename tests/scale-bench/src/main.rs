@@ -3,21 +3,20 @@
 //! pve-sim with realistic task durations, and `hyperplug run` as its own process with the
 //! bundled plugin; prints one table. Asserts nothing about speed. See `scripts/bench.sh`.
 mod audit;
-mod host;
-mod objects;
 mod report;
 mod sim;
 mod watch;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use fleet::{HostSpec, now_ms, objects, world};
 use futures::{StreamExt, TryStreamExt};
 use hyperplug_runtime::bindings::machine::TemplateRequest;
 use hyperplug_runtime::{Limits, ObjectRef, Runtime, overhead};
-use kube_world::{AUDIT_WRITES_POLICY, Plane, PlaneOpts};
+use kube_world::{AUDIT_WRITES_POLICY, PlaneOpts};
 use pve_sim::{ListenOpts, Simulator};
 
 /// The user the host authenticates as, so the audit log tells its writes apart.
@@ -36,8 +35,8 @@ pub struct Args {
     /// PVE nodes; cluster i is pinned to node i mod NODES and clones that node's template.
     #[arg(long, default_value_t = 5)]
     pub nodes: usize,
-    /// Tasks one PVE node runs at once (see `sim::NODE_TASK_CONCURRENCY` for the figure).
-    #[arg(long, default_value_t = sim::NODE_TASK_CONCURRENCY)]
+    /// Tasks one PVE node runs at once (see `fleet::world::NODE_TASK_CONCURRENCY` for the figure).
+    #[arg(long, default_value_t = world::NODE_TASK_CONCURRENCY)]
     pub node_task_concurrency: usize,
     /// Multiplies every task duration and boot delay (the CI smoke run uses 0.05).
     #[arg(long, default_value_t = 1.0)]
@@ -64,13 +63,6 @@ pub struct Args {
     /// many machines at once too).
     #[arg(long, default_value_t = 32)]
     pub parallelism: usize,
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[tokio::main]
@@ -128,7 +120,7 @@ async fn run(args: &Args) -> Result<report::Report> {
     );
     let overhead = call_overhead(args).await?;
 
-    let config = sim::world(
+    let config = world::world(
         args.nodes,
         per_node,
         args.time_scale,
@@ -142,40 +134,18 @@ async fn run(args: &Args) -> Result<report::Report> {
         },
     )
     .await?;
-    let (token_id, secret) = pve_sim::DEFAULT_TOKEN
-        .split_once('=')
-        .context("the default token has a secret")?;
-    let pve = objects::Pve {
-        url: sim.base_url().to_string(),
-        token_id: token_id.into(),
-        secret: secret.into(),
-        fingerprint: sim.fingerprint().to_string(),
-    };
+    let pve = objects::Pve::of(&sim, pve_sim::DEFAULT_TOKEN)?;
 
     eprintln!("[bench] starting the management plane");
-    let plane = Plane::start(PlaneOpts {
-        controller_manager: false,
-        audit_policy: Some(AUDIT_WRITES_POLICY.into()),
-        ..PlaneOpts::default()
-    })
+    let plane = fleet::plane::start(
+        &args.hyperplug,
+        &args.plugin,
+        PlaneOpts {
+            audit_policy: Some(AUDIT_WRITES_POLICY.into()),
+            ..PlaneOpts::default()
+        },
+    )
     .await?;
-    plane.install_capi_crds().await?;
-    let crds = std::process::Command::new(&args.hyperplug)
-        .arg("crds")
-        .arg(&args.plugin)
-        .output()
-        .context("running hyperplug crds")?;
-    if !crds.status.success() {
-        bail!(
-            "hyperplug crds failed: {}",
-            String::from_utf8_lossy(&crds.stderr)
-        );
-    }
-    plane
-        .install_crds_yaml(&String::from_utf8(crds.stdout)?)
-        .await?;
-    plane.start_controller_manager().await?;
-    plane.start_capi_core().await?;
     let client = plane.client();
     let audit_log = plane
         .audit_log_path()
@@ -187,13 +157,14 @@ async fn run(args: &Args) -> Result<report::Report> {
         plane.dir().display()
     );
     let kubeconfig = plane.kubeconfig_for(HOST_USER)?;
-    let mut host = host::Host::start(
-        &args.hyperplug,
-        &args.plugin,
-        &kubeconfig,
-        plane.dir(),
-        &args.host_args,
-    )?;
+    let mut host = HostSpec {
+        binary: args.hyperplug.clone(),
+        plugin: args.plugin.clone(),
+        kubeconfig,
+        args: args.host_args.clone(),
+        env: vec![],
+    }
+    .start(&plane.dir().join("hyperplug.log"))?;
     let timeout = Duration::from_secs(args.timeout_secs);
 
     eprintln!("[bench] {} clusters", args.clusters);
@@ -220,10 +191,11 @@ async fn run(args: &Args) -> Result<report::Report> {
     .map(|(c, m)| {
         let client = client.clone();
         async move {
-            let at = objects::create_machine(&client, c, m, node_of(c)).await?;
+            let created =
+                objects::create_machine(&client, c, m, node_of(c), &serde_json::json!({})).await?;
             Ok::<_, anyhow::Error>((
                 format!("{}/{}", objects::namespace(c), objects::machine_name(c, m)),
-                at,
+                created.at_ms,
             ))
         }
     })

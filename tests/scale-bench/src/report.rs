@@ -185,7 +185,7 @@ impl Report {
             ),
             "",
         );
-        let durations: Vec<String> = sim::TASK_MS
+        let durations: Vec<String> = fleet::world::TASK_MS
             .iter()
             .map(|(k, _)| format!("{k} {}", secs(i.config.task_duration_ms(k))))
             .collect();

@@ -1,48 +1,45 @@
-//! Waiting for the world, and the moment each ProxmoxMachine was first seen provisioned.
+//! Waiting for the benchmark's world, and the moment each ProxmoxMachine was first seen provisioned.
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result};
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use crate::host::Host;
-use crate::objects;
+use fleet::{Host, objects};
 
-/// Polls `check` every 200 ms until it is true; fails if the host or a plane process
-/// died, or after `timeout`.
+/// Waits until `check` is true; fails if the host or a plane process died, or after
+/// `timeout`.
 pub async fn wait<F, Fut>(
     host: &mut Host,
     plane: &kube_world::Plane,
     timeout: Duration,
     what: &str,
-    mut check: F,
+    check: F,
 ) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<bool>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
+    let log = host.log.clone();
+    let alive = || {
         host.check_running()?;
-        plane.check_processes()?;
-        if check().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "timed out after {timeout:?} waiting for {what} (host log {}, plane {})",
-                host.log.display(),
+        plane.check_processes()
+    };
+    fleet::wait::until(timeout, what, alive, check)
+        .await
+        .with_context(|| {
+            format!(
+                "host log {}, plane {}",
+                log.display(),
                 plane.dir().display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+            )
+        })
 }
 
 /// When (Unix ms) a machine was first seen provisioned, and its VMID.
@@ -88,7 +85,7 @@ impl Provisioned {
                     .and_then(Value::as_str)
                     .and_then(|v| v.parse().ok());
                 map.lock().unwrap().entry(key).or_insert(Seen {
-                    at_ms: crate::now_ms(),
+                    at_ms: fleet::now_ms(),
                     vmid,
                 });
             }

@@ -462,7 +462,10 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
         shared.lock().release_flock(vmid, mode);
         shared.unlocked.notify_waiters();
     }
-    res
+    match decision.error_after {
+        Some(lost) => Err(lost),
+        None => res,
+    }
 }
 
 /// PVE resolves the node name to proxy the request; an unknown node fails that way.

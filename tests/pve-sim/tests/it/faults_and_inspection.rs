@@ -348,3 +348,66 @@ async fn a_crashed_vm_is_stopped_without_a_task() {
         .await;
     assert_eq!(r.reason, "VM 100 is not running");
 }
+
+#[tokio::test]
+async fn a_lost_reply_is_an_error_for_a_request_that_was_carried_out() {
+    let mut cfg = Config::fast();
+    cfg.faults.rules.push(FaultRule {
+        endpoint: "POST /nodes/{node}/qemu/{vmid}/clone".into(),
+        status: 595,
+        handled: true,
+        max_count: Some(1),
+        ..FaultRule::default()
+    });
+    let s = start(cfg).await;
+    let r = s
+        .call(
+            Method::POST,
+            "/nodes/pve1/qemu/9000/clone",
+            &[("newid", "100"), ("name", "lost")],
+        )
+        .await;
+    assert_eq!((r.status.as_u16(), r.text.as_str()), (595, ""));
+    let config = s
+        .eventually("/nodes/pve1/qemu/100/config", |c| {
+            c["lock"].is_null() && c["name"] == "lost"
+        })
+        .await;
+    assert!(
+        config["digest"].is_string(),
+        "the clone happened all the same"
+    );
+    assert_eq!(s.sim.state().fault_hits()[0]["fired"], 1);
+}
+
+#[tokio::test]
+async fn destroyed_vms_are_recorded_with_who_destroyed_them_and_their_last_config() {
+    let s = start_fast().await;
+    s.task(
+        Method::POST,
+        "/nodes/pve1/qemu/9000/clone",
+        &[
+            ("newid", "100"),
+            ("description", "hyperplug.machine-uid=u1"),
+        ],
+    )
+    .await;
+    assert_eq!(s.sim_get("/_sim/destroyed").await, json!([]));
+    let st = s
+        .task(Method::DELETE, "/nodes/pve1/qemu/100", &[("purge", "1")])
+        .await;
+    assert_eq!(st["exitstatus"], "OK");
+    let destroyed = s.sim_get("/_sim/destroyed").await;
+    assert_eq!(destroyed[0]["vmid"], 100);
+    assert_eq!(destroyed[0]["node"], "pve1");
+    assert_eq!(destroyed[0]["user"], "capmox@pve!capi");
+    assert_eq!(
+        destroyed[0]["config"]["description"],
+        "hyperplug.machine-uid=u1"
+    );
+    assert!(destroyed[0]["at_ms"].as_u64().unwrap() > 0);
+    assert_eq!(
+        s.sim.state().destroyed(),
+        destroyed.as_array().unwrap().clone()
+    );
+}

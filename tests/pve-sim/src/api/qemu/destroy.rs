@@ -5,7 +5,7 @@ use serde_json::json;
 use crate::api::{Call, check_lock, vm_on};
 use crate::envelope::{ApiError, ApiResult};
 use crate::params::split_indexed;
-use crate::state::{drive_options, is_drive_key};
+use crate::state::{Destroyed, drive_options, is_drive_key, unix_now_ms};
 use crate::tasks::{self, TaskSpec};
 
 use super::{missing_vm, remove_volume};
@@ -30,6 +30,7 @@ pub fn destroy(c: &mut Call) -> ApiResult {
     let skiplock = c.flag("skiplock");
     let purge = c.flag("purge");
     let unreferenced = c.flag("destroy-unreferenced-disks");
+    let user = c.user.clone();
     let spec = TaskSpec::new(
         c,
         "qmdestroy",
@@ -87,7 +88,15 @@ pub fn destroy(c: &mut Call) -> ApiResult {
                     remove_volume(w, &node, &format!("{sid}:{name}"));
                 }
             }
-            w.vms.remove(&vmid);
+            if let Some(vm) = w.vms.remove(&vmid) {
+                w.destroyed.push(Destroyed {
+                    vmid,
+                    node: vm.node,
+                    user,
+                    at_ms: unix_now_ms(),
+                    config: vm.config,
+                });
+            }
             if purge {
                 for members in w.pools.values_mut() {
                     members.remove(&vmid);

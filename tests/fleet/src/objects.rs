@@ -7,7 +7,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind,
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::sim::{VM_MEMORY_MIB, node_name, template_id};
+use crate::world::{VM_MEMORY_MIB, node_name, template_id};
 
 const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
@@ -38,7 +38,7 @@ pub fn infra_machine() -> ApiResource {
 }
 
 pub fn namespace(cluster: usize) -> String {
-    format!("bench-c{cluster}")
+    format!("fleet-c{cluster}")
 }
 pub fn cluster_name(cluster: usize) -> String {
     format!("c{cluster}")
@@ -57,6 +57,21 @@ pub struct Pve {
     pub token_id: String,
     pub secret: String,
     pub fingerprint: String,
+}
+
+impl Pve {
+    /// The simulator's endpoint with `token` (`USER@REALM!TOKENID=SECRET`).
+    pub fn of(sim: &pve_sim::RunningSim, token: &str) -> Result<Pve> {
+        let (token_id, secret) = token
+            .split_once('=')
+            .with_context(|| format!("token {token:?} has no secret"))?;
+        Ok(Pve {
+            url: sim.base_url().to_string(),
+            token_id: token_id.into(),
+            secret: secret.into(),
+            fingerprint: sim.fingerprint().to_string(),
+        })
+    }
 }
 
 /// Namespace, credentials, Cluster and ProxmoxCluster of cluster `c`, pinned to PVE node
@@ -120,9 +135,25 @@ pub async fn create_cluster(client: &Client, c: usize, node: usize, pve: &Pve) -
     Ok(())
 }
 
+/// A ProxmoxMachine just created.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// When (Unix ms) it was sent: where the machine's clock starts.
+    pub at_ms: u64,
+    /// Its UID (what the plugin marks its VM with).
+    pub uid: String,
+}
+
 /// Bootstrap Secret, Machine and ProxmoxMachine (owned by the Machine), in that order.
-/// Returns when (Unix ms) the ProxmoxMachine was sent: where the machine's clock starts.
-pub async fn create_machine(client: &Client, c: usize, m: usize, node: usize) -> Result<u64> {
+/// The ProxmoxMachine's spec clones node `node`'s template, plus `extra_spec`'s keys
+/// (e.g. `vmIDRange`).
+pub async fn create_machine(
+    client: &Client,
+    c: usize,
+    m: usize,
+    node: usize,
+    extra_spec: &Value,
+) -> Result<Created> {
     let ns = namespace(c);
     let cluster = cluster_name(c);
     let name = machine_name(c, m);
@@ -155,8 +186,18 @@ pub async fn create_machine(client: &Client, c: usize, m: usize, node: usize) ->
         )
         .await
         .with_context(|| format!("creating Machine {ns}/{name}"))?;
-    let at = crate::now_ms();
-    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra_machine())
+    let mut spec = json!({
+        "sourceNode": node_name(node),
+        "templateID": template_id(node),
+        "numCores": 2,
+        "memoryMiB": VM_MEMORY_MIB,
+        "network": {"default": {"bridge": "vmbr0"}},
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let at_ms = crate::now_ms();
+    let infra = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra_machine())
         .create(
             &PostParams::default(),
             &object(json!({
@@ -169,18 +210,15 @@ pub async fn create_machine(client: &Client, c: usize, m: usize, node: usize) ->
                         "name": name, "uid": machine.uid().unwrap_or_default(),
                     }],
                 },
-                "spec": {
-                    "sourceNode": node_name(node),
-                    "templateID": template_id(node),
-                    "numCores": 2,
-                    "memoryMiB": VM_MEMORY_MIB,
-                    "network": {"default": {"bridge": "vmbr0"}},
-                },
+                "spec": spec,
             })),
         )
         .await
         .with_context(|| format!("creating ProxmoxMachine {ns}/{name}"))?;
-    Ok(at)
+    Ok(Created {
+        at_ms,
+        uid: infra.uid().unwrap_or_default(),
+    })
 }
 
 /// Deletes a Machine the way a scale-down does; CAPI deletes its ProxmoxMachine.

@@ -4,6 +4,20 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
+/// How to start a manager: the same for every start of a replica.
+#[derive(Debug, Clone)]
+pub struct HostSpec {
+    /// The `hyperplug` binary.
+    pub binary: PathBuf,
+    /// The plugin it serves.
+    pub plugin: PathBuf,
+    pub kubeconfig: PathBuf,
+    /// Extra arguments for `hyperplug run` (e.g. `--leader-elect`).
+    pub args: Vec<String>,
+    /// Extra environment (e.g. `HOSTNAME`, the leader-election identity).
+    pub env: Vec<(String, String)>,
+}
+
 /// The running host; killed when dropped.
 pub struct Host {
     child: Child,
@@ -11,38 +25,40 @@ pub struct Host {
     metrics_port: u16,
 }
 
-impl Host {
-    pub fn start(
-        binary: &Path,
-        plugin: &Path,
-        kubeconfig: &Path,
-        dir: &Path,
-        extra: &[String],
-    ) -> Result<Host> {
-        let log = dir.join("hyperplug.log");
-        let out = std::fs::File::create(&log)?;
+impl HostSpec {
+    /// Starts `hyperplug run`, its output appended to `log`, its metrics and health
+    /// endpoints on free loopback ports.
+    pub fn start(&self, log: &Path) -> Result<Host> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
         let port = |_| kube_world::free_port();
         let (metrics, health) = (port(0)?, port(1)?);
-        let child = Command::new(binary)
+        let child = Command::new(&self.binary)
             .arg("run")
             .arg("--plugin")
-            .arg(plugin)
+            .arg(&self.plugin)
             .arg(format!("--metrics-addr=127.0.0.1:{metrics}"))
             .arg(format!("--health-addr=127.0.0.1:{health}"))
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
+            .args(&self.args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
             .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .with_context(|| format!("starting {}", self.binary.display()))?;
         Ok(Host {
             child,
-            log,
+            log: log.to_path_buf(),
             metrics_port: metrics,
         })
     }
+}
 
+impl Host {
     /// The host's Prometheus metrics, for a look at where its time went.
     pub fn metrics(&self) -> Result<String> {
         use std::io::{Read, Write};
@@ -55,6 +71,13 @@ impl Host {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGKILL, as a node failure or the OOM killer would: no shutdown, nothing flushed.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
     }
 
     /// `Err` with the log's tail if the host has exited.

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Gives a fresh checkout the file times of the last build, where the content is the same.
+
+Cargo decides what to rebuild by file modification times. A fresh clone has every file
+new, so every crate of the workspace is rebuilt even when the target directory holds a
+build of exactly this code. This script keeps, next to that target directory, the git
+blob id and modification time each tracked file had at the last build into it; a file
+whose blob id is unchanged gets its old time back, any other file keeps its new time
+(and the record is updated). So only what changed since the last build into that target
+directory is rebuilt, and a revert is a change like any other (the record is the last
+build's content, not a history).
+
+Usage: source-mtimes.py TARGET_DIR   (from the checkout's root; does nothing on a tree
+with uncommitted changes, whose content git's blob ids do not describe)
+"""
+import os
+import subprocess
+import sys
+
+
+def tracked_blobs():
+    """{path: blob id} of the checkout's index."""
+    out = subprocess.run(
+        ["git", "ls-files", "-s", "-z"], check=True, capture_output=True
+    ).stdout
+    blobs = {}
+    for entry in out.split(b"\0"):
+        if not entry:
+            continue
+        meta, path = entry.split(b"\t", 1)
+        blobs[path.decode()] = meta.split()[1].decode()
+    return blobs
+
+
+def main():
+    target = sys.argv[1]
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    if dirty:
+        print("source-mtimes: uncommitted changes; file times left as they are")
+        return
+    store = os.path.join(target, ".source-mtimes")
+    known = {}
+    if os.path.exists(store):
+        with open(store) as f:
+            for line in f:
+                blob, mtime, path = line.rstrip("\n").split(" ", 2)
+                known[path] = (blob, int(mtime))
+    restored = changed = 0
+    record = []
+    for path, blob in tracked_blobs().items():
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if os.path.islink(path):
+            continue
+        old = known.get(path)
+        if old and old[0] == blob:
+            os.utime(path, ns=(st.st_atime_ns, old[1]))
+            record.append((blob, old[1], path))
+            restored += 1
+        else:
+            record.append((blob, st.st_mtime_ns, path))
+            changed += 1
+    os.makedirs(target, exist_ok=True)
+    with open(store + ".tmp", "w") as f:
+        for blob, mtime, path in record:
+            f.write(f"{blob} {mtime} {path}\n")
+    os.replace(store + ".tmp", store)
+    print(f"source-mtimes: {restored} files as at the last build, {changed} new or changed")
+
+
+if __name__ == "__main__":
+    main()
