@@ -15,7 +15,7 @@ use super::outcome::{self, Outcome, failure_report};
 use super::output::{MAX_ENTRIES, MAX_KEY_BYTES, MAX_STATE_BYTES, MAX_VALUE_BYTES};
 use crate::status::InfraMachineStatus;
 use hyperplug_runtime::bindings::machine::{
-    AddressRequest, AddressType, Drift, MachineAddress, MachineStatus,
+    AddressPool, AddressRequest, AddressType, Drift, MachineAddress, MachineStatus,
 };
 use hyperplug_runtime::bindings::types::Progress;
 
@@ -85,7 +85,7 @@ prop_compose! {
         message in text(MAX_MESSAGE),
         requeue_after_ms in any::<Option<u64>>(),
     ) -> Progress {
-        Progress { state, phase, message, requeue_after_ms }
+        Progress { state, phase, message, requeue_after_ms, waits: vec![], durable: true }
     }
 }
 
@@ -98,14 +98,18 @@ prop_compose! {
             .prop_map(|(address_type, address)| MachineAddress { address_type, address }).boxed()),
         failure_domain in proptest::option::of(text(MAX_KEY_BYTES)),
         address_requests in list((text(MAX_KEY_BYTES), text(MAX_KEY_BYTES))
-            .prop_map(|(device, pool)| AddressRequest { device, pool }).boxed()),
+            .prop_map(|(device, pool)| AddressRequest {
+                device,
+                pool: AddressPool::Reported(pool),
+                claim_suffix: None,
+            }).boxed()),
         needs_bootstrap in any::<bool>(),
         drift in drift(),
         details in list((text(MAX_KEY_BYTES), text(MAX_VALUE_BYTES)).boxed()),
     ) -> MachineStatus {
         MachineStatus {
             progress, ready, provider_id, addresses, failure_domain, address_requests,
-            needs_bootstrap, drift, details,
+            needs_bootstrap, drift, details, plugin_status: None,
         }
     }
 }
