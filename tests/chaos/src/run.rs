@@ -249,7 +249,11 @@ pub async fn run(args: &Args) -> Result<Outcome> {
     record(&mut happened, &ledger, &sim, &kills, &replicas, &background);
     let table = verdict::judge(&ledger, &evidence);
     drop(replicas);
-    drop(plane);
+    if table.holds() {
+        drop(plane);
+    } else {
+        keep_evidence(&mut happened, plane, &sim, &evidence)?;
+    }
     sim.shutdown().await;
     Ok(Outcome {
         seed,
@@ -578,6 +582,43 @@ impl Run<'_> {
         }
         Ok(())
     }
+}
+
+/// A run that broke an invariant keeps, for its post-mortem, the plane's directory (the
+/// replicas' and the plane's logs) and writes beside them what pve-sim saw: its state,
+/// every task, every destroy and the requests it served.
+fn keep_evidence(
+    happened: &mut Vec<String>,
+    plane: Plane,
+    sim: &RunningSim,
+    evidence: &Evidence,
+) -> Result<()> {
+    let Some(dir) = plane.keep() else {
+        return Ok(());
+    };
+    let state = sim.state();
+    let files = [
+        ("pve-state.json", state.dump()),
+        ("pve-tasks.json", serde_json::Value::from(state.tasks())),
+        (
+            "pve-destroyed.json",
+            serde_json::Value::from(evidence.destroyed.clone()),
+        ),
+        (
+            "pve-requests.json",
+            serde_json::Value::from(state.requests()),
+        ),
+    ];
+    for (name, value) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_vec_pretty(&value)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    happened.push(format!(
+        "evidence kept in {} (the replicas' logs, pve-*.json)",
+        dir.display()
+    ));
+    Ok(())
 }
 
 /// What the run went through, as lines for the report.
