@@ -99,11 +99,13 @@ impl<'a> Ctx<'a> {
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.classify("reading the VM")),
         }
+        // Listed on the recorded node too: it moved away and back since the read above
+        // (a migration goes both ways), so it is read again where it is listed.
         let listed = self
             .qemu_vms()?
             .find(|v| u64_of(v, "vmid") == Some(u64::from(vmid)))
             .and_then(|v| str_of(v, "node"));
-        let Some(node) = listed.filter(|n| Some(n) != st.node.as_ref()) else {
+        let Some(node) = listed else {
             return Ok(Located::Gone);
         };
         let path = format!("/nodes/{}/qemu/{vmid}/config", percent_encode(&node));
@@ -113,6 +115,7 @@ impl<'a> Ctx<'a> {
             Err(e) => return Err(e.classify("reading the VM on its new node")),
         };
         match self.located(config) {
+            Located::Ours(c) if Some(&node) == st.node.as_ref() => Ok(Located::Ours(c)),
             Located::Ours(c) => {
                 log::info(
                     "following the VM to the node it is on now",

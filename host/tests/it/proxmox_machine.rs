@@ -1087,6 +1087,107 @@ async fn delete_during_the_clone_waits_for_the_lock() {
     assert!(non_templates(&sim).is_empty());
 }
 
+/// PVE accepts a clone and hands back its task before the task has written anything:
+/// its worker first waits for the config locks of the template and of the new VMID. A
+/// delete arriving in that window finds no VM with the recorded VMID; it must follow
+/// the clone task to its end rather than take "no VM yet" for "gone", or the clone
+/// finishes after the finalizer went, marked as the deleted machine's (the chaos run's
+/// orphan).
+#[tokio::test]
+async fn a_delete_while_the_clone_waits_for_the_templates_lock_destroys_the_clone_it_asked_for() {
+    let mut config = Config::fast();
+    config.task_ms.insert("qmclone".into(), 200);
+    config.task_ms.insert("qmconfig".into(), 800);
+    config.clone_lock_wait_ms = 5_000;
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    // Someone writes the template's config: the task holds its lock for a while.
+    let writer = reqwest::Client::builder()
+        .no_proxy()
+        .add_root_certificate(reqwest::Certificate::from_pem(sim.ca_pem().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let reply = writer
+        .post(format!(
+            "{}/api2/json/nodes/pve1/qemu/9000/config",
+            sim.base_url()
+        ))
+        .header(
+            "Authorization",
+            format!("PVEAPIToken={}", pve_sim::DEFAULT_TOKEN),
+        )
+        .form(&[("description", "golden image")])
+        .send()
+        .await
+        .unwrap();
+    assert!(reply.status().is_success(), "{:?}", reply.text().await);
+    let cloning = create_until_cloning(&plugin, &mut req).await;
+    let vmid = vmid_of(&cloning);
+    assert!(
+        sim.state().vm(vmid).is_none(),
+        "the clone waits for the template's lock: no VM {vmid} yet"
+    );
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(
+        non_templates(&sim).is_empty(),
+        "the clone is destroyed, not left behind: {:?}",
+        non_templates(&sim)
+    );
+    let destroyed = sim.state().destroyed();
+    assert_eq!(destroyed.len(), 1, "{destroyed:?}");
+    assert_eq!(destroyed[0]["vmid"], vmid);
+}
+
+/// A VM that migrates away from its node and back while its machine is deleted (PVE
+/// 9.2's load balancer, an administrator) is not at its node when one read looks and is
+/// listed there again by the next: that is not "gone". The chaos run's orphan: its stop
+/// found no VM on the recorded node, the confirming read found none either, the listing
+/// showed it back on that node, and the delete ended with the VM left running.
+#[tokio::test]
+async fn a_vm_away_from_its_node_for_one_read_during_delete_is_still_destroyed() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vmid = vmid_of(&status);
+    // What PVE answers while the VM is on another node, once for its status (the stop
+    // step) and once for its config (the confirming read, after the delete's first look).
+    let away = |endpoint: &str, skip: u64| FaultRule {
+        endpoint: endpoint.into(),
+        status: 500,
+        message: Some(format!(
+            "Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist"
+        )),
+        skip,
+        max_count: Some(1),
+        ..FaultRule::default()
+    };
+    sim.state().set_faults(Faults {
+        rules: vec![
+            away("GET /nodes/{node}/qemu/{vmid}/status/current", 0),
+            away("GET /nodes/{node}/qemu/{vmid}/config", 1),
+        ],
+        ..Faults::default()
+    });
+    drive_delete(&plugin, &mut req).await.unwrap();
+    let hits = sim.state().fault_hits();
+    assert!(
+        hits.as_array().unwrap().iter().all(|r| r["fired"] == 1),
+        "both reads found the VM away: {hits}"
+    );
+    assert!(
+        non_templates(&sim).is_empty(),
+        "the VM is destroyed, not left behind: {:?}",
+        non_templates(&sim)
+    );
+    assert_eq!(sim.state().destroyed().len(), 1);
+}
+
 /// Ignition goes into `user-data` (Ignition's Proxmox VE platform reads the NoCloud
 /// `user-data`) with the machine's hostname, `/etc/proxmox-env` and its network as
 /// networkd units added; without the guest agent the ISO stays attached.
