@@ -2,8 +2,8 @@
 # Installs what building and testing hyperplug needs on a fresh machine that has Rust
 # (rustup) and Go: the wasm32-wasip2 target, then the Go-built test world (etcd,
 # kube-apiserver, Cluster API, IPAM, cert-manager; cached under ~/.cache/hyperplug), and
-# sushy-tools (the Redfish BMC emulator) in a virtualenv there.
-# Idempotent and quick when everything is there.
+# sushy-tools (the Redfish BMC emulator) in a virtualenv there, and the fuzzing tools (a
+# pinned nightly toolchain and cargo-fuzz). Idempotent and quick when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,4 +39,16 @@ if [ "$have" != "$SUSHY_TOOLS_VERSION" ]; then
   log "installing sushy-tools $SUSHY_TOOLS_VERSION into $venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "sushy-tools==$SUSHY_TOOLS_VERSION"
+fi
+
+# Fuzzing (scripts/fuzz.sh, a short run in scripts/test.sh): cargo-fuzz builds libFuzzer
+# targets with nightly-only flags, so a dated nightly (minimal profile, ~15 s to fetch)
+# and cargo-fuzz itself (~2 min to build once), both kept under ~/.rustup and ~/.cargo.
+if ! rustup run "$FUZZ_TOOLCHAIN" rustc --version >/dev/null 2>&1; then
+  log "installing the $FUZZ_TOOLCHAIN toolchain (for cargo fuzz)"
+  rustup toolchain install "$FUZZ_TOOLCHAIN" --profile minimal
+fi
+if [ "$(cargo fuzz --version 2>/dev/null | awk '{print $2}')" != "$CARGO_FUZZ_VERSION" ]; then
+  log "installing cargo-fuzz $CARGO_FUZZ_VERSION"
+  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked --quiet
 fi

@@ -11,9 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
-# Packages (by directory name) whose test executables run in the background, four tests
-# at a time.
-SLOW="e2e"
+# Packages (by directory name) whose test executables run in the background (the chaos
+# run at CI size and the end-to-end suites), four tests at a time.
+SLOW="chaos e2e"
 
 # "directory name<TAB>directory<TAB>executable" of every test executable of the default
 # members (the directory name is what SLOW names).

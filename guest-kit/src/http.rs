@@ -91,6 +91,14 @@ const FIRST_BYTE_TIMEOUT_NS: u64 = 20_000_000_000;
 
 /// Send a request and read the response.
 pub fn send(req: Request<'_>) -> Result<Response, HttpError> {
+    #[cfg(all(feature = "fuzzing", not(target_arch = "wasm32")))]
+    if let Some(reply) = crate::fuzzing::http(&req) {
+        return reply;
+    }
+    send_wasi(req)
+}
+
+fn send_wasi(req: Request<'_>) -> Result<Response, HttpError> {
     let (scheme, authority, path) = split_url(req.url)?;
     let entries: Vec<(String, Vec<u8>)> = req
         .headers

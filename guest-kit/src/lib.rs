@@ -16,6 +16,8 @@
 //! - [`endpoint`]: the control-plane endpoint every InfraCluster spec carries.
 //! - [`http`]: the one HTTP helper over `wasi:http`; [`schema`]: CRD-ready schemas.
 //! - [`testing`]: requests as the host sends them, for unit tests.
+//! - `fuzzing` (feature `fuzzing`, native builds only): the calling thread answers the
+//!   HTTP and log imports, so `fuzz/` runs a plugin's calls natively.
 //!
 //! The imports compile natively as stubs that panic when called, so a plugin's pure
 //! logic (parsing, planning, scoring) is unit-tested with a plain `cargo test`.
@@ -40,6 +42,9 @@ pub struct PluginAuthorsGuide;
 pub mod drift;
 pub mod endpoint;
 pub mod errors;
+#[cfg(all(feature = "fuzzing", not(target_arch = "wasm32")))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod kinds;
 pub mod log;

@@ -4,6 +4,10 @@ pub use crate::bindings::hyperplug::provider::log::Level;
 
 /// Log `message` at `level` with `fields`.
 pub fn log(level: Level, message: &str, fields: &[(&str, String)]) {
+    #[cfg(all(feature = "fuzzing", not(target_arch = "wasm32")))]
+    if crate::fuzzing::log(level, message, fields) {
+        return;
+    }
     let fields: Vec<(String, String)> = fields
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))

@@ -71,7 +71,10 @@ impl Seed {
     }
 }
 
-/// A YAML double-quoted scalar (JSON string escaping is valid YAML).
+/// A YAML double-quoted scalar (JSON string escaping is valid YAML). Characters YAML
+/// does not allow raw (C0 and C1 controls, DEL, U+FFFE/U+FFFF, a BOM) and those YAML
+/// 1.1 readers such as cloud-init's take for line breaks (NEL, U+2028, U+2029) are
+/// escaped, so any value reads back as it was.
 pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
@@ -82,7 +85,15 @@ pub fn quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            '\u{80}'..='\u{9f}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{feff}'
+            | '\u{fffe}'
+            | '\u{ffff}' => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
     }
@@ -115,6 +126,17 @@ impl MetaData {
 mod tests {
     use super::*;
     use std::io::Read;
+
+    /// Found by fuzzing (`fuzz/`, target `nocloud_iso`): an instance ID with a DEL made
+    /// meta-data that YAML readers refuse ("control characters are not allowed").
+    #[test]
+    fn characters_yaml_refuses_raw_or_reads_as_line_breaks_are_escaped() {
+        assert_eq!(
+            quote("a\u{7f}b\u{85}c\u{9f}d\u{2028}e\u{feff}f\u{ffff}"),
+            r#""a\x7fb\u0085c\u009fd\u2028e\ufefff\uffff""#
+        );
+        assert_eq!(quote("é ✓ 🙂"), "\"é ✓ 🙂\"");
+    }
 
     fn seed() -> Seed {
         Seed {

@@ -12,8 +12,9 @@ mod machine;
 mod spec;
 
 /// The plugin: implements `identity`, `cluster` (in `cluster.rs`) and `machine` (in
-/// `machine/`).
-struct Plugin;
+/// `machine/`). Public (hidden) only so that `fuzz/` can call it natively.
+#[doc(hidden)]
+pub struct Plugin;
 
 guest_kit::export!(Plugin);
 

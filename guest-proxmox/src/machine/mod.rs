@@ -81,6 +81,7 @@
 //! `configure::config_update`, `scheduler::choose_node`), so unit tests (`testing`
 //! builds their requests) check it without a Proxmox.
 
+use guest_kit::invalid;
 use guest_kit::machine::{Guest, MachineRequest, MachineStatus, TemplateRequest, TemplateStatus};
 use guest_kit::types::{PluginError, Progress};
 
@@ -151,7 +152,7 @@ impl Guest for Plugin {
             {
                 Ok(())
             }
-            other => Err(other),
+            other => Err(templated(other)),
         })?;
         // What the spec leaves out comes from the template itself when it can be read
         // (credentials given); the clone keeps the template's values.
@@ -193,5 +194,45 @@ impl Guest for Plugin {
                 ("operatingSystem".into(), "linux".into()),
             ],
         })
+    }
+}
+
+/// A template's machine spec is at `spec.template.spec`: an invalid-spec error that
+/// `validate` names under `spec` is named there.
+fn templated(e: PluginError) -> PluginError {
+    match e {
+        PluginError::InvalidSpec(i) => match i.field.strip_prefix("spec") {
+            Some(rest) if rest.is_empty() || rest.starts_with('.') => {
+                invalid(&format!("spec.template.spec{rest}"), i.message)
+            }
+            _ => PluginError::InvalidSpec(i),
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use guest_kit::machine::{Guest, TemplateRequest};
+    use guest_kit::testing::object;
+    use guest_kit::types::PluginError;
+
+    use crate::Plugin;
+
+    /// Found by fuzzing (`fuzz/`, target `specs`): a template spec without a template
+    /// was blamed on `spec.templateID`, a field the template object does not have.
+    #[test]
+    fn an_invalid_template_spec_names_the_field_under_spec_template_spec() {
+        let req = TemplateRequest {
+            template: object("t1", "t1-uid"),
+            spec: "{}".into(),
+            credentials: None,
+        };
+        match Plugin::describe_template(req) {
+            Err(PluginError::InvalidSpec(i)) => {
+                assert_eq!(i.field, "spec.template.spec.templateID")
+            }
+            other => panic!("expected an invalid spec, got {other:?}"),
+        }
     }
 }

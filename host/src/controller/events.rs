@@ -49,7 +49,7 @@ pub async fn publish(ctx: &Context, obj: &DynamicObject, event: &Event) {
             EventType::Normal
         },
         reason: event.reason.chars().take(128).collect(),
-        note: (!event.note.is_empty()).then(|| event.note.chars().take(1000).collect()),
+        note: note(&event.note),
         action: "Reconcile".into(),
         secondary: None,
     };
@@ -61,5 +61,31 @@ pub async fn publish(ctx: &Context, obj: &DynamicObject, event: &Event) {
 pub async fn publish_all(ctx: &Context, obj: &DynamicObject, events: &[Event]) {
     for event in events {
         publish(ctx, obj, event).await;
+    }
+}
+
+/// Longest note the API server takes (events.k8s.io/v1 counts bytes).
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// An event's note: none when empty, else cut to what the API server takes (with room
+/// for the `…` that marks a cut). Cutting at 1000 characters let a note of
+/// multibyte text past 1024 bytes, and the API server refused the event.
+fn note(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| super::conditions::truncate(text, MAX_NOTE_BYTES - '…'.len_utf8()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_note_fits_in_what_the_api_server_takes_in_bytes() {
+        assert_eq!(note(""), None);
+        assert_eq!(note("short").as_deref(), Some("short"));
+        for text in ["x".repeat(5000), "é".repeat(1000), "🙂".repeat(1000)] {
+            let cut = note(&text).unwrap();
+            assert!(cut.len() <= MAX_NOTE_BYTES, "{} bytes", cut.len());
+            assert!(cut.ends_with('…'));
+        }
     }
 }

@@ -17,6 +17,8 @@ mod outcome;
 mod output;
 pub mod ownership;
 mod patch;
+#[cfg(test)]
+mod result_properties;
 mod template;
 mod triggers;
 mod unverified;

@@ -8,6 +8,10 @@
 //! field and the bound); messages are only cut ([`super::conditions::MAX_MESSAGE`]) and
 //! reasons replaced where they are used, since a long message or an odd phase is no
 //! reason to stop.
+//!
+//! Sizes are counted as the status stores them, JSON-encoded: a control character takes
+//! six bytes there, so a state of 256 KiB of them counted raw made a status past what
+//! etcd stores in an object, and every status write of the object failed.
 use hyperplug_runtime::bindings::cluster::ClusterStatus;
 use hyperplug_runtime::bindings::machine::{MachineStatus, TemplateStatus};
 use hyperplug_runtime::bindings::types::Progress;
@@ -33,11 +37,11 @@ pub trait Check {
 
 impl Check for Progress {
     fn check(&self) -> Result<(), Invalid> {
-        if self.state.len() > MAX_STATE_BYTES {
+        let size = stored_len(&self.state);
+        if size > MAX_STATE_BYTES {
             return Err(Invalid(format!(
-                "progress.state is {} bytes; at most {} are kept in status.pluginState",
-                self.state.len(),
-                MAX_STATE_BYTES
+                "progress.state is {size} bytes; at most {MAX_STATE_BYTES} are kept in \
+                 status.pluginState"
             )));
         }
         value("progress.phase", &self.phase)
@@ -120,23 +124,36 @@ fn entries(field: &str, list: &[(String, String)]) -> Result<(), Invalid> {
 }
 
 fn key(field: &str, k: &str) -> Result<(), Invalid> {
-    if k.is_empty() || k.len() > MAX_KEY_BYTES {
+    let size = stored_len(k);
+    if k.is_empty() || size > MAX_KEY_BYTES {
         return Err(Invalid(format!(
-            "{field} is {} bytes long; it must have 1 to {MAX_KEY_BYTES}",
-            k.len()
+            "{field} is {size} bytes long; it must have 1 to {MAX_KEY_BYTES}"
         )));
     }
     Ok(())
 }
 
 fn value(field: &str, v: &str) -> Result<(), Invalid> {
-    if v.len() > MAX_VALUE_BYTES {
+    let size = stored_len(v);
+    if size > MAX_VALUE_BYTES {
         return Err(Invalid(format!(
-            "{field} is {} bytes long; at most {MAX_VALUE_BYTES} are kept",
-            v.len()
+            "{field} is {size} bytes long; at most {MAX_VALUE_BYTES} are kept"
         )));
     }
     Ok(())
+}
+
+/// The bytes `text` takes in the stored status: JSON-encoded, without its quotes (as
+/// serde_json escapes: `\"`, `\\` and the short escapes take two bytes, other control
+/// characters six).
+fn stored_len(text: &str) -> usize {
+    text.chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -204,6 +221,30 @@ mod tests {
                 .0
                 .starts_with("details key is 0 bytes")
         );
+    }
+
+    /// Found by the property test (`result_properties`): 256 KiB of control characters
+    /// passed as a state of 256 KiB, and took 1.5 MiB in the status, past what etcd
+    /// stores, so the object's status could never be written again.
+    #[test]
+    fn sizes_are_counted_as_the_status_stores_them() {
+        let controls = "\u{1}".repeat(MAX_STATE_BYTES / 2);
+        assert_eq!(
+            progress(&controls, "Cloning").check().unwrap_err().0,
+            "progress.state is 786432 bytes; at most 262144 are kept in status.pluginState"
+        );
+        let mut m = machine();
+        m.details = vec![("power".into(), "\"".repeat(MAX_VALUE_BYTES / 2 + 1))];
+        assert!(
+            m.check()
+                .unwrap_err()
+                .0
+                .starts_with("details.power is 4098 bytes long")
+        );
+        for text in ["plain", "é🙂", "a\"b\\c\n\t\u{7f}", "\u{0}\u{8}\u{c}\u{1f}"] {
+            let encoded = serde_json::to_string(text).unwrap();
+            assert_eq!(stored_len(text), encoded.len() - 2, "{text:?}");
+        }
     }
 
     #[test]
