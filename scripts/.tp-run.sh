@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `cargo test` over the default members, with the end-to-end suites beside the rest.
+# Those suites (real clusterctl, Cluster API managers, API servers) spend most of their
+# time waiting on processes and timers, so they run next to the other test binaries
+# (which `cargo test` runs one after the other) rather than after them.
+#
+# Cargo holds its artifact directory while it runs tests, and a `cargo test -p` of a
+# subset unifies dependency features differently (a rebuild), so this builds the test
+# executables once, as `cargo test` would, and runs them itself (from their package's
+# directory, as cargo does); the doctests run through `cargo test --doc`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+# Packages (by directory name) whose test executables run in the background (the chaos
+# run at CI size and the end-to-end suites), four tests at a time.
+SLOW="chaos e2e"
+
+# "directory name<TAB>directory<TAB>executable" of every test executable of the default
+# members (the directory name is what SLOW names).
+artifacts="$(mktemp)"
+log="$(mktemp)"
+trap 'rm -f "$artifacts" "$log"' EXIT
+cargo test --no-run --message-format=json-render-diagnostics >"$artifacts"
+mapfile -t BINS < <(python3 -c '
+import json, os, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        d = os.path.dirname(m["manifest_path"])
+        print(os.path.basename(d), d, m["executable"], sep="\t")
+' "$artifacts")
+if [ "${#BINS[@]}" -eq 0 ]; then
+    echo "no test executables found" >&2
+    exit 1
+fi
+# The end-to-end tests run the manager binary that `cargo test` built for the host's tests.
+export HYPERPLUG_BIN="$CARGO_TARGET_DIR/debug/hyperplug"
+
+run() { # executable directory
+    echo "     Running $1"
+    (cd "$2" && CARGO_MANIFEST_DIR="$2" "$1")
+}
+
+(
+    status=0
+    for entry in "${BINS[@]}"; do
+        IFS=$'\t' read -r pkg dir exe <<<"$entry"
+        if [[ " $SLOW " == *" $pkg "* ]]; then
+            RUST_TEST_THREADS=4 run "$exe" "$dir" || status=1
+        fi
+    done
+    exit "$status"
+) >"$log" 2>&1 &
+slow_pid=$!
+
+failed=()
+for entry in "${BINS[@]}"; do
+    IFS=$'\t' read -r pkg dir exe <<<"$entry"
+    if [[ " $SLOW " != *" $pkg "* ]]; then
+        run "$exe" "$dir" || failed+=("$exe")
+    fi
+done
+cargo test --doc || failed+=("doctests")
+slow=0
+wait "$slow_pid" || slow=$?
+echo "== ${SLOW} (ran beside the other tests)"
+cat "$log"
+if [ "$slow" -ne 0 ]; then
+    failed+=("$SLOW")
+fi
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "tests failed: ${failed[*]}" >&2
+    exit 1
+fi
