@@ -20,7 +20,9 @@ SLOW="chaos e2e"
 artifacts="$(mktemp)"
 log="$(mktemp)"
 trap 'rm -f "$artifacts" "$log"' EXIT
+start=$SECONDS
 cargo test --no-run --message-format=json-render-diagnostics >"$artifacts"
+echo "== test executables built in $((SECONDS - start)) s" >&2
 mapfile -t BINS < <(python3 -c '
 import json, os, sys
 for line in open(sys.argv[1]):
@@ -61,9 +63,10 @@ for entry in "${BINS[@]}"; do
     fi
 done
 cargo test --doc || failed+=("doctests")
+echo "== other tests and doctests done at $((SECONDS - start)) s" >&2
 slow=0
 wait "$slow_pid" || slow=$?
-echo "== ${SLOW} (ran beside the other tests)"
+echo "== ${SLOW} (ran beside the other tests) done at $((SECONDS - start)) s"
 cat "$log"
 if [ "$slow" -ne 0 ]; then
     failed+=("$SLOW")

@@ -7,19 +7,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
-bash scripts/setup.sh
-bash scripts/build-plugins.sh
+# Each step prints how long it took (CI's time is read from these lines).
+timed() { local t=$SECONDS; "$@"; echo "== $* took $((SECONDS - t)) s" >&2; }
+timed bash scripts/setup.sh
+timed bash scripts/build-plugins.sh
 # The root's default-members: the host and the test world, and natively the plugin kit
 # and the bundled plugins' unit tests; the plugins' components are tested through the
 # host (its integration tests load plugins/*.wasm).
 if [ $# -gt 0 ]; then
     cargo test "$@"
 else
-    bash scripts/test-parallel.sh
+    timed bash scripts/test-parallel.sh
 fi
 # The scale benchmark at its smallest (1 cluster × 2 machines, tiny task durations, debug
 # build): asserts nothing about speed, only that it runs to the end and prints its table.
-bash scripts/bench.sh --smoke
+timed bash scripts/bench.sh --smoke
 # A short fuzz run: the seed corpora's tests, then each cargo-fuzz target for 25 s from
 # its seeds (fuzz/README.md; scripts/fuzz.sh --long for the longer run).
-bash scripts/fuzz.sh --ci
+timed bash scripts/fuzz.sh --ci
