@@ -12,8 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
 # Packages (by directory name) whose test executables run in the background (the chaos
-# run at CI size and the end-to-end suites), four tests at a time.
-SLOW="chaos e2e"
+# run at CI size, the end-to-end suites and the benchmark's smoke run), four tests at a time.
+SLOW="chaos e2e scale-bench"
 
 # "directory name<TAB>directory<TAB>executable" of every test executable of the default
 # members (the directory name is what SLOW names).
