@@ -83,7 +83,7 @@ fn wait(st: &State, phase: &str, message: String, ms: u64) -> Result<Next, Plugi
 /// Find this machine's VM: the recorded one (followed to another node if it migrated)
 /// if it is ours, else one carrying its marker; none at all goes straight to the ISO.
 fn locate(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
-    if let Some(next) = clone_in_flight(cx, st)? {
+    if let Some(next) = creation_in_flight(cx, st)? {
         return Ok(next);
     }
     // Any other task create was following is not ours to follow.
@@ -124,22 +124,26 @@ fn locate(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     Ok(Next::Continue)
 }
 
-/// A clone create asked for is followed to its end before anything is concluded: PVE
-/// accepts a clone (and hands back its task) before the task has written even the
-/// temporary config of the new VM (its worker first waits for the config locks of the
-/// template and the VMID), so until the task ends, "no VM with this VMID" does not mean
-/// there will be none, and a delete that went by it would leave the clone behind, marked
-/// as this machine's. `None` once there is no such task (any more).
-fn clone_in_flight(cx: &Ctx, st: &mut State) -> Result<Option<Next>, PluginError> {
-    let Some(upid) = st.upid.clone().filter(|_| st.step == Step::Cloning) else {
+/// A clone or an ISO upload create asked for is followed to its end before anything is
+/// concluded. PVE accepts a clone (and hands back its task) before the task has written
+/// even the temporary config of the new VM (its worker first waits for the config locks
+/// of the template and the VMID), so until the task ends, "no VM with this VMID" does not
+/// mean there will be none, and a delete that went by it would leave the clone behind,
+/// marked as this machine's. Likewise an upload's ISO is in its storage only once its
+/// task ends: removed before, it would be written after and left behind. `None` once
+/// there is no such task (any more).
+fn creation_in_flight(cx: &Ctx, st: &mut State) -> Result<Option<Next>, PluginError> {
+    let what = match st.step {
+        Step::Cloning => format!("the clone to VM {}", st.vmid.unwrap_or_default()),
+        Step::UploadingCloudInit if st.iso.is_some() => "the NoCloud ISO's upload".to_string(),
+        _ => return Ok(None),
+    };
+    let Some(upid) = st.upid.clone() else {
         return Ok(None);
     };
     match cx.pve.task(&upid) {
         Ok(Task::Running) => {
-            let message = format!(
-                "the clone to VM {} is still running; waiting for it to end before deleting",
-                st.vmid.unwrap_or_default()
-            );
+            let message = format!("{what} is still running; waiting for it to end before deleting");
             wait(st, "Stopping", message, SHORT_MS).map(Some)
         }
         Ok(Task::Done | Task::Failed(_)) => {
@@ -151,7 +155,7 @@ fn clone_in_flight(cx: &Ctx, st: &mut State) -> Result<Option<Next>, PluginError
             st.upid = None;
             Ok(None)
         }
-        Err(e) => Err(e.classify("following the clone task before deleting")),
+        Err(e) => Err(e.classify(&format!("following {what} before deleting"))),
     }
 }
 

@@ -1188,6 +1188,55 @@ async fn a_vm_away_from_its_node_for_one_read_during_delete_is_still_destroyed()
     assert_eq!(sim.state().destroyed().len(), 1);
 }
 
+/// A VM that migrates twice while its machine is deleted: away from its recorded node for
+/// the confirming read, listed back there, and away again when read where it is listed.
+/// A listed VM without its config on the listed node is moving, not gone: the delete
+/// looks again and destroys it (the chaos run's second orphan, seed 12756192715809633597).
+#[tokio::test]
+async fn a_vm_listed_on_a_node_without_its_config_is_moving_not_gone() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vmid = vmid_of(&status);
+    let away = |endpoint: &str, skip: u64, times: u64| FaultRule {
+        endpoint: endpoint.into(),
+        status: 500,
+        message: Some(format!(
+            "Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist"
+        )),
+        skip,
+        max_count: Some(times),
+        ..FaultRule::default()
+    };
+    sim.state().set_faults(Faults {
+        rules: vec![
+            away("GET /nodes/{node}/qemu/{vmid}/status/current", 0, 1),
+            // The confirming read, then the read where the listing places the VM.
+            away("GET /nodes/{node}/qemu/{vmid}/config", 1, 2),
+        ],
+        ..Faults::default()
+    });
+    drive_delete(&plugin, &mut req).await.unwrap();
+    let hits = sim.state().fault_hits();
+    let fired: Vec<u64> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["fired"].as_u64().unwrap())
+        .collect();
+    assert_eq!(fired, vec![1, 2], "the VM was away for every read: {hits}");
+    assert!(
+        non_templates(&sim).is_empty(),
+        "the VM is destroyed, not left behind: {:?}",
+        non_templates(&sim)
+    );
+    assert_eq!(sim.state().destroyed().len(), 1);
+}
+
 /// Ignition goes into `user-data` (Ignition's Proxmox VE platform reads the NoCloud
 /// `user-data`) with the machine's hostname, `/etc/proxmox-env` and its network as
 /// networkd units added; without the guest agent the ISO stays attached.

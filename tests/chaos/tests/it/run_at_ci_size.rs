@@ -1,12 +1,8 @@
 //! 50 machines across 5 clusters, created and deleted in waves while PVE fails like PVE,
 //! the leading manager is SIGKILLed once, writers conflict and VMs change out of band:
 //! every invariant holds. `CHAOS_SEED` repeats a run's choices (the seed is printed).
-//! About a minute on two cores, in the debug build the other tests use.
-//!
-//! Ignored in CI until the last known orphan is fixed: with some seeds (e.g.
-//! 12756192715809633597) one VM that migrates twice while its machine is deleted is left
-//! behind (README, "The chaos run"). Run it with
-//! `cargo test -p chaos --test it -- --ignored` or `scripts/chaos.sh --ci`.
+//! About two minutes on two cores, in the debug build the other tests use;
+//! `scripts/chaos.sh --ci` is the same run.
 use std::io::Write;
 
 use chaos::verdict::{
@@ -15,7 +11,6 @@ use chaos::verdict::{
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "a VM migrating twice during its machine's delete can still be left behind (README, The chaos run)"]
 async fn fifty_machines_keep_every_invariant_through_faults_kills_conflicts_and_out_of_band_changes()
  {
     let hyperplug = fleet::binaries::build_hyperplug().unwrap();
