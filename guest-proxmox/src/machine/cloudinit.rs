@@ -250,6 +250,33 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     Ok(None)
 }
 
+/// The ISO a machine deleted before attaching one may have left without a record: an
+/// upload whose reply was lost (PVE carried it out) leaves none in the state, yet writes
+/// the ISO, and the call that uploads may have begun at any step since the clone (the
+/// state kept is the one from before that call). Its name says where it would be, so the
+/// delete removes that too. Only a failure worth retrying stops the delete here; a node
+/// without ISO storage had no upload.
+pub(super) fn untracked_upload(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
+    let before_attaching = matches!(
+        st.step,
+        Step::Cloning | Step::Configuring | Step::Resizing | Step::UploadingCloudInit
+    );
+    if !before_attaching || st.iso.is_some() {
+        return Ok(());
+    }
+    let (Some(vmid), Some(node)) = (st.vmid, st.node.clone()) else {
+        return Ok(());
+    };
+    let storage = match iso_storage(cx, &node) {
+        Ok(s) => s,
+        Err(e @ PluginError::Transient(_)) => return Err(e),
+        Err(_) => return Ok(()),
+    };
+    st.iso = Some(format!("{storage}:iso/{}", iso_name(cx, vmid)));
+    st.iso_node = Some(node);
+    Ok(())
+}
+
 /// Deletes a volume; the UPID of PVE's `imgdel` task, or `None` when it is gone already.
 pub(super) fn delete_volume(
     pve: &Pve,

@@ -6,7 +6,7 @@ use guest_kit::log;
 use guest_kit::machine::MachineRequest;
 use guest_kit::types::{PluginError, Progress};
 
-use super::cloudinit::{delete_volume, following_iso_removal};
+use super::cloudinit::{delete_volume, following_iso_removal, untracked_upload};
 use super::context::Ctx;
 use super::ownership::Located;
 use super::properties::str_of;
@@ -32,6 +32,9 @@ const STEPS_PER_CALL: usize = 6;
 pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginError> {
     let cx = context(req);
     let mut st: State = guest_kit::state::load(req.state.as_deref())?;
+    if st.delete.is_none() {
+        untracked_upload(&cx, &mut st)?;
+    }
     for _ in 0..STEPS_PER_CALL {
         let next = match st.delete {
             None => locate(&cx, &mut st)?,

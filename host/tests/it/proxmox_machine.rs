@@ -1220,6 +1220,12 @@ async fn a_vm_listed_on_a_node_without_its_config_is_moving_not_gone() {
         ],
         ..Faults::default()
     });
+    let moving = drive_delete(&plugin, &mut req).await.unwrap_err();
+    assert!(
+        moving.contains("transient") && moving.contains("moving between nodes"),
+        "{moving}"
+    );
+    // The host retries a transient failure, with the state from before it.
     drive_delete(&plugin, &mut req).await.unwrap();
     let hits = sim.state().fault_hits();
     let fired: Vec<u64> = hits
@@ -1714,4 +1720,81 @@ async fn an_iso_left_on_the_node_a_vm_moved_from_is_removed_even_when_removing_i
     );
     drive_delete(&plugin, &mut req).await.unwrap();
     assert!(non_templates(&sim).is_empty());
+}
+
+/// Creates until the call that hands the NoCloud ISO to PVE; `lost` loses that call's
+/// reply after PVE carried it out (595), as the chaos run's faults do.
+async fn create_until_the_upload(
+    sim: &pve_sim::RunningSim,
+    plugin: &Plugin,
+    lost: bool,
+) -> MachineRequest {
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(sim, "m", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    if lost {
+        sim.state().set_faults(Faults {
+            rules: vec![FaultRule {
+                endpoint: "POST /nodes/{node}/storage/{storage}/upload".into(),
+                status: 595,
+                handled: true,
+                max_count: Some(1),
+                ..FaultRule::default()
+            }],
+            ..Faults::default()
+        });
+    }
+    for _ in 0..40 {
+        match plugin.create_machine(&req).await.unwrap() {
+            Ok(s) => {
+                req.state = Some(s.progress.state.clone());
+                if s.progress.message == "uploading the NoCloud ISO" {
+                    return req;
+                }
+            }
+            // The lost reply: the host keeps the state from before the call.
+            Err(e) if lost && format!("{e:?}").contains("uploading the NoCloud ISO") => {
+                return req;
+            }
+            Err(e) => panic!("create failed: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no upload in 40 calls");
+}
+
+/// A machine deleted while its ISO is being uploaded: the ISO is written when the upload's
+/// task ends, so the delete follows that task before it removes the ISO, and leaves none.
+#[tokio::test]
+async fn a_machine_deleted_while_its_iso_uploads_leaves_no_iso() {
+    let mut config = Config::fast();
+    config.task_ms.insert("imgcopy".into(), 1_000);
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut req = create_until_the_upload(&sim, &plugin, false).await;
+    drive_delete(&plugin, &mut req).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(non_templates(&sim).is_empty());
+    assert_eq!(iso_volumes(&sim), Vec::<Value>::new(), "no ISO is left");
+}
+
+/// An upload whose reply was lost after PVE carried it out leaves no record in the
+/// plugin's state; a machine deleted right then still has its ISO removed.
+#[tokio::test]
+async fn a_machine_deleted_after_its_uploads_reply_was_lost_leaves_no_iso() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut req = create_until_the_upload(&sim, &plugin, true).await;
+    assert_eq!(
+        sim.state().fault_hits()[0]["fired"],
+        1,
+        "the reply was lost"
+    );
+    // The upload's task has ended by now (fast tasks): its ISO is in storage.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(iso_volumes(&sim).len(), 1, "PVE wrote the ISO");
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(non_templates(&sim).is_empty());
+    assert_eq!(iso_volumes(&sim), Vec::<Value>::new(), "no ISO is left");
 }
