@@ -1,5 +1,7 @@
 //! The NoCloud ISO: build, upload, attach, eject, delete.
 
+use std::collections::BTreeSet;
+
 use guest_kit::machine::{BootstrapData, MachineStatus};
 use guest_kit::types::PluginError;
 use guest_kit::{log, terminal, transient};
@@ -191,6 +193,10 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
             ),
         ));
     }
+    // The node of the state this call began with (steps before may have followed the VM).
+    let recorded = guest_kit::state::load::<State>(cx.req.state.as_deref())
+        .ok()
+        .and_then(|saved| saved.node);
     let config = cx.owned_config(st, "building the NoCloud ISO")?;
     let node = st.node.clone().unwrap_or_default();
     let uuid = uuid_of(&config)
@@ -198,6 +204,9 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     st.uuid = Some(uuid.clone());
     let storage = iso_storage(cx, &node)?;
     let name = iso_name(cx, st.vmid.unwrap_or_default());
+    if st.iso.is_none() && recorded.is_some_and(|r| r != node) {
+        remove_untracked_elsewhere(cx, &node, &name)?;
+    }
     let volid = format!("{storage}:iso/{name}");
     let image = seed(cx, &config, bootstrap, &uuid, &node)?
         .iso()
@@ -274,6 +283,38 @@ pub(super) fn untracked_upload(cx: &Ctx, st: &mut State) -> Result<(), PluginErr
     };
     st.iso = Some(format!("{storage}:iso/{}", iso_name(cx, vmid)));
     st.iso_node = Some(node);
+    Ok(())
+}
+
+/// A VM that moved since the last saved state may have left behind an ISO no state
+/// records: an upload whose reply was lost wrote it on the node the VM was on then. The
+/// name is this machine's and this VM's, so it is removed from the ISO storages of every
+/// other node (PVE answers a missing volume at once). Only on a move: no cost otherwise.
+fn remove_untracked_elsewhere(cx: &Ctx, node: &str, name: &str) -> Result<(), PluginError> {
+    let iso_storages: Vec<(String, String, bool)> = cx
+        .resources()?
+        .iter()
+        .filter(|r| str_of(r, "type").as_deref() == Some("storage"))
+        .filter(|r| str_of(r, "content").is_some_and(|c| c.split(',').any(|x| x == "iso")))
+        .filter_map(|r| {
+            let shared = u64_of(r, "shared") == Some(1);
+            Some((str_of(r, "node")?, str_of(r, "storage")?, shared))
+        })
+        .collect();
+    // A shared storage the VM's node has too is where this upload goes (and is looked
+    // at there); others are removed from once.
+    let here: BTreeSet<&str> = iso_storages
+        .iter()
+        .filter(|(n, _, shared)| *shared && n == node)
+        .map(|(_, s, _)| s.as_str())
+        .collect();
+    let mut done = BTreeSet::new();
+    for (n, storage, shared) in &iso_storages {
+        if n == node || (*shared && (here.contains(storage.as_str()) || !done.insert(storage))) {
+            continue;
+        }
+        delete_volume(&cx.pve, n, &format!("{storage}:iso/{name}"))?;
+    }
     Ok(())
 }
 

@@ -1798,3 +1798,25 @@ async fn a_machine_deleted_after_its_uploads_reply_was_lost_leaves_no_iso() {
     assert!(non_templates(&sim).is_empty());
     assert_eq!(iso_volumes(&sim), Vec::<Value>::new(), "no ISO is left");
 }
+
+/// An upload whose reply was lost wrote its ISO on the VM's node, and the VM moved before
+/// the next call: no state records that ISO, and the next upload goes to the new node. The
+/// move is seen, and the ISO of this machine's name on the other nodes is removed.
+#[tokio::test]
+async fn an_iso_uploaded_with_a_lost_reply_before_a_move_is_not_left_behind() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut req = create_until_the_upload(&sim, &plugin, true).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(iso_volumes(&sim).len(), 1, "PVE wrote the ISO");
+    let state: Value = serde_json::from_str(req.state.as_deref().unwrap()).unwrap();
+    let vmid = state["vmid"].as_u64().unwrap() as u32;
+    sim.state().migrate_vm(vmid, "pve2").unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+    assert_eq!(
+        iso_volumes(&sim),
+        Vec::<Value>::new(),
+        "no NoCloud ISO is left on either node once the VM runs"
+    );
+}
