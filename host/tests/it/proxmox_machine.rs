@@ -1140,6 +1140,21 @@ async fn a_delete_while_the_clone_waits_for_the_templates_lock_destroys_the_clon
     assert_eq!(destroyed[0]["vmid"], vmid);
 }
 
+/// What PVE answers about VM `vmid` while it is on another node than pve1, for `times`
+/// requests to `endpoint` after the first `skip`.
+fn away(vmid: u32, endpoint: &str, skip: u64, times: u64) -> FaultRule {
+    FaultRule {
+        endpoint: endpoint.into(),
+        status: 500,
+        message: Some(format!(
+            "Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist"
+        )),
+        skip,
+        max_count: Some(times),
+        ..FaultRule::default()
+    }
+}
+
 /// A VM that migrates away from its node and back while its machine is deleted (PVE
 /// 9.2's load balancer, an administrator) is not at its node when one read looks and is
 /// listed there again by the next: that is not "gone". The chaos run's orphan: its stop
@@ -1155,22 +1170,12 @@ async fn a_vm_away_from_its_node_for_one_read_during_delete_is_still_destroyed()
     req.bootstrap = Some(bootstrap());
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     let vmid = vmid_of(&status);
-    // What PVE answers while the VM is on another node, once for its status (the stop
-    // step) and once for its config (the confirming read, after the delete's first look).
-    let away = |endpoint: &str, skip: u64| FaultRule {
-        endpoint: endpoint.into(),
-        status: 500,
-        message: Some(format!(
-            "Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist"
-        )),
-        skip,
-        max_count: Some(1),
-        ..FaultRule::default()
-    };
+    // Away once for its status (the stop step) and once for its config (the confirming
+    // read, after the delete's first look).
     sim.state().set_faults(Faults {
         rules: vec![
-            away("GET /nodes/{node}/qemu/{vmid}/status/current", 0),
-            away("GET /nodes/{node}/qemu/{vmid}/config", 1),
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/status/current", 0, 1),
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/config", 1, 1),
         ],
         ..Faults::default()
     });
@@ -1202,21 +1207,11 @@ async fn a_vm_listed_on_a_node_without_its_config_is_moving_not_gone() {
     req.bootstrap = Some(bootstrap());
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     let vmid = vmid_of(&status);
-    let away = |endpoint: &str, skip: u64, times: u64| FaultRule {
-        endpoint: endpoint.into(),
-        status: 500,
-        message: Some(format!(
-            "Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist"
-        )),
-        skip,
-        max_count: Some(times),
-        ..FaultRule::default()
-    };
     sim.state().set_faults(Faults {
         rules: vec![
-            away("GET /nodes/{node}/qemu/{vmid}/status/current", 0, 1),
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/status/current", 0, 1),
             // The confirming read, then the read where the listing places the VM.
-            away("GET /nodes/{node}/qemu/{vmid}/config", 1, 2),
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/config", 1, 2),
         ],
         ..Faults::default()
     });
