@@ -14,7 +14,7 @@
 # --time-scale, --host-arg=--reconcile-concurrency=32, ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 profile=scale
 build="profile scale (release, opt-level s, no LTO, 16 codegen units)"
 args=()

@@ -18,6 +18,7 @@
 # ~/.cache/hyperplug/fuzz/artifacts/<target>/ and the command that replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/target-dir.sh
 # shellcheck source=tools.env
 source scripts/tools.env
 
@@ -55,7 +56,7 @@ cache="$HOME/.cache/hyperplug/fuzz"
 toolchain=${FUZZ_TOOLCHAIN:-nightly}
 sanitizer=${FUZZ_SANITIZER:-none}
 # Instrumented builds share nothing with normal ones: their own target directory.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}/fuzz"
+export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/fuzz"
 
 if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1 || ! cargo fuzz --version >/dev/null 2>&1; then
   echo "the $toolchain toolchain or cargo-fuzz is missing: scripts/setup.sh installs both" >&2

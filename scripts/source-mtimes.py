@@ -40,11 +40,13 @@ def tracked_blobs():
 
 def main():
     target = sys.argv[1]
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        check=True,
-        capture_output=True,
-    ).stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True
+    )
+    if status.returncode != 0:
+        print("source-mtimes: not a git checkout; file times left as they are")
+        return
+    dirty = status.stdout
     store = os.path.join(target, ".source-mtimes")
     root = os.path.realpath(os.getcwd())
     if dirty:

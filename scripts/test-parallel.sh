@@ -10,7 +10,7 @@
 # directory, as cargo does); the doctests run through `cargo test --doc`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 # Packages (by directory name) whose test executables run in the background (the chaos
 # run at CI size, the end-to-end suites and the benchmark's smoke run), each beside the
 # others.

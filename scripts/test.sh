@@ -6,7 +6,7 @@
 # with a short fuzz run beside them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 # Each step prints how long it took (CI's time is read from these lines).
 timed() {
     local t=$SECONDS status=0
