@@ -61,7 +61,8 @@ def main():
     known = {}
     if os.path.exists(store):
         with open(store) as f:
-            built_in = f.readline().rstrip("\n").removeprefix("root ")
+            first = f.readline().rstrip("\n")
+            built_in = first.removeprefix("root ") if first.startswith("root ") else ""
             if built_in != root:
                 print(f"source-mtimes: the last build was from {built_in or 'an unnamed checkout'}; "
                       "this checkout's crates are rebuilt")
