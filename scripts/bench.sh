@@ -7,13 +7,14 @@
 #
 #   scripts/bench.sh                                 # 10 clusters × 10 machines
 #   scripts/bench.sh --clusters 20 --machines 50     # 1,000 machines
-#   scripts/bench.sh --smoke                         # 1 × 2, tiny durations, debug build (CI)
+#   scripts/bench.sh --smoke                         # 1 × 2, tiny durations, debug build
+#                                                    # (CI runs it as scale-bench's test)
 #
 # Other flags go to scale-bench (`--help`): --nodes, --node-task-concurrency,
 # --time-scale, --host-arg=--reconcile-concurrency=32, ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 profile=scale
 build="profile scale (release, opt-level s, no LTO, 16 codegen units)"
 args=()
@@ -21,7 +22,7 @@ for a in "$@"; do
   if [ "$a" = "--smoke" ]; then
     profile=dev
     build="debug (smoke run)"
-    args+=(--clusters 1 --machines 2 --nodes 1 --time-scale 0.05 --overhead-calls 200 --timeout-secs 300)
+    args+=(--smoke)
   else
     args+=("$a")
   fi

@@ -7,7 +7,7 @@ set -euo pipefail
 test_out=""
 if [ "${1:-}" = "--test-out" ]; then test_out=$2; fi
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 guests=(guest-proxmox)
 [ -d guest-redfish ] && guests+=(guest-redfish)
 test_guests=(hostile-plugin wrong-wit-plugin sockets-plugin)

@@ -19,7 +19,7 @@
 # keeps the plane's and the replicas' logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 profile=scale
 args=()
 for a in "$@"; do

@@ -13,7 +13,7 @@
 # (e.g. `--workers 3`, `--fast`; `--help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 bash scripts/setup.sh
 echo "[demo] building hyperplug, the plugin and the quickstart driver (minutes the first time)"
 bash scripts/build-plugins.sh >/dev/null

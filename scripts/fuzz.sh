@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the fuzz targets of fuzz/ (cargo fuzz, libFuzzer; fuzz/README.md describes them).
 #
-#   scripts/fuzz.sh --ci                  # what CI runs: the seeds' tests, then each target
-#                                         # for 25 s from its seeds (fresh corpus every run)
+#   scripts/fuzz.sh --ci                  # what CI runs: the seeds' tests, then every target
+#                                         # for 25 s at once from its seeds (fresh corpus
+#                                         # every run)
 #   scripts/fuzz.sh --long                # each target for 30 min, growing the corpus kept in
 #                                         # ~/.cache/hyperplug/fuzz/corpus (minimized at the end)
 #   scripts/fuzz.sh --seconds 600 pve_replies   # one target, any duration (kept corpus)
@@ -17,6 +18,7 @@
 # ~/.cache/hyperplug/fuzz/artifacts/<target>/ and the command that replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/target-dir.sh
 # shellcheck source=tools.env
 source scripts/tools.env
 
@@ -54,7 +56,7 @@ cache="$HOME/.cache/hyperplug/fuzz"
 toolchain=${FUZZ_TOOLCHAIN:-nightly}
 sanitizer=${FUZZ_SANITIZER:-none}
 # Instrumented builds share nothing with normal ones: their own target directory.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}/fuzz"
+export CARGO_TARGET_DIR="$CARGO_TARGET_DIR/fuzz"
 
 if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1 || ! cargo fuzz --version >/dev/null 2>&1; then
   echo "the $toolchain toolchain or cargo-fuzz is missing: scripts/setup.sh installs both" >&2
@@ -76,8 +78,9 @@ done
 log "built in $((SECONDS - build_started)) s"
 bin_dir="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release"
 
-failed=()
-for t in "${targets[@]}"; do
+# One target's run; says what it found on stderr, fails on a crash.
+fuzz_one() {
+  local t=$1 corpus artifacts out crash
   if [ "$mode" = ci ]; then
     corpus=$(mktemp -d)
   else
@@ -86,15 +89,16 @@ for t in "${targets[@]}"; do
   fi
   artifacts="$cache/artifacts/$t"
   mkdir -p "$artifacts"
-  args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+  local args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
         -artifact_prefix="$artifacts/")
   [ -f "fuzz/$t.dict" ] && args+=(-dict="fuzz/$t.dict")
   log "$t: ${seconds} s"
   out="$cache/$t.log"
+  local status=0
   if nice -n 19 "$bin_dir/$t" "${args[@]}" "$corpus" "fuzz/seeds/$t" >"$out" 2>&1; then
     grep -E '^stat::number_of_executed_units|^Done' "$out" | tr '\n' ' ' >&2; echo >&2
   else
-    failed+=("$t")
+    status=1
     grep -v -E '^#[0-9]+\s+(NEW|REDUCE|pulse|RELOAD)' "$out" | tail -40 >&2
     crash=$(grep -o "Test unit written to .*" "$out" | tail -1 | sed 's/Test unit written to //')
     log "$t FAILED; input: $crash"
@@ -104,10 +108,33 @@ for t in "${targets[@]}"; do
     rm -rf "$corpus"
   elif [ "$mode" = long ]; then
     log "$t: minimizing the kept corpus"
+    local min
     min=$(mktemp -d)
     nice -n 19 "$bin_dir/$t" -merge=1 "$min" "$corpus" >/dev/null 2>&1 && rm -rf "$corpus" && mv "$min" "$corpus"
   fi
-done
+  return "$status"
+}
+
+failed=()
+if [ "$mode" = ci ]; then
+  # The short runs are fixed times, not fixed work: all targets at once, each report
+  # printed whole when it ends.
+  pids=() reports=()
+  for t in "${targets[@]}"; do
+    reports+=("$(mktemp)")
+    fuzz_one "$t" 2>"${reports[-1]}" &
+    pids+=($!)
+  done
+  for i in "${!targets[@]}"; do
+    wait "${pids[$i]}" || failed+=("${targets[$i]}")
+    cat "${reports[$i]}" >&2
+    rm -f "${reports[$i]}"
+  done
+else
+  for t in "${targets[@]}"; do
+    fuzz_one "$t" || failed+=("$t")
+  done
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   log "crashes in: ${failed[*]}"
   exit 1

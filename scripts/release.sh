@@ -22,7 +22,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+source scripts/target-dir.sh
 
 out="${1:-out/release}"
 version="${VERSION:-v$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)}"

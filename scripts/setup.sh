@@ -26,7 +26,7 @@ for component in rustfmt clippy; do
 done
 
 command -v go >/dev/null || { echo "Go is not installed: see https://go.dev/dl" >&2; exit 1; }
-log "building the test world from Go modules (first run: ~25 min on 2 cores; then seconds)"
+log "building the test world from Go modules (first run: about 10 min on 2 cores; then seconds)"
 bash scripts/build-tools.sh >/dev/null
 
 # The Redfish plugin's tests run the real sushy-tools emulator (`sushy-emulator --fake`).

@@ -10,6 +10,12 @@ whose blob id is unchanged gets its old time back, any other file keeps its new 
 directory is rebuilt, and a revert is a change like any other (the record is the last
 build's content, not a history).
 
+The record also names the checkout it was made in. Cargo's fingerprints do not include
+where a workspace lives, so a build from another checkout path would look fresh here
+while its binaries still point into that other checkout (`env!("CARGO_MANIFEST_DIR")`,
+crates compiled from its files). When the path differs, no time is restored: this
+checkout's crates are rebuilt (the registry dependencies, most of the build, stay).
+
 Usage: source-mtimes.py TARGET_DIR   (from the checkout's root; does nothing on a tree
 with uncommitted changes, whose content git's blob ids do not describe)
 """
@@ -34,21 +40,36 @@ def tracked_blobs():
 
 def main():
     target = sys.argv[1]
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        check=True,
-        capture_output=True,
-    ).stdout
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True
+    )
+    if status.returncode != 0:
+        print("source-mtimes: not a git checkout; file times left as they are")
+        return
+    dirty = status.stdout
+    store = os.path.join(target, ".source-mtimes")
+    root = os.path.realpath(os.getcwd())
     if dirty:
         print("source-mtimes: uncommitted changes; file times left as they are")
+        # What is built next comes from this checkout: a record made elsewhere no
+        # longer describes the target directory.
+        if os.path.exists(store):
+            with open(store) as f:
+                if f.readline().rstrip("\n") != f"root {root}":
+                    os.remove(store)
         return
-    store = os.path.join(target, ".source-mtimes")
     known = {}
     if os.path.exists(store):
         with open(store) as f:
-            for line in f:
-                blob, mtime, path = line.rstrip("\n").split(" ", 2)
-                known[path] = (blob, int(mtime))
+            first = f.readline().rstrip("\n")
+            built_in = first.removeprefix("root ") if first.startswith("root ") else ""
+            if built_in != root:
+                print(f"source-mtimes: the last build was from {built_in or 'an unnamed checkout'}; "
+                      "this checkout's crates are rebuilt")
+            else:
+                for line in f:
+                    blob, mtime, path = line.rstrip("\n").split(" ", 2)
+                    known[path] = (blob, int(mtime))
     restored = changed = 0
     record = []
     for path, blob in tracked_blobs().items():
@@ -68,6 +89,7 @@ def main():
             changed += 1
     os.makedirs(target, exist_ok=True)
     with open(store + ".tmp", "w") as f:
+        f.write(f"root {root}\n")
         for blob, mtime, path in record:
             f.write(f"{blob} {mtime} {path}\n")
     os.replace(store + ".tmp", store)

@@ -102,8 +102,10 @@ pub fn drive<P: MachineGuest + ClusterGuest>(
     let cluster_spec = &inputs.cluster_spec;
     let spec = &inputs.spec;
 
-    let mut reached = Reached::default();
-    reached.cluster_ready = cluster::<P>(cluster_spec);
+    let mut reached = Reached {
+        cluster_ready: cluster::<P>(cluster_spec),
+        ..Reached::default()
+    };
     template::<P>(spec);
     let roots = ["spec", "cluster.spec"];
 

@@ -189,7 +189,7 @@ pub fn read(img: &[u8]) -> Result<Views, String> {
 fn directory(img: &[u8], root: &[u8], joliet: bool) -> Result<Vec<(String, Vec<u8>)>, String> {
     let extent = both32(root, 2)? as usize;
     let size = both32(root, 10)? as usize;
-    if size % SECTOR != 0 {
+    if !size.is_multiple_of(SECTOR) {
         return Err(format!("root directory of {size} bytes"));
     }
     let dir = img
@@ -232,7 +232,7 @@ fn directory(img: &[u8], root: &[u8], joliet: bool) -> Result<Vec<(String, Vec<u
             ucs2(id)?
         } else {
             let su = rec
-                .get(33 + name_len + usize::from(name_len % 2 == 0)..)
+                .get(33 + name_len + usize::from(name_len.is_multiple_of(2))..)
                 .unwrap_or_default();
             rock_ridge_name(su)?
         };

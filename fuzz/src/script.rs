@@ -23,6 +23,8 @@
 //! reason phrase, which PVE puts its error in), or a request that got no answer:
 //! `!transport`, `!denied` or `!invalid` with a message. A request no route matches gets
 //! PVE's answer to an unknown path: 501 "Method '... ' not implemented".
+// The format separates a reply's fields with tabs, and so does its example above.
+#![allow(clippy::tabs_in_doc_comments)]
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;

@@ -52,6 +52,11 @@ impl PveError {
         matches!(self, PveError::Status { status: 500, message, .. } if message.contains("does not exist"))
     }
 
+    /// PVE does not know the task of a UPID (any more): 500 "no such task".
+    pub fn is_no_such_task(&self) -> bool {
+        matches!(self, PveError::Status { status: 500, message, .. } if message.contains("no such task"))
+    }
+
     /// Map to the host's classes: retry what may pass by itself, stop on what won't.
     pub fn classify(self, context: &str) -> PluginError {
         let text = format!("{context}: {self}");

@@ -1,5 +1,7 @@
 //! The NoCloud ISO: build, upload, attach, eject, delete.
 
+use std::collections::BTreeSet;
+
 use guest_kit::machine::{BootstrapData, MachineStatus};
 use guest_kit::types::PluginError;
 use guest_kit::{log, terminal, transient};
@@ -191,6 +193,10 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
             ),
         ));
     }
+    // The node of the state this call began with (steps before may have followed the VM).
+    let recorded = guest_kit::state::load::<State>(cx.req.state.as_deref())
+        .ok()
+        .and_then(|saved| saved.node);
     let config = cx.owned_config(st, "building the NoCloud ISO")?;
     let node = st.node.clone().unwrap_or_default();
     let uuid = uuid_of(&config)
@@ -198,6 +204,9 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     st.uuid = Some(uuid.clone());
     let storage = iso_storage(cx, &node)?;
     let name = iso_name(cx, st.vmid.unwrap_or_default());
+    if st.iso.is_none() && recorded.is_some_and(|r| r != node) {
+        remove_untracked_elsewhere(cx, &node, &name)?;
+    }
     let volid = format!("{storage}:iso/{name}");
     let image = seed(cx, &config, bootstrap, &uuid, &node)?
         .iso()
@@ -248,6 +257,65 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
         None => st.step = Step::Attaching,
     }
     Ok(None)
+}
+
+/// The ISO a machine deleted before attaching one may have left without a record: an
+/// upload whose reply was lost (PVE carried it out) leaves none in the state, yet writes
+/// the ISO, and the call that uploads may have begun at any step since the clone (the
+/// state kept is the one from before that call). Its name says where it would be, so the
+/// delete removes that too. Only a failure worth retrying stops the delete here; a node
+/// without ISO storage had no upload.
+pub(super) fn untracked_upload(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
+    let before_attaching = matches!(
+        st.step,
+        Step::Cloning | Step::Configuring | Step::Resizing | Step::UploadingCloudInit
+    );
+    if !before_attaching || st.iso.is_some() {
+        return Ok(());
+    }
+    let (Some(vmid), Some(node)) = (st.vmid, st.node.clone()) else {
+        return Ok(());
+    };
+    let storage = match iso_storage(cx, &node) {
+        Ok(s) => s,
+        Err(e @ PluginError::Transient(_)) => return Err(e),
+        Err(_) => return Ok(()),
+    };
+    st.iso = Some(format!("{storage}:iso/{}", iso_name(cx, vmid)));
+    st.iso_node = Some(node);
+    Ok(())
+}
+
+/// A VM that moved since the last saved state may have left behind an ISO no state
+/// records: an upload whose reply was lost wrote it on the node the VM was on then. The
+/// name is this machine's and this VM's, so it is removed from the ISO storages of every
+/// other node (PVE answers a missing volume at once). Only on a move: no cost otherwise.
+fn remove_untracked_elsewhere(cx: &Ctx, node: &str, name: &str) -> Result<(), PluginError> {
+    let iso_storages: Vec<(String, String, bool)> = cx
+        .resources()?
+        .iter()
+        .filter(|r| str_of(r, "type").as_deref() == Some("storage"))
+        .filter(|r| str_of(r, "content").is_some_and(|c| c.split(',').any(|x| x == "iso")))
+        .filter_map(|r| {
+            let shared = u64_of(r, "shared") == Some(1);
+            Some((str_of(r, "node")?, str_of(r, "storage")?, shared))
+        })
+        .collect();
+    // A shared storage the VM's node has too is where this upload goes (and is looked
+    // at there); others are removed from once.
+    let here: BTreeSet<&str> = iso_storages
+        .iter()
+        .filter(|(n, _, shared)| *shared && n == node)
+        .map(|(_, s, _)| s.as_str())
+        .collect();
+    let mut done = BTreeSet::new();
+    for (n, storage, shared) in &iso_storages {
+        if n == node || (*shared && (here.contains(storage.as_str()) || !done.insert(storage))) {
+            continue;
+        }
+        delete_volume(&cx.pve, n, &format!("{storage}:iso/{name}"))?;
+    }
+    Ok(())
 }
 
 /// Deletes a volume; the UPID of PVE's `imgdel` task, or `None` when it is gone already.

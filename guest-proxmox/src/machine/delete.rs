@@ -6,14 +6,14 @@ use guest_kit::log;
 use guest_kit::machine::MachineRequest;
 use guest_kit::types::{PluginError, Progress};
 
-use super::cloudinit::{delete_volume, following_iso_removal};
+use super::cloudinit::{delete_volume, following_iso_removal, untracked_upload};
 use super::context::Ctx;
 use super::ownership::Located;
 use super::properties::str_of;
-use super::state::{DeleteStep, State};
+use super::state::{DeleteStep, State, Step};
 use super::tasks::{poll, task_failed, upid_of};
 use super::{RETRY_MS, SHORT_MS};
-use crate::api::Pve;
+use crate::api::{Pve, Task};
 use crate::spec::{ClusterSpec, MachineSpec};
 
 /// What one step came to.
@@ -32,6 +32,9 @@ const STEPS_PER_CALL: usize = 6;
 pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginError> {
     let cx = context(req);
     let mut st: State = guest_kit::state::load(req.state.as_deref())?;
+    if st.delete.is_none() {
+        untracked_upload(&cx, &mut st)?;
+    }
     for _ in 0..STEPS_PER_CALL {
         let next = match st.delete {
             None => locate(&cx, &mut st)?,
@@ -85,7 +88,10 @@ fn wait(st: &State, phase: &str, message: String, ms: u64) -> Result<Next, Plugi
 /// Find this machine's VM: the recorded one (followed to another node if it migrated)
 /// if it is ours, else one carrying its marker; none at all goes straight to the ISO.
 fn locate(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
-    // A task create was following is not ours to follow.
+    if let Some(next) = creation_in_flight(cx, st)? {
+        return Ok(next);
+    }
+    // Any other task create was following is not ours to follow.
     st.upid = None;
     match cx.locate(st)? {
         Located::Ours(_) => {
@@ -121,6 +127,41 @@ fn locate(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         }
     }
     Ok(Next::Continue)
+}
+
+/// A clone or an ISO upload create asked for is followed to its end before anything is
+/// concluded. PVE accepts a clone (and hands back its task) before the task has written
+/// even the temporary config of the new VM (its worker first waits for the config locks
+/// of the template and the VMID), so until the task ends, "no VM with this VMID" does not
+/// mean there will be none, and a delete that went by it would leave the clone behind,
+/// marked as this machine's. Likewise an upload's ISO is in its storage only once its
+/// task ends: removed before, it would be written after and left behind. `None` once
+/// there is no such task (any more).
+fn creation_in_flight(cx: &Ctx, st: &mut State) -> Result<Option<Next>, PluginError> {
+    let what = match st.step {
+        Step::Cloning => format!("the clone to VM {}", st.vmid.unwrap_or_default()),
+        Step::UploadingCloudInit if st.iso.is_some() => "the NoCloud ISO's upload".to_string(),
+        _ => return Ok(None),
+    };
+    let Some(upid) = st.upid.clone() else {
+        return Ok(None);
+    };
+    match cx.pve.task(&upid) {
+        Ok(Task::Running) => {
+            let message = format!("{what} is still running; waiting for it to end before deleting");
+            wait(st, "Stopping", message, SHORT_MS).map(Some)
+        }
+        Ok(Task::Done | Task::Failed(_)) => {
+            st.upid = None;
+            Ok(None)
+        }
+        // PVE no longer knows the task (it keeps a node's recent ones): it has ended.
+        Err(e) if e.is_no_such_task() => {
+            st.upid = None;
+            Ok(None)
+        }
+        Err(e) => Err(e.classify(&format!("following {what} before deleting"))),
+    }
 }
 
 /// Stop the VM (following the stop task); a stopped or vanished VM goes on.
@@ -220,23 +261,32 @@ fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     wait(st, "Deleting", "destroying the VM".into(), SHORT_MS)
 }
 
-/// Gone from its node, and not ours on another one (a migration mid-delete).
+/// Gone from its node, and not ours on another one (a migration mid-delete), nor
+/// anywhere else by its marker: "not at the recorded VMID and node" is not proof that
+/// it is gone (the VM may be on its way between nodes), and the finalizer goes next.
 fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
-    match cx.locate(st)? {
-        Located::Ours(_) => {
-            st.delete = Some(DeleteStep::Stopping);
-            wait(
-                st,
-                "Deleting",
-                "the VM is still there; stopping and destroying it again".into(),
-                SHORT_MS,
-            )
-        }
-        _ => {
-            st.delete = Some(DeleteStep::RemovingIso);
-            Ok(Next::Continue)
-        }
+    let still_there = match cx.locate(st)? {
+        Located::Ours(_) => true,
+        _ => match cx.find_owned()? {
+            Some((node, vmid, _)) => {
+                st.node = Some(node);
+                st.vmid = Some(vmid);
+                true
+            }
+            None => false,
+        },
+    };
+    if still_there {
+        st.delete = Some(DeleteStep::Stopping);
+        return wait(
+            st,
+            "Deleting",
+            "the VM is still there; stopping and destroying it again".into(),
+            SHORT_MS,
+        );
     }
+    st.delete = Some(DeleteStep::RemovingIso);
+    Ok(Next::Continue)
 }
 
 /// Remove the NoCloud ISO (following its removal task); then everything is gone.

@@ -58,6 +58,16 @@ pub(super) fn description(spec: &MachineSpec, req: &MachineRequest) -> String {
     d
 }
 
+/// A VM the cluster lists on a node that has no config for it: it is between nodes.
+fn moving(vmid: u32, node: &str) -> PluginError {
+    transient(
+        format!(
+            "VM {vmid} is listed on {node} but is not there (moving between nodes); looking again"
+        ),
+        Some(SHORT_MS),
+    )
+}
+
 /// What a recorded VMID holds now.
 pub(super) enum Located {
     /// This machine's VM (the state's node follows it when it migrated).
@@ -99,20 +109,25 @@ impl<'a> Ctx<'a> {
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e.classify("reading the VM")),
         }
+        // Listed on the recorded node too: it moved away and back since the read above
+        // (a migration goes both ways), so it is read again where it is listed.
         let listed = self
             .qemu_vms()?
             .find(|v| u64_of(v, "vmid") == Some(u64::from(vmid)))
             .and_then(|v| str_of(v, "node"));
-        let Some(node) = listed.filter(|n| Some(n) != st.node.as_ref()) else {
+        let Some(node) = listed else {
             return Ok(Located::Gone);
         };
         let path = format!("/nodes/{}/qemu/{vmid}/config", percent_encode(&node));
         let config = match self.pve.get(&path) {
             Ok(c) => c,
-            Err(e) if e.is_not_found() => return Ok(Located::Gone),
+            // Listed, yet not where listed: moving between nodes (the listing is read once
+            // per call). Never "gone" while the cluster lists it: looked at again.
+            Err(e) if e.is_not_found() => return Err(moving(vmid, &node)),
             Err(e) => return Err(e.classify("reading the VM on its new node")),
         };
         match self.located(config) {
+            Located::Ours(c) if Some(&node) == st.node.as_ref() => Ok(Located::Ours(c)),
             Located::Ours(c) => {
                 log::info(
                     "following the VM to the node it is on now",
@@ -175,7 +190,7 @@ impl<'a> Ctx<'a> {
             match self.pve.get(&path) {
                 Ok(c) if owned_by(&c, self.uid()) => return Ok(Some((node, vmid, c))),
                 Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
+                Err(e) if e.is_not_found() => return Err(moving(vmid, &node)),
                 Err(e) => return Err(e.classify("checking a candidate VM")),
             }
         }

@@ -1,7 +1,7 @@
 //! The InfraCluster controller against a real kube-apiserver and pve-sim: the contract
 //! fields, pause, terminal errors, IP pools, and no secret in any log, event or status.
 
-use crate::support::world::{TOKEN_SECRET, World, condition, logs};
+use crate::support::world::{TOKEN_SECRET, World, condition, logs, ready_reason};
 use kube::api::{Api, DynamicObject};
 use serde_json::json;
 
@@ -193,7 +193,7 @@ async fn a_wrong_token_shows_authentication_failed_until_the_secret_is_fixed() {
         .await;
     let pc = world
         .wait_for(&clusters, "demo", "authentication failed", |o| {
-            condition(o, "Ready").is_some_and(|c| c["reason"] == "AuthenticationFailed")
+            ready_reason(o).as_deref() == Some("AuthenticationFailed")
         })
         .await;
     let ready = condition(&pc, "Ready").unwrap();
@@ -233,7 +233,7 @@ async fn a_missing_credentials_secret_says_so_and_is_retried_until_it_appears() 
         .await;
     let pc = world
         .wait_for(&clusters, "demo", "credentials not found", |o| {
-            condition(o, "Ready").is_some_and(|c| c["reason"] == "CredentialsNotFound")
+            ready_reason(o).as_deref() == Some("CredentialsNotFound")
         })
         .await;
     let message = condition(&pc, "Ready").unwrap()["message"].to_string();

@@ -2,7 +2,7 @@
 //! provider and pve-sim: objects created the way CAPI creates them.
 use std::time::Duration;
 
-use crate::support::world::{World, condition};
+use crate::support::world::{World, condition, ready_reason};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch};
 use serde_json::{Value, json};
@@ -340,7 +340,7 @@ async fn a_vm_deleted_out_of_band_is_reported_as_drift() {
     world.sim.state().reset_counters();
     let pm = world
         .wait_for(&pms, "w-0", "drift reported", |o| {
-            condition(o, "Ready").is_some_and(|c| c["reason"] == "VMMissing")
+            ready_reason(o).as_deref() == Some("VMMissing")
         })
         .await;
     assert_eq!(condition(&pm, "Ready").unwrap()["status"], "False");

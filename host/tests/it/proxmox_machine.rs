@@ -1088,6 +1088,157 @@ async fn delete_during_the_clone_waits_for_the_lock() {
     assert!(non_templates(&sim).is_empty());
 }
 
+/// PVE accepts a clone and hands back its task before the task has written anything:
+/// its worker first waits for the config locks of the template and of the new VMID. A
+/// delete arriving in that window finds no VM with the recorded VMID; it must follow
+/// the clone task to its end rather than take "no VM yet" for "gone", or the clone
+/// finishes after the finalizer went, marked as the deleted machine's (the chaos run's
+/// orphan).
+#[tokio::test]
+async fn a_delete_while_the_clone_waits_for_the_templates_lock_destroys_the_clone_it_asked_for() {
+    let mut config = Config::fast();
+    config.task_ms.insert("qmclone".into(), 200);
+    config.task_ms.insert("qmconfig".into(), 800);
+    config.clone_lock_wait_ms = 5_000;
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    // Someone writes the template's config: the task holds its lock for a while.
+    let writer = reqwest::Client::builder()
+        .no_proxy()
+        .add_root_certificate(reqwest::Certificate::from_pem(sim.ca_pem().as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let reply = writer
+        .post(format!(
+            "{}/api2/json/nodes/pve1/qemu/9000/config",
+            sim.base_url()
+        ))
+        .header(
+            "Authorization",
+            format!("PVEAPIToken={}", pve_sim::DEFAULT_TOKEN),
+        )
+        .form(&[("description", "golden image")])
+        .send()
+        .await
+        .unwrap();
+    assert!(reply.status().is_success(), "{:?}", reply.text().await);
+    let cloning = create_until_cloning(&plugin, &mut req).await;
+    let vmid = vmid_of(&cloning);
+    assert!(
+        sim.state().vm(vmid).is_none(),
+        "the clone waits for the template's lock: no VM {vmid} yet"
+    );
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(
+        non_templates(&sim).is_empty(),
+        "the clone is destroyed, not left behind: {:?}",
+        non_templates(&sim)
+    );
+    let destroyed = sim.state().destroyed();
+    assert_eq!(destroyed.len(), 1, "{destroyed:?}");
+    assert_eq!(destroyed[0]["vmid"], vmid);
+}
+
+/// What PVE answers about VM `vmid` while it is on another node than pve1, for `times`
+/// requests to `endpoint` after the first `skip`.
+fn away(vmid: u32, endpoint: &str, skip: u64, times: u64) -> FaultRule {
+    FaultRule {
+        endpoint: endpoint.into(),
+        status: 500,
+        message: Some(format!(
+            "Configuration file 'nodes/pve1/qemu-server/{vmid}.conf' does not exist"
+        )),
+        skip,
+        max_count: Some(times),
+        ..FaultRule::default()
+    }
+}
+
+/// A VM that migrates away from its node and back while its machine is deleted (PVE
+/// 9.2's load balancer, an administrator) is not at its node when one read looks and is
+/// listed there again by the next: that is not "gone". The chaos run's orphan: its stop
+/// found no VM on the recorded node, the confirming read found none either, the listing
+/// showed it back on that node, and the delete ended with the VM left running.
+#[tokio::test]
+async fn a_vm_away_from_its_node_for_one_read_during_delete_is_still_destroyed() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vmid = vmid_of(&status);
+    // Away once for its status (the stop step) and once for its config (the confirming
+    // read, after the delete's first look).
+    sim.state().set_faults(Faults {
+        rules: vec![
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/status/current", 0, 1),
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/config", 1, 1),
+        ],
+        ..Faults::default()
+    });
+    drive_delete(&plugin, &mut req).await.unwrap();
+    let hits = sim.state().fault_hits();
+    assert!(
+        hits.as_array().unwrap().iter().all(|r| r["fired"] == 1),
+        "both reads found the VM away: {hits}"
+    );
+    assert!(
+        non_templates(&sim).is_empty(),
+        "the VM is destroyed, not left behind: {:?}",
+        non_templates(&sim)
+    );
+    assert_eq!(sim.state().destroyed().len(), 1);
+}
+
+/// A VM that migrates twice while its machine is deleted: away from its recorded node for
+/// the confirming read, listed back there, and away again when read where it is listed.
+/// A listed VM without its config on the listed node is moving, not gone: the delete
+/// looks again and destroys it (the chaos run's second orphan, seed 12756192715809633597).
+#[tokio::test]
+async fn a_vm_listed_on_a_node_without_its_config_is_moving_not_gone() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    let vmid = vmid_of(&status);
+    sim.state().set_faults(Faults {
+        rules: vec![
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/status/current", 0, 1),
+            // The confirming read, then the read where the listing places the VM.
+            away(vmid, "GET /nodes/{node}/qemu/{vmid}/config", 1, 2),
+        ],
+        ..Faults::default()
+    });
+    let moving = drive_delete(&plugin, &mut req).await.unwrap_err();
+    assert!(
+        moving.contains("transient") && moving.contains("moving between nodes"),
+        "{moving}"
+    );
+    // The host retries a transient failure, with the state from before it.
+    drive_delete(&plugin, &mut req).await.unwrap();
+    let hits = sim.state().fault_hits();
+    let fired: Vec<u64> = hits
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["fired"].as_u64().unwrap())
+        .collect();
+    assert_eq!(fired, vec![1, 2], "the VM was away for every read: {hits}");
+    assert!(
+        non_templates(&sim).is_empty(),
+        "the VM is destroyed, not left behind: {:?}",
+        non_templates(&sim)
+    );
+    assert_eq!(sim.state().destroyed().len(), 1);
+}
+
 /// Ignition goes into `user-data` (Ignition's Proxmox VE platform reads the NoCloud
 /// `user-data`) with the machine's hostname, `/etc/proxmox-env` and its network as
 /// networkd units added; without the guest agent the ISO stays attached.
@@ -1565,4 +1716,103 @@ async fn an_iso_left_on_the_node_a_vm_moved_from_is_removed_even_when_removing_i
     );
     drive_delete(&plugin, &mut req).await.unwrap();
     assert!(non_templates(&sim).is_empty());
+}
+
+/// Creates until the call that hands the NoCloud ISO to PVE; `lost` loses that call's
+/// reply after PVE carried it out (595), as the chaos run's faults do.
+async fn create_until_the_upload(
+    sim: &pve_sim::RunningSim,
+    plugin: &Plugin,
+    lost: bool,
+) -> MachineRequest {
+    let spec =
+        json!({"sourceNode": "pve1", "templateID": 9000, "checks": {"skipCloudInitStatus": true}});
+    let mut req = request(sim, "m", "c1", spec, dhcp_cluster());
+    req.bootstrap = Some(bootstrap());
+    if lost {
+        sim.state().set_faults(Faults {
+            rules: vec![FaultRule {
+                endpoint: "POST /nodes/{node}/storage/{storage}/upload".into(),
+                status: 595,
+                handled: true,
+                max_count: Some(1),
+                ..FaultRule::default()
+            }],
+            ..Faults::default()
+        });
+    }
+    for _ in 0..40 {
+        match plugin.create_machine(&req).await.unwrap() {
+            Ok(s) => {
+                req.state = Some(s.progress.state.clone());
+                if s.progress.message == "uploading the NoCloud ISO" {
+                    return req;
+                }
+            }
+            // The lost reply: the host keeps the state from before the call.
+            Err(e) if lost && format!("{e:?}").contains("uploading the NoCloud ISO") => {
+                return req;
+            }
+            Err(e) => panic!("create failed: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no upload in 40 calls");
+}
+
+/// A machine deleted while its ISO is being uploaded: the ISO is written when the upload's
+/// task ends, so the delete follows that task before it removes the ISO, and leaves none.
+#[tokio::test]
+async fn a_machine_deleted_while_its_iso_uploads_leaves_no_iso() {
+    let mut config = Config::fast();
+    config.task_ms.insert("imgcopy".into(), 1_000);
+    let sim = sim_with(config).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut req = create_until_the_upload(&sim, &plugin, false).await;
+    drive_delete(&plugin, &mut req).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert!(non_templates(&sim).is_empty());
+    assert_eq!(iso_volumes(&sim), Vec::<Value>::new(), "no ISO is left");
+}
+
+/// An upload whose reply was lost after PVE carried it out leaves no record in the
+/// plugin's state; a machine deleted right then still has its ISO removed.
+#[tokio::test]
+async fn a_machine_deleted_after_its_uploads_reply_was_lost_leaves_no_iso() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut req = create_until_the_upload(&sim, &plugin, true).await;
+    assert_eq!(
+        sim.state().fault_hits()[0]["fired"],
+        1,
+        "the reply was lost"
+    );
+    // The upload's task has ended by now (fast tasks): its ISO is in storage.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(iso_volumes(&sim).len(), 1, "PVE wrote the ISO");
+    drive_delete(&plugin, &mut req).await.unwrap();
+    assert!(non_templates(&sim).is_empty());
+    assert_eq!(iso_volumes(&sim), Vec::<Value>::new(), "no ISO is left");
+}
+
+/// An upload whose reply was lost wrote its ISO on the VM's node, and the VM moved before
+/// the next call: no state records that ISO, and the next upload goes to the new node. The
+/// move is seen, and the ISO of this machine's name on the other nodes is removed.
+#[tokio::test]
+async fn an_iso_uploaded_with_a_lost_reply_before_a_move_is_not_left_behind() {
+    let sim = sim_with(Config::fast()).await;
+    let (_rt, plugin) = load("proxmox", Limits::default()).await;
+    let mut req = create_until_the_upload(&sim, &plugin, true).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(iso_volumes(&sim).len(), 1, "PVE wrote the ISO");
+    let state: Value = serde_json::from_str(req.state.as_deref().unwrap()).unwrap();
+    let vmid = state["vmid"].as_u64().unwrap() as u32;
+    sim.state().migrate_vm(vmid, "pve2").unwrap();
+    let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
+    assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+    assert_eq!(
+        iso_volumes(&sim),
+        Vec::<Value>::new(),
+        "no NoCloud ISO is left on either node once the VM runs"
+    );
 }

@@ -585,14 +585,10 @@ mod tenants {
     use crate::support::controllers::{
         hostile_cluster, hostile_world, machine, managed, options, start, warning_events,
     };
-    use crate::support::world::{World, condition};
+    use crate::support::world::{World, condition, ready_reason};
 
     const OWNERSHIP: &str = "infrastructure.hyperplug.dev/ownership-id";
     const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
-
-    fn ready_reason(o: &DynamicObject) -> Option<String> {
-        condition(o, "Ready").and_then(|c| c["reason"].as_str().map(str::to_string))
-    }
 
     fn provisioned(o: &DynamicObject) -> bool {
         o.data["status"]["initialization"]["provisioned"] == true

@@ -604,6 +604,13 @@ impl Plane {
         Ok(())
     }
 
+    /// Stops the plane and keeps its directory (logs, kubeconfig) for a post-mortem, as
+    /// `KUBE_WORLD_KEEP=1` would; returns where it is.
+    pub fn keep(mut self) -> Option<PathBuf> {
+        self.stop();
+        self.dir.take().map(|d| d.keep())
+    }
+
     /// Kills every process (managers first, etcd last). Also done on drop.
     pub fn stop(&self) {
         let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());

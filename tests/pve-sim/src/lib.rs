@@ -66,6 +66,7 @@ pub mod envelope;
 pub mod faults;
 pub mod guest;
 pub mod inspect;
+pub mod journal;
 pub mod locks;
 pub mod nocloud;
 pub mod params;

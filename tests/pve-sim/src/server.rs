@@ -49,6 +49,8 @@ pub struct Shared {
     pub fingerprint: String,
     /// Woken whenever a config file lock is released (see `locks`).
     pub unlocked: tokio::sync::Notify,
+    /// The API requests served, in order, for a run's post-mortem (see `journal`).
+    pub journal: crate::journal::Journal,
 }
 
 impl Shared {
@@ -107,6 +109,7 @@ impl Simulator {
             shutdown: rx,
             fingerprint: fingerprint.clone(),
             unlocked: tokio::sync::Notify::new(),
+            journal: crate::journal::Journal::default(),
         });
         let accept = tokio::spawn(accept_loop(listener, tls, shared.clone()));
         let scheme = if opts.tls { "https" } else { "http" };
@@ -311,6 +314,12 @@ impl StateHandle {
             .iter()
             .filter_map(|d| serde_json::to_value(d).ok())
             .collect()
+    }
+    /// The last API requests served (at most `journal::CAPACITY`), oldest first: when,
+    /// method, path, a prefix of the parameters, and the status with the data's or the
+    /// error's first characters.
+    pub fn requests(&self) -> Vec<Value> {
+        self.0.journal.entries()
     }
     /// All tasks as `/_sim/tasks` shows them (status, queued, log, millisecond timeline),
     /// oldest first.

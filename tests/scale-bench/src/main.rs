@@ -63,11 +63,33 @@ pub struct Args {
     /// many machines at once too).
     #[arg(long, default_value_t = 32)]
     pub parallelism: usize,
+    /// The smallest run, as CI runs it: 1 cluster × 2 machines on 1 node, task durations
+    /// × 0.05, 200 overhead calls, 300 s per phase; replaces those flags.
+    #[arg(long)]
+    pub smoke: bool,
+}
+
+impl Args {
+    /// These arguments, or the smoke size when `--smoke` is given.
+    fn sized(self) -> Args {
+        if !self.smoke {
+            return self;
+        }
+        Args {
+            clusters: 1,
+            machines: 2,
+            nodes: 1,
+            time_scale: 0.05,
+            overhead_calls: 200,
+            timeout_secs: 300,
+            ..self
+        }
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = Args::parse();
+    let args = Args::parse().sized();
     if args.clusters == 0 || args.machines == 0 || args.nodes == 0 {
         bail!("--clusters, --machines and --nodes must be at least 1");
     }

@@ -335,6 +335,11 @@ pub struct Write {
     pub uri: String,
 }
 
+/// The reason of an object's `Ready` condition.
+pub fn ready_reason(obj: &DynamicObject) -> Option<String> {
+    condition(obj, "Ready").and_then(|c| c["reason"].as_str().map(str::to_string))
+}
+
 /// The condition `type_` of an object's status.
 pub fn condition(obj: &DynamicObject, type_: &str) -> Option<serde_json::Value> {
     obj.data["status"]["conditions"]

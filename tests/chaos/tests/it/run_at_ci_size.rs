@@ -1,8 +1,8 @@
 //! 50 machines across 5 clusters, created and deleted in waves while PVE fails like PVE,
 //! the leading manager is SIGKILLed once, writers conflict and VMs change out of band:
 //! every invariant holds. `CHAOS_SEED` repeats a run's choices (the seed is printed).
-//! It runs with the workspace's `cargo test` (scripts/test.sh, CI): about a minute on
-//! two cores, in the debug build the other tests use.
+//! About two minutes on two cores, in the debug build the other tests use;
+//! `scripts/chaos.sh --ci` is the same run.
 use std::io::Write;
 
 use chaos::verdict::{

@@ -339,7 +339,10 @@ fn json_to_params(body: &[u8]) -> Result<Params, ApiError> {
 /// Handles one `/api2/json` request.
 pub async fn handle(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> Resp {
     let with_message = shared.config.version_tuple() >= (8, 3);
-    match handle_inner(shared, parts, body).await {
+    let entry = crate::journal::Entry::begin(&parts, &body);
+    let res = handle_inner(shared, parts, body).await;
+    shared.journal.record(entry, &res);
+    match res {
         Ok(v) => envelope::ok_data(v),
         Err(e) => envelope::error(&e, with_message),
     }

@@ -1,0 +1,9 @@
+# Sourced by every script that runs cargo. The target directory lives outside the
+# checkout (a fresh clone, CI's included, reuses it); source-mtimes.py keeps the record
+# that lets a fresh clone's unchanged files count as built, and forgets it when another
+# checkout builds here. Once per process tree.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/hyperplug/target}"
+if [ -z "${HYPERPLUG_MTIMES_KEPT:-}" ]; then
+    (cd "$(dirname "${BASH_SOURCE[0]}")/.." && python3 scripts/source-mtimes.py "$CARGO_TARGET_DIR")
+    export HYPERPLUG_MTIMES_KEPT=1
+fi
