@@ -137,6 +137,11 @@ impl Pve {
         Pve { base, auth }
     }
 
+    /// The API's base URL (`https://host:8006/api2/json`): which PVE cluster this is.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     pub fn get(&self, path: &str) -> PveResult<Value> {
         self.call("GET", path, None)
     }

@@ -19,7 +19,7 @@ use super::scheduler::{Source as Placement, pick_node};
 use super::state::{Source, State, Step};
 use super::tasks::{poll, task_failed, upid_of};
 use super::template::{resolve_template, template_reach};
-use super::vmid::{next_vmid, vmid_taken};
+use super::vmid::{self, next_vmid, vmid_taken};
 use super::{RETRY_MS, SHORT_MS};
 use crate::api::percent_encode;
 
@@ -121,6 +121,7 @@ fn another_vmid(
     why: String,
 ) -> Result<Option<MachineStatus>, PluginError> {
     let taken = st.vmid.unwrap_or_default();
+    vmid::release(cx, taken);
     st.collisions += 1;
     let vmid = propose_vmid(cx, st)?;
     log::debug(
@@ -175,6 +176,8 @@ pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>,
             Some(SHORT_MS),
         ))),
         Located::Ours(c) => {
+            // Its config is written: `nextid` no longer offers the ID.
+            vmid::release(cx, vmid);
             st.uuid = uuid_of(&c);
             st.source = None;
             st.collisions = 0;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use guest_kit::reservations;
 use guest_kit::types::PluginError;
 use guest_kit::{fnv1a, transient};
 use serde_json::Value;
@@ -26,7 +27,32 @@ pub(super) fn vmid_taken(e: &PveError) -> bool {
     }
 }
 
-/// The next VMID to propose (the clone verifies it).
+/// How long a proposed VMID stays held for its machine against the manager's other
+/// machines: past the clone request that verifies it and the start of its task (PVE's
+/// `nextid` keeps answering an ID until the clone task writes its config).
+const HOLD_MS: u32 = 60_000;
+/// IDs held by other machines of this manager stepped over before this call gives up.
+const MAX_HELD_SKIPS: usize = 256;
+
+/// The reservation key of `vmid` on this PVE cluster (its URL digested: keys are short).
+fn hold_key(cx: &Ctx, vmid: u32) -> String {
+    format!("vmid:{:016x}:{vmid}", fnv1a(cx.pve.base().as_bytes()))
+}
+
+/// Holds `vmid` for this machine: false when another machine of this manager is about to
+/// propose it. Between managers PVE's own refusal stays the arbiter.
+fn hold(cx: &Ctx, vmid: u32) -> bool {
+    reservations::reserve(&hold_key(cx, vmid), HOLD_MS)
+}
+
+/// Lets the hold on `vmid` go: its clone wrote its config (`nextid` skips it now), or it
+/// turned out to be taken.
+pub(super) fn release(cx: &Ctx, vmid: u32) {
+    reservations::release(&hold_key(cx, vmid));
+}
+
+/// The next VMID to propose (the clone verifies it), held against the manager's other
+/// machines so that concurrent machines never propose the same one.
 pub(super) fn next_vmid(
     cx: &Ctx,
     attempt: u32,
@@ -35,7 +61,16 @@ pub(super) fn next_vmid(
     let spread = fnv1a(cx.uid().as_bytes());
     if let Some(r) = &cx.spec.vm_id_range {
         let used = used_vmids(cx)?;
-        let pick = in_range(r, spread, &used, tried);
+        let pick = in_range(r, spread, &used, tried, |id| hold(cx, id));
+        if pick.is_none() && in_range(r, spread, &used, tried, |_| true).is_some() {
+            return Err(transient(
+                format!(
+                    "every free ID of vmIDRange {}-{} is being proposed by another machine of this manager",
+                    r.start, r.end
+                ),
+                Some(RETRY_MS),
+            ));
+        }
         if pick.is_none() && attempt == 0 {
             return Err(transient(
                 format!(
@@ -57,22 +92,46 @@ pub(super) fn next_vmid(
         _ => None,
     }
     .ok_or_else(|| transient(format!("unreadable nextid reply {next}"), None))?;
-    Ok(Some(after_next_id(base, spread, attempt, tried)))
+    let first = after_next_id(base, spread, attempt, tried);
+    first_free(first, tried, |id| hold(cx, id))
+        .map(Some)
+        .ok_or_else(|| {
+            transient(
+                format!(
+                    "VMIDs {first} to {} are all being proposed by other machines of this manager",
+                    first as usize + MAX_HELD_SKIPS
+                ),
+                Some(RETRY_MS),
+            )
+        })
+}
+
+/// The first ID from `start` up that was not tried and `hold` grants, looking at most
+/// [`MAX_HELD_SKIPS`] IDs.
+fn first_free(start: u32, tried: &BTreeSet<u32>, mut hold: impl FnMut(u32) -> bool) -> Option<u32> {
+    (start..)
+        .filter(|id| !tried.contains(id))
+        .take(MAX_HELD_SKIPS)
+        .find(|&id| hold(id))
 }
 
 /// The first ID of `range`, walking from an offset `spread` picks (so machines
-/// allocating at once mostly start at different IDs), that is neither used nor tried.
+/// allocating at once mostly start at different IDs), that is neither used nor tried
+/// and that `hold` grants (no other machine of this manager is proposing it).
 pub(super) fn in_range(
     range: &VmIdRange,
     spread: u64,
     used: &BTreeSet<u32>,
     tried: &BTreeSet<u32>,
+    mut hold: impl FnMut(u32) -> bool,
 ) -> Option<u32> {
     let size = u64::from(range.end - range.start) + 1;
     let offset = spread % size;
     (0..size)
         .map(|i| range.start + ((offset + i) % size) as u32)
-        .find(|id| !used.contains(id) && !tried.contains(id))
+        .filter(|id| !used.contains(id) && !tried.contains(id))
+        .take(MAX_HELD_SKIPS)
+        .find(|&id| hold(id))
 }
 
 /// The ID to propose when `nextid` answered `base`: `base` on the first attempt;
@@ -116,11 +175,11 @@ mod tests {
     #[test]
     fn a_range_is_walked_from_the_place_the_spread_picks() {
         assert_eq!(
-            in_range(&range(200, 209), 3, &ids(&[]), &ids(&[])),
+            in_range(&range(200, 209), 3, &ids(&[]), &ids(&[]), |_| true),
             Some(203)
         );
         assert_eq!(
-            in_range(&range(200, 209), 13, &ids(&[]), &ids(&[])),
+            in_range(&range(200, 209), 13, &ids(&[]), &ids(&[]), |_| true),
             Some(203)
         );
     }
@@ -129,14 +188,40 @@ mod tests {
     fn used_and_tried_ids_are_skipped_wrapping_around_the_range() {
         let used = ids(&[208, 209]);
         let tried = ids(&[200]);
-        assert_eq!(in_range(&range(200, 209), 8, &used, &tried), Some(201));
+        assert_eq!(in_range(&range(200, 209), 8, &used, &tried, |_| true), Some(201));
+    }
+
+    #[test]
+    fn ids_another_machine_holds_are_stepped_over() {
+        let held_elsewhere = ids(&[203, 204]);
+        let pick = in_range(&range(200, 209), 3, &ids(&[]), &ids(&[]), |id| {
+            !held_elsewhere.contains(&id)
+        });
+        assert_eq!(pick, Some(205));
+        assert_eq!(
+            first_free(150, &ids(&[151]), |id| !held_elsewhere.contains(&id) && id != 150),
+            Some(152)
+        );
+    }
+
+    #[test]
+    fn a_walk_past_ids_held_elsewhere_is_bounded() {
+        let mut asked = 0;
+        assert_eq!(
+            first_free(100, &ids(&[]), |_| {
+                asked += 1;
+                false
+            }),
+            None
+        );
+        assert_eq!(asked, MAX_HELD_SKIPS);
     }
 
     #[test]
     fn a_full_range_has_nothing_to_offer() {
         let used = ids(&[300, 301]);
-        assert_eq!(in_range(&range(300, 301), 0, &used, &ids(&[])), None);
-        assert_eq!(in_range(&range(300, 300), 0, &ids(&[]), &ids(&[300])), None);
+        assert_eq!(in_range(&range(300, 301), 0, &used, &ids(&[]), |_| true), None);
+        assert_eq!(in_range(&range(300, 300), 0, &ids(&[]), &ids(&[300]), |_| true), None);
     }
 
     #[test]
