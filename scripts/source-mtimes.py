@@ -13,11 +13,13 @@ build's content, not a history).
 The record also names the checkout it was made in. Cargo's fingerprints do not include
 where a workspace lives, so a build from another checkout path would look fresh here
 while its binaries still point into that other checkout (`env!("CARGO_MANIFEST_DIR")`,
-crates compiled from its files). When the path differs, no time is restored: this
-checkout's crates are rebuilt (the registry dependencies, most of the build, stay).
+crates compiled from its files). When the path differs, every tracked file is given
+the current time, so this checkout's crates are rebuilt however old its files are (the
+registry dependencies, most of the build, stay).
 
-Usage: source-mtimes.py TARGET_DIR   (from the checkout's root; does nothing on a tree
-with uncommitted changes, whose content git's blob ids do not describe)
+Usage: source-mtimes.py TARGET_DIR   (from the checkout's root; on a tree with
+uncommitted changes, whose content git's blob ids do not describe, it restores no time
+and records only the checkout)
 """
 import os
 import subprocess
@@ -38,6 +40,30 @@ def tracked_blobs():
     return blobs
 
 
+def read_record(store):
+    """(checkout the record was made in or "", {path: (blob id, mtime)})."""
+    if not os.path.exists(store):
+        return "", {}
+    known = {}
+    with open(store) as f:
+        first = f.readline().rstrip("\n")
+        if not first.startswith("root "):
+            return "", {}
+        for line in f:
+            blob, mtime, path = line.rstrip("\n").split(" ", 2)
+            known[path] = (blob, int(mtime))
+    return first.removeprefix("root "), known
+
+
+def write_record(store, root, record):
+    os.makedirs(os.path.dirname(store), exist_ok=True)
+    with open(store + ".tmp", "w") as f:
+        f.write(f"root {root}\n")
+        for blob, mtime, path in record:
+            f.write(f"{blob} {mtime} {path}\n")
+    os.replace(store + ".tmp", store)
+
+
 def main():
     target = sys.argv[1]
     status = subprocess.run(
@@ -49,27 +75,22 @@ def main():
     dirty = status.stdout
     store = os.path.join(target, ".source-mtimes")
     root = os.path.realpath(os.getcwd())
+    built_in, known = read_record(store)
+    if built_in != root:
+        # Artifacts here may come from another checkout (or from one whose record is
+        # gone): newer than this checkout's files, they would pass for its build.
+        print(f"source-mtimes: the last build was from {built_in or 'an unrecorded checkout'}; "
+              "this checkout's crates are rebuilt")
+        for path in tracked_blobs():
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.utime(path)
+        known = {}
     if dirty:
-        print("source-mtimes: uncommitted changes; file times left as they are")
-        # What is built next comes from this checkout: a record made elsewhere no
-        # longer describes the target directory.
-        if os.path.exists(store):
-            with open(store) as f:
-                if f.readline().rstrip("\n") != f"root {root}":
-                    os.remove(store)
+        # git's blob ids do not describe an uncommitted tree: record only whose build
+        # this is.
+        print("source-mtimes: uncommitted changes; file times kept")
+        write_record(store, root, [])
         return
-    known = {}
-    if os.path.exists(store):
-        with open(store) as f:
-            first = f.readline().rstrip("\n")
-            built_in = first.removeprefix("root ") if first.startswith("root ") else ""
-            if built_in != root:
-                print(f"source-mtimes: the last build was from {built_in or 'an unnamed checkout'}; "
-                      "this checkout's crates are rebuilt")
-            else:
-                for line in f:
-                    blob, mtime, path = line.rstrip("\n").split(" ", 2)
-                    known[path] = (blob, int(mtime))
     restored = changed = 0
     record = []
     for path, blob in tracked_blobs().items():
@@ -87,12 +108,7 @@ def main():
         else:
             record.append((blob, st.st_mtime_ns, path))
             changed += 1
-    os.makedirs(target, exist_ok=True)
-    with open(store + ".tmp", "w") as f:
-        f.write(f"root {root}\n")
-        for blob, mtime, path in record:
-            f.write(f"{blob} {mtime} {path}\n")
-    os.replace(store + ".tmp", store)
+    write_record(store, root, record)
     print(f"source-mtimes: {restored} files as at the last build, {changed} new or changed")
 
 
