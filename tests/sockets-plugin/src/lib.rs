@@ -1,7 +1,7 @@
 //! Implements our world but also opens raw TCP sockets, which the host never grants:
 //! loading it must fail naming the `wasi:sockets` import.
 use guest_kit::types::{PluginError, Progress, TransientError};
-use guest_kit::{cluster, identity, machine};
+use guest_kit::{cluster, conversion, identity, machine, observer};
 struct Sockets;
 guest_kit::export!(Sockets);
 
@@ -46,6 +46,16 @@ impl cluster::Guest for Sockets {
         Err(refuse())
     }
     fn delete(_: cluster::ClusterRequest) -> Result<Option<Progress>, PluginError> {
+        Err(refuse())
+    }
+}
+impl conversion::Guest for Sockets {
+    fn convert(_: conversion::ConversionRequest) -> Result<conversion::Converted, PluginError> {
+        Err(refuse())
+    }
+}
+impl observer::Guest for Sockets {
+    fn observe(_: observer::ObserveRequest) -> Result<observer::Observation, PluginError> {
         Err(refuse())
     }
 }
