@@ -159,6 +159,14 @@ pub fn no_secret(what: &str, text: &str) {
     );
 }
 
+/// A reported pool by its name, a referenced one as `<Kind>/<name>`.
+pub fn pool_name(pool: &AddressPool) -> String {
+    match pool {
+        AddressPool::Reported(name) => name.clone(),
+        AddressPool::Reference(p) => format!("{}/{}", p.kind, p.name),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,13 +179,5 @@ mod tests {
         for bad in ["", "Not ready", "1Ready", "Ready:", "Ready.", "ready-now"] {
             assert!(!is_reason(bad), "{bad}");
         }
-    }
-}
-
-/// A reported pool by its name, a referenced one as `<Kind>/<name>`.
-pub fn pool_name(pool: &AddressPool) -> String {
-    match pool {
-        AddressPool::Reported(name) => name.clone(),
-        AddressPool::Reference(p) => format!("{}/{}", p.kind, p.name),
     }
 }

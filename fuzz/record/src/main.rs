@@ -585,7 +585,8 @@ fn dictionary() -> String {
     let infos = [Proxmox::info(), hyperplug_fuzz::Redfish::info()];
     for info in &infos {
         for kind in &info.kinds {
-            let schema: Value = serde_json::from_str(&kind.versions[0].spec_schema).expect("a JSON schema");
+            let schema: Value =
+                serde_json::from_str(&kind.versions[0].spec_schema).expect("a JSON schema");
             collect_properties(&schema, &mut names);
         }
     }

@@ -188,7 +188,10 @@ mod tests {
     fn used_and_tried_ids_are_skipped_wrapping_around_the_range() {
         let used = ids(&[208, 209]);
         let tried = ids(&[200]);
-        assert_eq!(in_range(&range(200, 209), 8, &used, &tried, |_| true), Some(201));
+        assert_eq!(
+            in_range(&range(200, 209), 8, &used, &tried, |_| true),
+            Some(201)
+        );
     }
 
     #[test]
@@ -199,7 +202,8 @@ mod tests {
         });
         assert_eq!(pick, Some(205));
         assert_eq!(
-            first_free(150, &ids(&[151]), |id| !held_elsewhere.contains(&id) && id != 150),
+            first_free(150, &ids(&[151]), |id| !held_elsewhere.contains(&id)
+                && id != 150),
             Some(152)
         );
     }
@@ -220,8 +224,14 @@ mod tests {
     #[test]
     fn a_full_range_has_nothing_to_offer() {
         let used = ids(&[300, 301]);
-        assert_eq!(in_range(&range(300, 301), 0, &used, &ids(&[]), |_| true), None);
-        assert_eq!(in_range(&range(300, 300), 0, &ids(&[]), &ids(&[300]), |_| true), None);
+        assert_eq!(
+            in_range(&range(300, 301), 0, &used, &ids(&[]), |_| true),
+            None
+        );
+        assert_eq!(
+            in_range(&range(300, 300), 0, &ids(&[]), &ids(&[300]), |_| true),
+            None
+        );
     }
 
     #[test]
