@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::nics::{Nic, plan_nics};
 use super::state::{State, Step};
+use super::tasks::waits_for;
 use super::validate::validate;
 use crate::api::{Pve, PveError, percent_encode};
 use crate::spec::{ClusterSpec, MachineSpec, cluster_spec, machine_spec};
@@ -107,13 +108,15 @@ impl<'a> Ctx<'a> {
         requeue: Option<u64>,
     ) -> MachineStatus {
         let ready = st.step == Step::Ready;
+        let (waits, requeue) =
+            waits_for(st.upid.as_deref(), &self.req.credentials.endpoint, requeue);
         MachineStatus {
             progress: Progress {
                 state: guest_kit::state::save(st),
                 phase: phase.into(),
                 message: message.into(),
                 requeue_after_ms: requeue,
-                waits: vec![],
+                waits,
                 durable: true,
             },
             ready,

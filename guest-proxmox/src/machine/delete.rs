@@ -11,7 +11,7 @@ use super::context::Ctx;
 use super::ownership::Located;
 use super::properties::str_of;
 use super::state::{DeleteStep, State, Step};
-use super::tasks::{poll, task_failed, upid_of};
+use super::tasks::{poll, task_failed, upid_of, waits_for};
 use super::{RETRY_MS, SHORT_MS};
 use crate::api::{Pve, Task};
 use crate::spec::{ClusterSpec, MachineSpec};
@@ -50,6 +50,7 @@ pub(super) fn delete(req: &MachineRequest) -> Result<Option<Progress>, PluginErr
         }
     }
     Ok(Some(waiting(
+        &cx,
         &st,
         "Deleting",
         "continuing".into(),
@@ -70,19 +71,20 @@ fn context(req: &MachineRequest) -> Ctx<'_> {
     })
 }
 
-fn waiting(st: &State, phase: &str, message: String, ms: u64) -> Progress {
+fn waiting(cx: &Ctx, st: &State, phase: &str, message: String, ms: u64) -> Progress {
+    let (waits, requeue) = waits_for(st.upid.as_deref(), &cx.req.credentials.endpoint, Some(ms));
     Progress {
         state: guest_kit::state::save(st),
         phase: phase.into(),
         message,
-        requeue_after_ms: Some(ms),
-        waits: vec![],
+        requeue_after_ms: requeue,
+        waits,
         durable: true,
     }
 }
 
-fn wait(st: &State, phase: &str, message: String, ms: u64) -> Result<Next, PluginError> {
-    Ok(Next::Wait(waiting(st, phase, message, ms)))
+fn wait(cx: &Ctx, st: &State, phase: &str, message: String, ms: u64) -> Result<Next, PluginError> {
+    Ok(Next::Wait(waiting(cx, st, phase, message, ms)))
 }
 
 /// Find this machine's VM: the recorded one (followed to another node if it migrated)
@@ -104,7 +106,7 @@ fn locate(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
                 "VM {} is still being cloned; waiting to see whose it is",
                 st.vmid.unwrap_or_default()
             );
-            return wait(st, "Stopping", message, SHORT_MS);
+            return wait(cx, st, "Stopping", message, SHORT_MS);
         }
         Located::Foreign(c) => log::warn(
             "the recorded VMID belongs to another VM; leaving it alone",
@@ -149,7 +151,7 @@ fn creation_in_flight(cx: &Ctx, st: &mut State) -> Result<Option<Next>, PluginEr
     match cx.pve.task(&upid) {
         Ok(Task::Running) => {
             let message = format!("{what} is still running; waiting for it to end before deleting");
-            wait(st, "Stopping", message, SHORT_MS).map(Some)
+            wait(cx, st, "Stopping", message, SHORT_MS).map(Some)
         }
         Ok(Task::Done | Task::Failed(_)) => {
             st.upid = None;
@@ -168,12 +170,11 @@ fn creation_in_flight(cx: &Ctx, st: &mut State) -> Result<Option<Next>, PluginEr
 fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     if let Some(upid) = st.upid.clone() {
         match poll(&cx.pve, &upid, "following the stop task")? {
-            Ok(false) => return wait(st, "Stopping", "stop task running".into(), SHORT_MS),
+            Ok(false) => return wait(cx, st, "Stopping", "stop task running".into(), SHORT_MS),
             Ok(true) => st.upid = None,
             Err(msg) => {
                 st.upid = None;
-                return wait(
-                    st,
+                return wait(cx, st,
                     "Stopping",
                     format!("stop failed ({msg}); retrying"),
                     RETRY_MS,
@@ -193,8 +194,7 @@ fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         Err(e) => return Err(e.classify("reading the VM status")),
     };
     if let Some(lock) = str_of(&current, "lock") {
-        return wait(
-            st,
+        return wait(cx, st,
             "Stopping",
             format!("VM is locked ({lock}); waiting"),
             SHORT_MS,
@@ -210,14 +210,14 @@ fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         .post(&format!("{}/status/stop", cx.config_path(st)), &[])
         .map_err(|e| e.classify("stopping the VM"))?;
     st.upid = upid_of(v);
-    wait(st, "Stopping", "stopping the VM".into(), SHORT_MS)
+    wait(cx, st, "Stopping", "stopping the VM".into(), SHORT_MS)
 }
 
 /// Destroy the stopped VM (following the destroy task), if it is still ours.
 fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     if let Some(upid) = st.upid.clone() {
         match poll(&cx.pve, &upid, "following the destroy task")? {
-            Ok(false) => return wait(st, "Deleting", "destroy task running".into(), SHORT_MS),
+            Ok(false) => return wait(cx, st, "Deleting", "destroy task running".into(), SHORT_MS),
             Ok(true) => {
                 st.upid = None;
                 st.delete = Some(DeleteStep::Confirming);
@@ -230,8 +230,7 @@ fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
                 }
                 // Started again meanwhile, locked...: go back to stopping.
                 st.delete = Some(DeleteStep::Stopping);
-                return wait(
-                    st,
+                return wait(cx, st,
                     "Deleting",
                     format!("destroy failed ({msg}); retrying"),
                     RETRY_MS,
@@ -258,7 +257,7 @@ fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         )
         .map_err(|e| e.classify("destroying the VM"))?;
     st.upid = upid_of(v);
-    wait(st, "Deleting", "destroying the VM".into(), SHORT_MS)
+    wait(cx, st, "Deleting", "destroying the VM".into(), SHORT_MS)
 }
 
 /// Gone from its node, and not ours on another one (a migration mid-delete), nor
@@ -278,8 +277,7 @@ fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     };
     if still_there {
         st.delete = Some(DeleteStep::Stopping);
-        return wait(
-            st,
+        return wait(cx, st,
             "Deleting",
             "the VM is still there; stopping and destroying it again".into(),
             SHORT_MS,
@@ -299,7 +297,7 @@ fn remove_iso(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         && let Some(upid) = delete_volume(&cx.pve, &node, &volid)?
     {
         st.upid = Some(upid);
-        return wait(st, "Deleting", "removing the NoCloud ISO".into(), SHORT_MS);
+        return wait(cx, st, "Deleting", "removing the NoCloud ISO".into(), SHORT_MS);
     }
     Ok(Next::Done)
 }

@@ -3,7 +3,6 @@
 //! finalizer → call the plugin → pools and endpoint → persist its report (`report`) →
 //! come back at the resync period.
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -17,7 +16,7 @@ use super::events::{self, Event, Report};
 use super::objects::{self, api, capi_cluster, str_field};
 use super::outcome::{self, Failed, Outcome};
 use super::ownership::Ownership;
-use super::{credentials, ipam, patch, unverified};
+use super::{credentials, ipam, patch, requeue, unverified};
 use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
 use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
 use hyperplug_runtime::bindings::types::Progress;
@@ -108,10 +107,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     events::publish_all(&ctx, &obj, &report.events).await;
     ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
     ctx.backoff.reset(&objects::key(&obj));
-    Ok(match status.progress.requeue_after_ms {
-        Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),
-        None => Action::requeue(ctx.options.resync),
-    })
+    Ok(requeue::after_cluster_step(
+        &status.progress,
+        ctx.options.resync,
+    ))
 }
 
 async fn delete(
@@ -142,9 +141,7 @@ async fn delete(
         Outcome::Done(Some(p)) => {
             // The plugin's state goes on to its next call, as for machines.
             patch::status(own, obj, &deleting(&Progressing::of(obj), &p)).await?;
-            Ok(Action::requeue(Duration::from_millis(
-                p.requeue_after_ms.unwrap_or(2_000).max(50),
-            )))
+            Ok(requeue::after_delete_step(&p))
         }
         Outcome::Failed(e) => outcome::fail(ctx, own, obj, e, Some(credentials)).await,
     }

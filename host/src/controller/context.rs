@@ -13,6 +13,7 @@ use kube::runtime::events::Recorder;
 use super::backoff::Backoff;
 use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
+use super::waits::Waits;
 use crate::metrics::Metrics;
 
 /// Options of the manager that controllers read.
@@ -63,6 +64,8 @@ pub struct Context {
     pub options: ManagerOptions,
     /// Makes ownership ids unforgeable (see `ownership`).
     pub ownership: Arc<OwnershipKeys>,
+    /// What this kind's objects wait for (machines: see `waits`).
+    pub waits: Arc<Waits>,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

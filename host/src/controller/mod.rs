@@ -17,14 +17,16 @@ mod outcome;
 mod output;
 pub mod ownership;
 mod patch;
+mod requeue;
 #[cfg(test)]
 mod result_properties;
 mod template;
 mod triggers;
 mod unverified;
+mod waits;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -75,6 +77,7 @@ pub async fn run(
             .find(|k| k.role == KindRole::InfraCluster)
             .map(resource);
         for kind in &info.kinds {
+            let (waits, woken) = waits::Waits::new(plugin.clone(), metrics.clone());
             let ctx = Arc::new(Context {
                 client: client.clone(),
                 plugin: plugin.clone(),
@@ -83,16 +86,14 @@ pub async fn run(
                 cluster_kind: cluster_kind.clone(),
                 recorder: Recorder::new(client.clone(), reporter.clone()),
                 metrics: metrics.clone(),
-                backoff: backoff::Backoff::new(
-                    Duration::from_millis(500),
-                    Duration::from_secs(300),
-                ),
+                backoff: backoff::Backoff::new(requeue::BACKOFF_BASE, requeue::BACKOFF_MAX),
                 options: options.clone(),
                 ownership: ownership.clone(),
+                waits,
             });
             tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
             match kind.role {
-                KindRole::InfraMachine => running.push(Box::pin(machines(ctx))),
+                KindRole::InfraMachine => running.push(Box::pin(machines(ctx, woken))),
                 KindRole::InfraCluster => running.push(Box::pin(clusters(ctx))),
                 KindRole::InfraMachineTemplate => running.push(Box::pin(templates(ctx))),
                 // Nothing to reconcile: ClusterClass copies it into InfraClusters.
@@ -143,7 +144,12 @@ fn config(ctx: &Context) -> ControllerConfig {
     ControllerConfig::default().concurrency(ctx.options.concurrency)
 }
 
-async fn machines(ctx: Arc<Context>) {
+/// The InfraMachine controller: its own objects, the Cluster API objects and Secrets
+/// they depend on, and the machines whose waits the observer reports over (`woken`).
+async fn machines(
+    ctx: Arc<Context>,
+    woken: futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
+) {
     let ns = &ctx.options.namespace;
     let ar = ctx.resource.clone();
     let controller = Controller::new_with(
@@ -172,6 +178,7 @@ async fn machines(ctx: Arc<Context>) {
         .unwrap_or_else(objects::capi_cluster);
     controller
         .with_config(config(&ctx))
+        .reconcile_on(woken)
         // A Machine's spec changing (bootstrap data named, failure domain) maps to the
         // InfraMachine it references; its status churn does not. The Secret it names is
         // remembered for the Secret watch below.

@@ -139,6 +139,14 @@ pub fn key(obj: &DynamicObject) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }
 
+/// The object as its controller's queue names it (what `waits` wakes).
+pub fn obj_ref(
+    obj: &DynamicObject,
+    resource: &ApiResource,
+) -> kube::runtime::reflector::ObjectRef<DynamicObject> {
+    kube::runtime::reflector::ObjectRef::from_obj_with(obj, resource.clone())
+}
+
 /// The object as the plugin sees it, with `id` (a proven ownership id, or a UID the
 /// API server assigned) as its `uid`.
 pub fn object_ref(obj: &DynamicObject, id: &str) -> ObjectRef {

@@ -1,7 +1,6 @@
 //! The InfraMachineTemplate reconciler: `status.capacity` and `status.nodeInfo`, so the
 //! cluster autoscaler can scale a MachineDeployment from zero.
 use std::sync::Arc;
-use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -12,7 +11,7 @@ use super::context::Context;
 use super::error::Result;
 use super::objects::{api, object_ref};
 use super::outcome::{self, Outcome};
-use super::patch;
+use super::{patch, requeue};
 use crate::status::{InfraMachineTemplateStatus, NodeInfo};
 use hyperplug_runtime::bindings::machine::TemplateRequest;
 
@@ -64,7 +63,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         }
         Outcome::Failed(e) => {
             tracing::warn!(template = %obj.name_any(), error = %e, "cannot describe template");
-            Ok(Action::requeue(Duration::from_secs(60)))
+            Ok(Action::requeue(requeue::TEMPLATE_RETRY))
         }
     }
 }

@@ -1,7 +1,5 @@
 //! A deleting machine: the plugin tears its infrastructure down; only once it confirms
 //! it gone do its claims, blobs and the finalizer go.
-use std::time::Duration;
-
 use kube::runtime::controller::Action;
 
 use super::super::conditions;
@@ -9,7 +7,7 @@ use super::super::context::{Context, finalizer};
 use super::super::error::{Error, Result};
 use super::super::events::{self, Event};
 use super::super::outcome::{self, Outcome};
-use super::super::{ipam, patch};
+use super::super::{ipam, objects, patch, requeue};
 use super::observe::Observed;
 use super::report;
 use crate::status::{InfraMachineStatus, Status};
@@ -25,6 +23,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
         .await;
     match outcome::of(ctx.plugin.name(), "machine.delete", result) {
         Outcome::Done(None) => {
+            ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
             ipam::release_claims(ctx, &o.obj).await?;
             // What the plugin published or claimed for this object dies with it, even
             // if the plugin forgot to give it up.
@@ -53,9 +52,13 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
                 &conditions::now(),
             );
             patch::status(&o.own, &o.obj, &next).await?;
-            Ok(Action::requeue(Duration::from_millis(
-                progress.requeue_after_ms.unwrap_or(2_000).max(50),
-            )))
+            ctx.waits.set(
+                objects::obj_ref(&o.obj, &ctx.resource),
+                &progress.waits,
+                &o.request.credentials,
+                &o.request.more_credentials,
+            );
+            Ok(requeue::after_delete_step(&progress))
         }
         Outcome::Failed(err) => outcome::fail(ctx, &o.own, &o.obj, err, Some(&o.credentials)).await,
     }

@@ -18,7 +18,7 @@ use super::events;
 use super::ipam::Claimed;
 use super::objects;
 use super::outcome::{self, Outcome};
-use super::patch;
+use super::{patch, requeue};
 use crate::status::{InfraMachineStatus, Status};
 use hyperplug_runtime::bindings::machine::MachineStatus;
 use observe::{Observed, Step};
@@ -62,7 +62,13 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             .await?
     };
     ctx.backoff.reset(&objects::key(&o.obj));
-    Ok(report::next_action(
+    ctx.waits.set(
+        objects::obj_ref(&o.obj, &ctx.resource),
+        &status.progress.waits,
+        &o.request.credentials,
+        &o.request.more_credentials,
+    );
+    Ok(requeue::after_machine_step(
         &status,
         claimed,
         o.provisioned || status.ready,

@@ -2,7 +2,6 @@
 //! decisive first, so an object that goes no further (externally managed, without an
 //! owner yet, paused, failed on this generation) costs few reads; then build the
 //! plugin's request.
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DynamicObject;
@@ -16,7 +15,7 @@ use super::super::ipam::MachineClaims;
 use super::super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::super::outcome::{self, Failed};
 use super::super::ownership::Ownership;
-use super::super::{credentials, patch, unverified};
+use super::super::{credentials, patch, requeue, unverified};
 use crate::status::{Progressing, Status};
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
 
@@ -110,7 +109,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             format!("waiting for cluster {cluster_name}"),
         );
         patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await?;
-        return Ok(Step::Done(Action::requeue(Duration::from_secs(10))));
+        return Ok(Step::Done(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
     };
     // Whose infrastructure this is: proven by the manager's MAC, never by what a user
     // wrote. Unproven, the plugin is not called at all.

@@ -9,13 +9,10 @@
 //! and its message, one Warning event when it starts, one Normal event when it is
 //! resolved. `status.initialization.provisioned` stays true: Cluster API reads it once,
 //! and nothing is provisioned again.
-use std::time::Duration;
 
-use kube::runtime::controller::Action;
 
 use super::super::conditions::{self, Condition, PROVISIONED, READY, reasons};
 use super::super::events::{Event, Report};
-use super::super::ipam::Claimed;
 use crate::status::{self, InfraMachineStatus, Initialization, MachineAddress};
 use hyperplug_runtime::bindings::machine::{AddressType, Drift, MachineStatus};
 use hyperplug_runtime::bindings::types::Progress;
@@ -194,24 +191,6 @@ pub fn deleting(
     next
 }
 
-/// When to reconcile again after a create or describe: the plugin's hint first; soon
-/// while claims bind (they are not watched); at the resync period once provisioned (to
-/// see drift come and go); else on the next change.
-pub fn next_action(
-    s: &MachineStatus,
-    claimed: Claimed,
-    provisioned: bool,
-    resync: Duration,
-) -> Action {
-    match s.progress.requeue_after_ms {
-        Some(ms) => Action::requeue(Duration::from_millis(ms.max(50))),
-        None if claimed.written => Action::requeue(Duration::from_millis(250)),
-        None if claimed.pending => Action::requeue(Duration::from_secs(1)),
-        None if provisioned => Action::requeue(resync),
-        None => Action::await_change(),
-    }
-}
-
 fn non_empty(s: &str) -> Option<String> {
     (!s.is_empty()).then(|| s.to_string())
 }
@@ -384,31 +363,4 @@ mod tests {
         assert_eq!(s.status.progress.phase.as_deref(), Some("cloning vm!"));
     }
 
-    #[test]
-    fn the_next_reconcile_follows_hints_then_claims_then_the_resync() {
-        let resync = Duration::from_secs(300);
-        let mut s = running();
-        s.progress.requeue_after_ms = Some(0);
-        assert_eq!(
-            next_action(&s, Claimed::default(), false, resync),
-            Action::requeue(Duration::from_millis(50))
-        );
-        s.progress.requeue_after_ms = None;
-        let written = Claimed {
-            written: true,
-            pending: true,
-        };
-        assert_eq!(
-            next_action(&s, written, false, resync),
-            Action::requeue(Duration::from_millis(250))
-        );
-        assert_eq!(
-            next_action(&s, Claimed::default(), true, resync),
-            Action::requeue(resync)
-        );
-        assert_eq!(
-            next_action(&s, Claimed::default(), false, resync),
-            Action::await_change()
-        );
-    }
 }

@@ -79,6 +79,7 @@ static ROUTES: &[Route] = routes! {
     "GET" "/cluster/status" => cluster::status,
     "GET" "/cluster/nextid" => cluster::nextid,
     "GET" "/cluster/resources" => cluster::resources,
+    "GET" "/cluster/tasks" => tasks::cluster,
     "GET" "/pools" => cluster::pools,
     "GET" "/nodes" => nodes::list,
     "GET" "/nodes/{node}/status" => nodes::status,

@@ -1,4 +1,4 @@
-//! `/nodes/{node}/tasks...`: list, status, log, stop.
+//! `/nodes/{node}/tasks...`: list, status, log, stop; `/cluster/tasks`: every node's at once.
 
 use serde_json::{Value, json};
 
@@ -95,4 +95,32 @@ pub fn list(c: &mut Call) -> ApiResult<Data> {
         data,
         total: matching.len(),
     })
+}
+
+/// Finished tasks per node that `GET /cluster/tasks` still shows (PVE keeps the newest
+/// ones of each node's task list there; older ones need a status call on their node).
+pub const CLUSTER_TASKS_FINISHED_PER_NODE: usize = 25;
+
+/// `GET /cluster/tasks`: every node's running tasks and its newest finished ones
+/// ([`CLUSTER_TASKS_FINISHED_PER_NODE`]), newest first, in the `/nodes/{node}/tasks`
+/// entry shape (`endtime` and `status` once finished).
+pub fn cluster(c: &mut Call) -> ApiResult {
+    let w = c.shared.lock();
+    let mut finished: std::collections::HashMap<&str, usize> = Default::default();
+    let list = w
+        .task_order
+        .iter()
+        .rev()
+        .filter_map(|u| w.tasks.get(u))
+        .filter(|t| {
+            if t.running() {
+                return true;
+            }
+            let n = finished.entry(t.node.as_str()).or_default();
+            *n += 1;
+            *n <= CLUSTER_TASKS_FINISHED_PER_NODE
+        })
+        .map(|t| t.list_json())
+        .collect();
+    Ok(Value::Array(list))
 }

@@ -1,0 +1,142 @@
+//! When a reconcile comes back: every delay the controllers use, in one place.
+//!
+//! A plugin's step says when to call again (`requeue-after-ms`) and what it waits for
+//! (`waits`, see `waits`); the host adds what only it knows (claims binding, the
+//! resync of provisioned objects, backoff after failures) and floors what plugins ask.
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
+use super::ipam::Claimed;
+use hyperplug_runtime::bindings::machine::MachineStatus;
+use hyperplug_runtime::bindings::types::Progress;
+
+/// The soonest a plugin's hint brings an object back (`requeue-after-ms: 0` included).
+pub const FLOOR: Duration = Duration::from_millis(50);
+/// After claims were written: the IPAM provider binds them in a moment, and claims are
+/// not watched.
+pub const CLAIMS_WRITTEN: Duration = Duration::from_millis(250);
+/// While a claim waits for its address.
+pub const CLAIMS_PENDING: Duration = Duration::from_secs(1);
+/// A delete step that named no time.
+pub const DELETE_STEP: Duration = Duration::from_secs(2);
+/// A machine whose cluster infrastructure is not there yet.
+pub const CLUSTER_INFRASTRUCTURE: Duration = Duration::from_secs(10);
+/// A template whose description failed.
+pub const TEMPLATE_RETRY: Duration = Duration::from_secs(60);
+/// Backoff after a failed call: from this, doubling, up to [`BACKOFF_MAX`].
+pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// How often an endpoint's observer looks while keys are pending on it.
+pub const OBSERVE_EVERY: Duration = Duration::from_secs(1);
+/// After an observe call failed (its waits also have their requeue as fallback).
+pub const OBSERVE_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// A plugin's hint, floored.
+pub fn hinted(ms: u64) -> Action {
+    Action::requeue(Duration::from_millis(ms).max(FLOOR))
+}
+
+/// After a machine's create or describe: the plugin's hint first (with waits, a
+/// fallback: the observer wakes it sooner); soon while claims bind; at the resync period
+/// once provisioned (drift); else on the next change or when a wait is over.
+pub fn after_machine_step(
+    s: &MachineStatus,
+    claimed: Claimed,
+    provisioned: bool,
+    resync: Duration,
+) -> Action {
+    match s.progress.requeue_after_ms {
+        Some(ms) => hinted(ms),
+        None if claimed.written => Action::requeue(CLAIMS_WRITTEN),
+        None if claimed.pending => Action::requeue(CLAIMS_PENDING),
+        None if provisioned => Action::requeue(resync),
+        None => Action::await_change(),
+    }
+}
+
+/// After a delete step that is not done yet.
+pub fn after_delete_step(p: &Progress) -> Action {
+    match p.requeue_after_ms {
+        Some(ms) => hinted(ms),
+        None if !p.waits.is_empty() => Action::await_change(),
+        None => Action::requeue(DELETE_STEP),
+    }
+}
+
+/// After an InfraCluster's reconcile: the plugin's hint, else the resync.
+pub fn after_cluster_step(p: &Progress, resync: Duration) -> Action {
+    match p.requeue_after_ms {
+        Some(ms) => hinted(ms),
+        None => Action::requeue(resync),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyperplug_runtime::bindings::types::Wait;
+
+    fn running() -> MachineStatus {
+        MachineStatus {
+            progress: Progress {
+                state: "{}".into(),
+                phase: "Ready".into(),
+                message: "running".into(),
+                requeue_after_ms: None,
+                waits: vec![],
+                durable: true,
+            },
+            ready: true,
+            provider_id: None,
+            addresses: vec![],
+            failure_domain: None,
+            address_requests: vec![],
+            needs_bootstrap: false,
+            drift: None,
+            details: vec![],
+            plugin_status: None,
+        }
+    }
+
+    #[test]
+    fn the_next_reconcile_follows_hints_then_claims_then_the_resync() {
+        let resync = Duration::from_secs(300);
+        let mut s = running();
+        s.progress.requeue_after_ms = Some(0);
+        assert_eq!(
+            after_machine_step(&s, Claimed::default(), false, resync),
+            Action::requeue(FLOOR)
+        );
+        s.progress.requeue_after_ms = None;
+        let written = Claimed {
+            written: true,
+            pending: true,
+        };
+        assert_eq!(
+            after_machine_step(&s, written, false, resync),
+            Action::requeue(CLAIMS_WRITTEN)
+        );
+        assert_eq!(
+            after_machine_step(&s, Claimed::default(), true, resync),
+            Action::requeue(resync)
+        );
+        assert_eq!(
+            after_machine_step(&s, Claimed::default(), false, resync),
+            Action::await_change()
+        );
+    }
+
+    #[test]
+    fn a_delete_step_waiting_on_its_observer_needs_no_timer() {
+        let mut p = running().progress;
+        assert_eq!(after_delete_step(&p), Action::requeue(DELETE_STEP));
+        p.waits.push(Wait {
+            endpoint: "https://e".into(),
+            key: "k".into(),
+        });
+        assert_eq!(after_delete_step(&p), Action::await_change());
+        p.requeue_after_ms = Some(15_000);
+        assert_eq!(after_delete_step(&p), Action::requeue(Duration::from_secs(15)));
+    }
+}

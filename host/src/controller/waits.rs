@@ -1,0 +1,235 @@
+//! Waits: what each machine's last step waits for, and one observer loop per endpoint
+//! that wakes exactly the machines whose waits are over.
+//!
+//! A step's progress names keys, in its plugin's own words (e.g. a task id), on one of
+//! the call's endpoints. Rather than calling every waiting machine on a timer, the host
+//! asks the plugin's observer about all pending keys of an endpoint at once, one call per
+//! tick whatever the number of machines, and reconciles the machines whose keys fired
+//! (through `Controller::reconcile_on`). The requeue a step asks for stays the fallback.
+//!
+//! Bounded: an object registers at most [`MAX_WAITS_PER_OBJECT`] keys of at most
+//! [`MAX_KEY_BYTES`]; one loop per endpoint, never two observe calls of one endpoint at
+//! once; each observe call runs in the plugin's sandbox under the same limits as any call.
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::observer::ObserveRequest;
+use hyperplug_runtime::bindings::types::{Credentials, NamedCredentials, Wait};
+use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
+
+use super::requeue;
+use crate::metrics::Metrics;
+
+/// Keys one object may wait for at once (more are dropped, with a warning).
+pub const MAX_WAITS_PER_OBJECT: usize = 16;
+/// Longest key.
+pub const MAX_KEY_BYTES: usize = 512;
+
+type Obj = ObjectRef<DynamicObject>;
+
+/// Which endpoint: its URL and the identity that reads it (never the secret), so two
+/// clusters with the same credentials share one observer loop.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+struct EndpointId {
+    endpoint: String,
+    token: String,
+}
+
+struct Endpoint {
+    /// The credentials last registered with (a rotated secret is picked up).
+    credentials: Credentials,
+    /// Pending keys and the objects waiting for each.
+    keys: HashMap<String, HashSet<Obj>>,
+}
+
+#[derive(Default)]
+struct Registry {
+    endpoints: HashMap<EndpointId, Endpoint>,
+    /// What each object waits for, to replace it on its next step.
+    objects: HashMap<Obj, Vec<(EndpointId, String)>>,
+}
+
+/// The waits of one plugin's machines.
+pub struct Waits {
+    plugin: Plugin,
+    metrics: Arc<Metrics>,
+    registry: Mutex<Registry>,
+    wake: UnboundedSender<Obj>,
+}
+
+impl Waits {
+    /// The registry and the stream of objects to reconcile because their wait is over.
+    pub fn new(plugin: Plugin, metrics: Arc<Metrics>) -> (Arc<Waits>, UnboundedReceiver<Obj>) {
+        let (wake, woken) = unbounded();
+        let waits = Arc::new(Waits {
+            plugin,
+            metrics,
+            registry: Mutex::default(),
+            wake,
+        });
+        (waits, woken)
+    }
+
+    /// `obj` now waits for `waits` (and nothing else): each on the credentials of the
+    /// call whose endpoint it names. Returns how many were registered; a wait on an
+    /// endpoint the call had no credentials for is dropped.
+    pub fn set(
+        self: &Arc<Self>,
+        obj: Obj,
+        waits: &[Wait],
+        primary: &Credentials,
+        more: &[NamedCredentials],
+    ) -> usize {
+        if waits.len() > MAX_WAITS_PER_OBJECT {
+            tracing::warn!(object = %obj, waits = waits.len(), max = MAX_WAITS_PER_OBJECT,
+                "plugin named more waits than an object may have; the rest are dropped");
+        }
+        let mut start = Vec::new();
+        let mut registry = self.registry.lock().expect("waits registry");
+        registry.remove(&obj);
+        let mut mine = Vec::new();
+        for wait in waits.iter().take(MAX_WAITS_PER_OBJECT) {
+            if wait.key.is_empty() || wait.key.len() > MAX_KEY_BYTES {
+                tracing::warn!(object = %obj, "plugin named a wait with an empty or over-long key; dropped");
+                continue;
+            }
+            let Some(credentials) = std::iter::once(primary)
+                .chain(more.iter().map(|m| &m.credentials))
+                .find(|c| c.endpoint == wait.endpoint)
+            else {
+                tracing::warn!(object = %obj, endpoint = %wait.endpoint,
+                    "plugin named a wait on an endpoint the call had no credentials for; dropped");
+                continue;
+            };
+            let id = EndpointId {
+                endpoint: credentials.endpoint.clone(),
+                token: credentials.token.clone(),
+            };
+            let endpoint = registry.endpoints.entry(id.clone()).or_insert_with(|| {
+                start.push(id.clone());
+                Endpoint {
+                    credentials: credentials.clone(),
+                    keys: HashMap::new(),
+                }
+            });
+            endpoint.credentials = credentials.clone();
+            endpoint
+                .keys
+                .entry(wait.key.clone())
+                .or_default()
+                .insert(obj.clone());
+            mine.push((id, wait.key.clone()));
+        }
+        let registered = mine.len();
+        if !mine.is_empty() {
+            registry.objects.insert(obj, mine);
+        }
+        drop(registry);
+        for id in start {
+            tokio::spawn(self.clone().observe(id));
+        }
+        registered
+    }
+
+    /// `obj` waits for nothing (it is gone, or its step failed).
+    pub fn clear(&self, obj: &Obj) {
+        self.registry.lock().expect("waits registry").remove(obj);
+    }
+
+    /// Keys pending on every endpoint (for tests and metrics).
+    pub fn pending(&self) -> usize {
+        let registry = self.registry.lock().expect("waits registry");
+        registry.endpoints.values().map(|e| e.keys.len()).sum()
+    }
+
+    /// One endpoint's loop: while keys are pending, one observe call per tick; the
+    /// objects of the keys it fires are woken. Ends when nothing waits on the endpoint.
+    async fn observe(self: Arc<Self>, id: EndpointId) {
+        let mut delay = requeue::OBSERVE_EVERY;
+        loop {
+            tokio::time::sleep(delay).await;
+            let req = {
+                let mut registry = self.registry.lock().expect("waits registry");
+                match registry.endpoints.get(&id) {
+                    Some(e) if !e.keys.is_empty() => ObserveRequest {
+                        credentials: e.credentials.clone(),
+                        keys: e.keys.keys().cloned().collect(),
+                    },
+                    _ => {
+                        registry.endpoints.remove(&id);
+                        return;
+                    }
+                }
+            };
+            let call = "observer.observe";
+            let result = self
+                .metrics
+                .plugin_call(self.plugin.name(), call, self.plugin.observe(&req))
+                .await;
+            match result {
+                Ok(Ok(observation)) => {
+                    delay = requeue::OBSERVE_EVERY;
+                    self.fire(&id, &observation.fired);
+                }
+                Ok(Err(e)) => {
+                    delay = requeue::OBSERVE_AFTER_FAILURE;
+                    tracing::warn!(plugin = self.plugin.name(), endpoint = %id.endpoint,
+                        error = ?e, "observing failed; its waits fall back to their requeue");
+                }
+                Err(e) => {
+                    delay = requeue::OBSERVE_AFTER_FAILURE;
+                    tracing::warn!(plugin = self.plugin.name(), endpoint = %id.endpoint,
+                        error = %e, "observer call failed; its waits fall back to their requeue");
+                }
+            }
+        }
+    }
+
+    /// Wake the objects waiting for `fired` keys of endpoint `id`; those keys are no
+    /// longer pending (the objects' next steps say what they wait for next).
+    fn fire(&self, id: &EndpointId, fired: &[String]) {
+        let mut woken = HashSet::new();
+        {
+            let mut registry = self.registry.lock().expect("waits registry");
+            let Some(endpoint) = registry.endpoints.get_mut(id) else {
+                return;
+            };
+            for key in fired {
+                if let Some(objects) = endpoint.keys.remove(key) {
+                    woken.extend(objects);
+                }
+            }
+            for obj in &woken {
+                if let Some(mine) = registry.objects.get_mut(obj) {
+                    mine.retain(|(e, k)| e != id || !fired.contains(k));
+                    if mine.is_empty() {
+                        registry.objects.remove(obj);
+                    }
+                }
+            }
+        }
+        for obj in woken {
+            // The controller is gone only when the manager stops.
+            let _ = self.wake.unbounded_send(obj);
+        }
+    }
+}
+
+impl Registry {
+    /// Forget what `obj` waited for.
+    fn remove(&mut self, obj: &Obj) {
+        for (id, key) in self.objects.remove(obj).unwrap_or_default() {
+            if let Some(endpoint) = self.endpoints.get_mut(&id)
+                && let Some(objects) = endpoint.keys.get_mut(&key)
+            {
+                objects.remove(obj);
+                if objects.is_empty() {
+                    endpoint.keys.remove(&key);
+                }
+            }
+        }
+    }
+}
