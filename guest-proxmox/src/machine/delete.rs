@@ -174,7 +174,9 @@ fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
             Ok(true) => st.upid = None,
             Err(msg) => {
                 st.upid = None;
-                return wait(cx, st,
+                return wait(
+                    cx,
+                    st,
                     "Stopping",
                     format!("stop failed ({msg}); retrying"),
                     RETRY_MS,
@@ -194,7 +196,9 @@ fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         Err(e) => return Err(e.classify("reading the VM status")),
     };
     if let Some(lock) = str_of(&current, "lock") {
-        return wait(cx, st,
+        return wait(
+            cx,
+            st,
             "Stopping",
             format!("VM is locked ({lock}); waiting"),
             SHORT_MS,
@@ -230,7 +234,9 @@ fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
                 }
                 // Started again meanwhile, locked...: go back to stopping.
                 st.delete = Some(DeleteStep::Stopping);
-                return wait(cx, st,
+                return wait(
+                    cx,
+                    st,
                     "Deleting",
                     format!("destroy failed ({msg}); retrying"),
                     RETRY_MS,
@@ -277,7 +283,9 @@ fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     };
     if still_there {
         st.delete = Some(DeleteStep::Stopping);
-        return wait(cx, st,
+        return wait(
+            cx,
+            st,
             "Deleting",
             "the VM is still there; stopping and destroying it again".into(),
             SHORT_MS,
@@ -297,7 +305,13 @@ fn remove_iso(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         && let Some(upid) = delete_volume(&cx.pve, &node, &volid)?
     {
         st.upid = Some(upid);
-        return wait(cx, st, "Deleting", "removing the NoCloud ISO".into(), SHORT_MS);
+        return wait(
+            cx,
+            st,
+            "Deleting",
+            "removing the NoCloud ISO".into(),
+            SHORT_MS,
+        );
     }
     Ok(Next::Done)
 }

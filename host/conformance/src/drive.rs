@@ -3,7 +3,9 @@
 //! needs are answered, and the call is made again after the requeue hint (a few
 //! transient errors in a row are retried, as the host backs off and retries) until the
 //! plugin reports the machine ready, or confirms it gone. The conformance kit drives
-//! plugins with it, and so do the host's tests.
+//! plugins with it, and so do the host's tests. A step that names waits is called
+//! again as soon as the plugin's observer fires one of them (as the host's observer
+//! loop does), or at its requeue hint.
 use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -12,6 +14,8 @@ use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
 use hyperplug_runtime::bindings::machine::{
     AllocatedAddress, BootstrapData, MachineRequest, MachineStatus,
 };
+use hyperplug_runtime::bindings::observer::ObserveRequest;
+use hyperplug_runtime::bindings::types::Progress;
 use hyperplug_runtime::{CallError, Plugin, PluginError};
 
 /// How a call failed.
@@ -69,6 +73,42 @@ impl Pacing {
     pub fn wait(&self, hint_ms: Option<u64>, default_ms: u64) -> Duration {
         let d = Duration::from_millis(hint_ms.unwrap_or(default_ms).max(50));
         self.max_requeue.map_or(d, |cap| d.min(cap))
+    }
+}
+
+/// How often the drive asks the observer about a step's waits.
+const OBSERVE_EVERY: Duration = Duration::from_millis(100);
+
+/// Until the next call after step `p` of the machine `req`: its requeue hint (capped by
+/// `pacing`), or sooner, as soon as the observer fires one of its waits.
+async fn wait_after(
+    plugin: &Plugin,
+    req: &MachineRequest,
+    p: &Progress,
+    pacing: &Pacing,
+    default_ms: u64,
+) {
+    let due = Instant::now() + pacing.wait(p.requeue_after_ms, default_ms);
+    if p.waits.is_empty() {
+        tokio::time::sleep_until(due.into()).await;
+        return;
+    }
+    let observe = ObserveRequest {
+        credentials: req.credentials.clone(),
+        keys: p.waits.iter().map(|w| w.key.clone()).collect(),
+    };
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return;
+        }
+        tokio::time::sleep(OBSERVE_EVERY.min(due - now)).await;
+        // A failed observation only means waiting for the requeue.
+        if let Ok(Ok(seen)) = plugin.observe(&observe).await
+            && !seen.fired.is_empty()
+        {
+            return;
+        }
     }
 }
 
@@ -221,12 +261,12 @@ pub async fn create(
                 .describes
                 .push(flatten(plugin.describe_machine(&machine.req).await));
         }
-        let wait = pacing.wait(status.progress.requeue_after_ms, 1_000);
+        let progress = status.progress.clone();
         drive.last = Some(status);
         if until.calls == Some(drive.calls) {
             return Ok(drive);
         }
-        tokio::time::sleep(wait).await;
+        wait_after(plugin, &machine.req, &progress, pacing, 1_000).await;
     }
 }
 
@@ -260,7 +300,7 @@ pub async fn delete(
                     phases.push(p.phase.clone());
                 }
                 machine.req.state = Some(p.state.clone());
-                tokio::time::sleep(pacing.wait(p.requeue_after_ms, 2_000)).await;
+                wait_after(plugin, &machine.req, &p, pacing, 2_000).await;
             }
             Err(Failure::Plugin(PluginError::Transient(t)))
                 if transient_in_row < pacing.transient_retries =>

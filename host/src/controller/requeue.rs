@@ -137,6 +137,9 @@ mod tests {
         });
         assert_eq!(after_delete_step(&p), Action::await_change());
         p.requeue_after_ms = Some(15_000);
-        assert_eq!(after_delete_step(&p), Action::requeue(Duration::from_secs(15)));
+        assert_eq!(
+            after_delete_step(&p),
+            Action::requeue(Duration::from_secs(15))
+        );
     }
 }

@@ -24,6 +24,10 @@ use crate::state::{World, unix_now, unix_now_ms};
 /// lines before it go to the log).
 pub type Work = Box<dyn FnOnce(&mut World, Option<String>) -> Result<Vec<String>, String> + Send>;
 
+/// Finished tasks per node that `GET /cluster/tasks` still shows (PVE keeps the newest
+/// ones of each node's task list there; older ones need a status call on their node).
+pub const CLUSTER_TASKS_FINISHED_PER_NODE: usize = 25;
+
 /// A task as `GET /nodes/{node}/tasks/{upid}/status` shows it.
 #[derive(Debug, Clone)]
 pub struct Task {

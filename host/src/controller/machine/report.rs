@@ -10,7 +10,6 @@
 //! resolved. `status.initialization.provisioned` stays true: Cluster API reads it once,
 //! and nothing is provisioned again.
 
-
 use super::super::conditions::{self, Condition, PROVISIONED, READY, reasons};
 use super::super::events::{Event, Report};
 use crate::status::{self, InfraMachineStatus, Initialization, MachineAddress};
@@ -362,5 +361,4 @@ mod tests {
         assert_eq!(condition(&s.status, PROVISIONED).reason, "Provisioning");
         assert_eq!(s.status.progress.phase.as_deref(), Some("cloning vm!"));
     }
-
 }

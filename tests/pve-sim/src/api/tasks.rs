@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::Call;
 use crate::envelope::{ApiError, ApiResult, Data};
-use crate::tasks::parse_upid;
+use crate::tasks::{CLUSTER_TASKS_FINISHED_PER_NODE, parse_upid};
 
 fn find_task<'w>(w: &'w crate::state::World, c: &Call) -> ApiResult<&'w crate::tasks::Task> {
     let upid = c.p("upid").unwrap_or("");
@@ -96,10 +96,6 @@ pub fn list(c: &mut Call) -> ApiResult<Data> {
         total: matching.len(),
     })
 }
-
-/// Finished tasks per node that `GET /cluster/tasks` still shows (PVE keeps the newest
-/// ones of each node's task list there; older ones need a status call on their node).
-pub const CLUSTER_TASKS_FINISHED_PER_NODE: usize = 25;
 
 /// `GET /cluster/tasks`: every node's running tasks and its newest finished ones
 /// ([`CLUSTER_TASKS_FINISHED_PER_NODE`]), newest first, in the `/nodes/{node}/tasks`

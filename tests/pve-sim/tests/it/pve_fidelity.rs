@@ -734,3 +734,59 @@ async fn two_clones_racing_for_one_newid_make_one_vm_and_the_loser_says_why() {
     let vms = s.sim.state().vms();
     assert_eq!(vms.len(), 11, "one VM per VMID, and the template");
 }
+
+/// `GET /cluster/tasks`: every node's running tasks (no `endtime`) and its newest
+/// finished ones, with `endtime` and `status`; older finished ones drop out of it (their
+/// status stays readable on their node).
+#[tokio::test]
+async fn the_cluster_task_list_shows_running_tasks_and_each_nodes_newest_finished_ones() {
+    let mut cfg = Config::fast();
+    cfg.task_ms.insert("qmclone".into(), 400);
+    let s = start(cfg).await;
+    let first = s.task(Method::POST, CLONE, &[("newid", "101")]).await;
+    let first = first["upid"].as_str().unwrap().to_string();
+    let clone = s
+        .call(Method::POST, CLONE, &[("newid", "100")])
+        .await
+        .data();
+    let clone = clone.as_str().unwrap().to_string();
+    let listed = s.get("/cluster/tasks").await.data();
+    let entry = |list: &Value, upid: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["upid"] == upid)
+            .cloned()
+    };
+    let running = entry(&listed, &clone).expect("the running clone is listed");
+    assert!(running.get("endtime").is_none(), "{running}");
+    assert_eq!(running["node"], "pve1");
+    let done = entry(&listed, &first).expect("a finished task is listed");
+    assert_eq!(done["status"], "OK");
+    assert!(done["endtime"].is_u64(), "{done}");
+    s.wait_task(&clone).await;
+    // Enough newer finished tasks on pve1 push the first one out of the list.
+    for _ in 0..25 {
+        s.task(Method::POST, "/nodes/pve1/qemu/100/status/start", &[])
+            .await;
+        s.task(Method::POST, "/nodes/pve1/qemu/100/status/stop", &[])
+            .await;
+    }
+    let listed = s.get("/cluster/tasks").await.data();
+    assert!(
+        entry(&listed, &first).is_none(),
+        "the oldest finished task left the list"
+    );
+    let finished_on_pve1 = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["node"] == "pve1" && t.get("endtime").is_some())
+        .count();
+    assert_eq!(
+        finished_on_pve1,
+        pve_sim::tasks::CLUSTER_TASKS_FINISHED_PER_NODE
+    );
+    let path = format!("/nodes/pve1/tasks/{}/status", enc(&first));
+    assert_eq!(s.get(&path).await.data()["exitstatus"], "OK");
+}
