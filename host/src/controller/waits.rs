@@ -12,6 +12,7 @@
 //! once; each observe call runs in the plugin's sandbox under the same limits as any call.
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use hyperplug_runtime::Plugin;
@@ -45,11 +46,20 @@ struct Endpoint {
     keys: HashMap<String, HashSet<Obj>>,
 }
 
+/// What one object waits for.
+struct Waiting {
+    keys: Vec<(EndpointId, String)>,
+    /// The generation its step saw: a new spec is worth a call at once.
+    generation: Option<i64>,
+    /// When its step's requeue is due (the fallback should no key fire).
+    due: Option<Instant>,
+}
+
 #[derive(Default)]
 struct Registry {
     endpoints: HashMap<EndpointId, Endpoint>,
     /// What each object waits for, to replace it on its next step.
-    objects: HashMap<Obj, Vec<(EndpointId, String)>>,
+    objects: HashMap<Obj, Waiting>,
 }
 
 /// The waits of one plugin's machines.
@@ -73,16 +83,19 @@ impl Waits {
         (waits, woken)
     }
 
-    /// `obj` now waits for `waits` (and nothing else): each on the credentials of the
-    /// call whose endpoint it names. Returns how many were registered; a wait on an
-    /// endpoint the call had no credentials for is dropped.
+    /// `obj` (at `generation`) now waits for `waits` (and nothing else), each on the
+    /// credentials of the call whose endpoint it names, until `requeue` at the latest.
+    /// Returns how many were registered; a wait on an endpoint the call had no
+    /// credentials for is dropped.
     pub fn set(
         self: &Arc<Self>,
         obj: Obj,
+        generation: Option<i64>,
+        requeue: Option<u64>,
         waits: &[Wait],
-        primary: &Credentials,
-        more: &[NamedCredentials],
+        credentials: (&Credentials, &[NamedCredentials]),
     ) -> usize {
+        let (primary, more) = credentials;
         if waits.len() > MAX_WAITS_PER_OBJECT {
             tracing::warn!(object = %obj, waits = waits.len(), max = MAX_WAITS_PER_OBJECT,
                 "plugin named more waits than an object may have; the rest are dropped");
@@ -125,7 +138,15 @@ impl Waits {
         }
         let registered = mine.len();
         if !mine.is_empty() {
-            registry.objects.insert(obj, mine);
+            let due = requeue.map(|ms| Instant::now() + Duration::from_millis(ms));
+            registry.objects.insert(
+                obj,
+                Waiting {
+                    keys: mine,
+                    generation,
+                    due,
+                },
+            );
         }
         drop(registry);
         for id in start {
@@ -137,6 +158,20 @@ impl Waits {
     /// `obj` waits for nothing (it is gone, or its step failed).
     pub fn clear(&self, obj: &Obj) {
         self.registry.lock().expect("waits registry").remove(obj);
+    }
+
+    /// How long `obj` (now at `generation`) still waits: some of its keys have not
+    /// fired, its spec is the one its step saw, and its requeue is not due. Such a
+    /// reconcile (the echo of the host's own status write, a change elsewhere) needs no
+    /// plugin call: nothing it waits for is over.
+    pub fn still_waiting(&self, obj: &Obj, generation: Option<i64>) -> Option<Duration> {
+        let registry = self.registry.lock().expect("waits registry");
+        let waiting = registry.objects.get(obj)?;
+        if waiting.generation != generation {
+            return None;
+        }
+        let left = waiting.due?.checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(left)
     }
 
     /// Keys pending on every endpoint (for tests and metrics).
@@ -202,13 +237,9 @@ impl Waits {
                     woken.extend(objects);
                 }
             }
+            // A woken object waits no longer: its next step says what it waits for next.
             for obj in &woken {
-                if let Some(mine) = registry.objects.get_mut(obj) {
-                    mine.retain(|(e, k)| e != id || !fired.contains(k));
-                    if mine.is_empty() {
-                        registry.objects.remove(obj);
-                    }
-                }
+                registry.remove(obj);
             }
         }
         for obj in woken {
@@ -221,7 +252,8 @@ impl Waits {
 impl Registry {
     /// Forget what `obj` waited for.
     fn remove(&mut self, obj: &Obj) {
-        for (id, key) in self.objects.remove(obj).unwrap_or_default() {
+        let keys = self.objects.remove(obj).map(|w| w.keys).unwrap_or_default();
+        for (id, key) in keys {
             if let Some(endpoint) = self.endpoints.get_mut(&id)
                 && let Some(objects) = endpoint.keys.get_mut(&key)
             {

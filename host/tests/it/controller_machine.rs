@@ -18,7 +18,11 @@ fn cluster_yaml() -> String {
 }
 
 async fn world_with_cluster() -> World {
-    let world = World::start(pve_sim::Config::fast()).await;
+    world_with_cluster_on(pve_sim::Config::fast()).await
+}
+
+async fn world_with_cluster_on(sim: pve_sim::Config) -> World {
+    let world = World::start(sim).await;
     world.plane.start_ipam().await.expect("IPAM provider");
     world.apply(&cluster_yaml()).await;
     let clusters = world
@@ -194,6 +198,40 @@ async fn a_proxmox_machine_is_provisioned_with_an_ipam_address_and_deleted_vm_fi
     assert!(
         claims.get_opt("cp-0-net0-00-inet").await.unwrap().is_none(),
         "the address claim is released"
+    );
+}
+
+/// A machine whose step waits on a PVE task is woken when the observer sees the task
+/// end (one `GET /cluster/tasks` per tick for every machine of the endpoint), not
+/// called every second to poll its task: a slow clone costs no more status reads than a
+/// fast one.
+#[tokio::test]
+async fn a_machine_waiting_on_a_task_is_woken_by_the_observer_not_polled() {
+    const CLONE_MS: u64 = 6_000;
+    let mut sim = pve_sim::Config::fast();
+    sim.task_ms.insert("qmclone".into(), CLONE_MS);
+    let world = world_with_cluster_on(sim).await;
+    world.sim.state().reset_counters();
+    create_machine(&world, "waits", 9000).await;
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    world
+        .wait_for(&pms, "waits", "provisioned", provisioned)
+        .await;
+    let counters = world.sim.state().counters();
+    let count = |endpoint: &str| counters.get(endpoint).copied().unwrap_or(0);
+    let status_reads = count("GET /nodes/{node}/tasks/{upid}/status");
+    let observations = count("GET /cluster/tasks");
+    let tasks = world.sim.state().tasks().len() as u64;
+    eprintln!(
+        "{tasks} tasks (the clone {CLONE_MS} ms): {status_reads} task status reads, {observations} cluster task lists"
+    );
+    assert!(observations > 0, "the observer watched the tasks");
+    // Polling every second would read the clone's status about six times on its own.
+    assert!(
+        status_reads <= 2 * tasks,
+        "{status_reads} status reads for {tasks} tasks"
     );
 }
 

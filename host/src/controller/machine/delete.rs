@@ -54,9 +54,10 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             patch::status(&o.own, &o.obj, &next).await?;
             ctx.waits.set(
                 objects::obj_ref(&o.obj, &ctx.resource),
+                o.obj.metadata.generation,
+                progress.requeue_after_ms,
                 &progress.waits,
-                &o.request.credentials,
-                &o.request.more_credentials,
+                (&o.request.credentials, &o.request.more_credentials),
             );
             Ok(requeue::after_delete_step(&progress))
         }

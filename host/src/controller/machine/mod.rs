@@ -24,6 +24,16 @@ use hyperplug_runtime::bindings::machine::MachineStatus;
 use observe::{Observed, Step};
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    // Waiting on something the observer has not reported over: no reads, no call (a
+    // deletion always goes on at once).
+    if obj.metadata.deletion_timestamp.is_none()
+        && let Some(left) = ctx.waits.still_waiting(
+            &objects::obj_ref(&obj, &ctx.resource),
+            obj.metadata.generation,
+        )
+    {
+        return Ok(Action::requeue(left));
+    }
     let o = match observe::machine(&ctx, &obj).await? {
         Step::Call(o) => o,
         Step::Done(action) => return Ok(action),
@@ -64,9 +74,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ctx.backoff.reset(&objects::key(&o.obj));
     ctx.waits.set(
         objects::obj_ref(&o.obj, &ctx.resource),
+        o.obj.metadata.generation,
+        status.progress.requeue_after_ms,
         &status.progress.waits,
-        &o.request.credentials,
-        &o.request.more_credentials,
+        (&o.request.credentials, &o.request.more_credentials),
     );
     Ok(requeue::after_machine_step(
         &status,
