@@ -1,12 +1,17 @@
 //! The observer: one look at a PVE cluster for every machine waiting on it, instead of
 //! each machine polling its own task every second.
 //!
-//! A step that started a task names it as its wait (`task:<UPID>`,
-//! `machine::tasks::waits_for`). `GET /cluster/tasks` lists every node's running tasks
-//! and its newest finished ones in one call; a waited-for task that is not listed as
-//! running has ended (or left the list's window of finished tasks): its key fires and
-//! the machine's next call reads the task's status and goes on. Keys of any other shape
-//! are not judged (their machines come back on their requeue).
+//! - A step that started a task names it as its wait (`task:<UPID>`,
+//!   `machine::tasks::waits_for`). `GET /cluster/tasks` lists every node's running tasks
+//!   and its newest finished ones in one call; a waited-for task that is not listed as
+//!   running has ended (or left the list's window of finished tasks): its key fires and
+//!   the machine's next call reads the task's status and goes on.
+//! - A ready machine is watched for drift (`vm:<VMID>@<node>`, [`vm_key`]): one
+//!   `GET /cluster/resources?type=vm` shows every VM's node and power; a VM that is not
+//!   listed, not running, or on another node fires, and the machine's describe says what
+//!   happened (drift, or a migration it follows).
+//!
+//! Keys of any other shape are not judged (their machines come back on their requeue).
 use std::collections::HashSet;
 
 use guest_kit::observer::{Observation, ObserveRequest};
@@ -18,23 +23,67 @@ use crate::api::Pve;
 
 /// What the key of a wait on a task starts with (then the UPID).
 pub const TASK_KEY_PREFIX: &str = "task:";
+/// What the key of a ready VM's watch starts with.
+const VM_KEY_PREFIX: &str = "vm:";
+
+/// The watch of a ready machine's VM: `vmid` running on `node`.
+pub fn vm_key(vmid: u32, node: &str) -> String {
+    format!("{VM_KEY_PREFIX}{vmid}@{node}")
+}
 
 pub fn observe(req: ObserveRequest) -> Result<Observation, PluginError> {
-    if !req.keys.iter().any(|k| k.starts_with(TASK_KEY_PREFIX)) {
-        return Ok(Observation { fired: vec![] });
+    let pve = Pve::new(&req.credentials);
+    let mut fired = vec![];
+    if req.keys.iter().any(|k| k.starts_with(TASK_KEY_PREFIX)) {
+        let tasks = list(&pve, "/cluster/tasks", "the cluster's tasks")?;
+        fired.extend(ended(&req.keys, &tasks));
     }
-    let tasks = Pve::new(&req.credentials)
-        .get("/cluster/tasks")
-        .map_err(|e| e.classify("listing the cluster's tasks"))?;
-    let Value::Array(tasks) = tasks else {
-        return Err(transient(
-            format!("unreadable cluster task list: {tasks}"),
+    if req.keys.iter().any(|k| k.starts_with(VM_KEY_PREFIX)) {
+        let vms = list(&pve, "/cluster/resources?type=vm", "the cluster's VMs")?;
+        fired.extend(changed(&req.keys, &vms));
+    }
+    Ok(Observation { fired })
+}
+
+/// A list reply of `path`.
+fn list(pve: &Pve, path: &str, what: &str) -> Result<Vec<Value>, PluginError> {
+    match pve
+        .get(path)
+        .map_err(|e| e.classify(&format!("listing {what}")))?
+    {
+        Value::Array(items) => Ok(items),
+        other => Err(transient(
+            format!("unreadable list of {what}: {other}"),
             None,
-        ));
-    };
-    Ok(Observation {
-        fired: ended(&req.keys, &tasks),
-    })
+        )),
+    }
+}
+
+/// The VM keys among `keys` whose VM `vms` (a `/cluster/resources?type=vm` reply) does
+/// not show running on the watched node.
+fn changed(keys: &[String], vms: &[Value]) -> Vec<String> {
+    keys.iter()
+        .filter(|k| {
+            let Some((vmid, node)) = k
+                .strip_prefix(VM_KEY_PREFIX)
+                .and_then(|rest| rest.split_once('@'))
+            else {
+                return false;
+            };
+            let Ok(vmid) = vmid.parse::<u64>() else {
+                return false;
+            };
+            let listed = vms.iter().find(|v| {
+                v.get("type").and_then(Value::as_str) == Some("qemu")
+                    && v.get("vmid").and_then(Value::as_u64) == Some(vmid)
+            });
+            !listed.is_some_and(|v| {
+                v.get("node").and_then(Value::as_str) == Some(node)
+                    && v.get("status").and_then(Value::as_str) == Some("running")
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// The task keys among `keys` whose task `tasks` (a `/cluster/tasks` reply) does not
@@ -91,5 +140,32 @@ mod tests {
     #[test]
     fn keys_of_another_shape_are_not_judged() {
         assert!(ended(&keys(&["vm:101", "task"]), &[]).is_empty());
+        assert!(changed(&keys(&["vm:101", "vm:x@pve1", "task:u"]), &[]).is_empty());
+    }
+
+    #[test]
+    fn a_watched_vm_fires_when_gone_stopped_or_moved() {
+        let vms = vec![
+            json!({"type": "qemu", "vmid": 101, "node": "pve1", "status": "running"}),
+            json!({"type": "qemu", "vmid": 102, "node": "pve1", "status": "stopped"}),
+            json!({"type": "qemu", "vmid": 103, "node": "pve2", "status": "running"}),
+            json!({"type": "lxc", "vmid": 105, "node": "pve1", "status": "running"}),
+        ];
+        let watched = keys(&[
+            &vm_key(101, "pve1"),
+            &vm_key(102, "pve1"),
+            &vm_key(103, "pve1"),
+            &vm_key(104, "pve1"),
+            &vm_key(105, "pve1"),
+        ]);
+        assert_eq!(
+            changed(&watched, &vms),
+            keys(&[
+                &vm_key(102, "pve1"),
+                &vm_key(103, "pve1"),
+                &vm_key(104, "pve1"),
+                &vm_key(105, "pve1"),
+            ])
+        );
     }
 }

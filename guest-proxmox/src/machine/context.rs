@@ -2,7 +2,7 @@
 
 use guest_kit::machine::{MachineRequest, MachineStatus};
 use guest_kit::transient;
-use guest_kit::types::{PluginError, Progress};
+use guest_kit::types::{PluginError, Progress, Wait};
 use serde_json::Value;
 
 use super::nics::{Nic, plan_nics};
@@ -10,6 +10,7 @@ use super::state::{State, Step};
 use super::tasks::waits_for;
 use super::validate::validate;
 use crate::api::{Pve, PveError, percent_encode};
+use crate::observer::vm_key;
 use crate::spec::{ClusterSpec, MachineSpec, cluster_spec, machine_spec};
 
 /// What a call works with.
@@ -108,8 +109,15 @@ impl<'a> Ctx<'a> {
         requeue: Option<u64>,
     ) -> MachineStatus {
         let ready = st.step == Step::Ready;
-        let (waits, requeue) =
-            waits_for(st.upid.as_deref(), &self.req.credentials.endpoint, requeue);
+        let endpoint = &self.req.credentials.endpoint;
+        let (mut waits, requeue) = waits_for(st.upid.as_deref(), endpoint, requeue);
+        // A ready machine's VM is watched for drift by the observer.
+        if let (true, Some(vmid), Some(node)) = (ready, st.vmid, &st.node) {
+            waits.push(Wait {
+                endpoint: endpoint.clone(),
+                key: vm_key(vmid, node),
+            });
+        }
         MachineStatus {
             progress: Progress {
                 state: guest_kit::state::save(st),

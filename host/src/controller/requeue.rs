@@ -29,6 +29,9 @@ pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
 /// How often an endpoint's observer looks while keys are pending on it.
 pub const OBSERVE_EVERY: Duration = Duration::from_secs(1);
+/// How often while only ready objects are watched (drift shows within this and a
+/// reconcile).
+pub const OBSERVE_IDLE: Duration = Duration::from_secs(5);
 /// After an observe call failed (its waits also have their requeue as fallback).
 pub const OBSERVE_AFTER_FAILURE: Duration = Duration::from_secs(5);
 

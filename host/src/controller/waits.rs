@@ -53,6 +53,8 @@ struct Waiting {
     generation: Option<i64>,
     /// When its step's requeue is due (the fallback should no key fire).
     due: Option<Instant>,
+    /// Ready: its keys watch for drift, which need not be seen within the second.
+    ready: bool,
 }
 
 #[derive(Default)]
@@ -60,6 +62,17 @@ struct Registry {
     endpoints: HashMap<EndpointId, Endpoint>,
     /// What each object waits for, to replace it on its next step.
     objects: HashMap<Obj, Waiting>,
+}
+
+/// What the host saw of the step that named the waits.
+#[derive(Debug, Clone, Copy)]
+pub struct StepSeen {
+    /// The object's generation the step was for.
+    pub generation: Option<i64>,
+    /// The step's requeue hint.
+    pub requeue_ms: Option<u64>,
+    /// The object is ready (its waits watch for drift).
+    pub ready: bool,
 }
 
 /// The waits of one plugin's machines.
@@ -83,15 +96,14 @@ impl Waits {
         (waits, woken)
     }
 
-    /// `obj` (at `generation`) now waits for `waits` (and nothing else), each on the
-    /// credentials of the call whose endpoint it names, until `requeue` at the latest.
-    /// Returns how many were registered; a wait on an endpoint the call had no
+    /// `obj` (at `step.generation`) now waits for `waits` (and nothing else), each on
+    /// the credentials of the call whose endpoint it names, until `step.requeue` at the
+    /// latest. Returns how many were registered; a wait on an endpoint the call had no
     /// credentials for is dropped.
     pub fn set(
         self: &Arc<Self>,
         obj: Obj,
-        generation: Option<i64>,
-        requeue: Option<u64>,
+        step: StepSeen,
         waits: &[Wait],
         credentials: (&Credentials, &[NamedCredentials]),
     ) -> usize {
@@ -138,13 +150,16 @@ impl Waits {
         }
         let registered = mine.len();
         if !mine.is_empty() {
-            let due = requeue.map(|ms| Instant::now() + Duration::from_millis(ms));
+            let due = step
+                .requeue_ms
+                .map(|ms| Instant::now() + Duration::from_millis(ms));
             registry.objects.insert(
                 obj,
                 Waiting {
                     keys: mine,
-                    generation,
+                    generation: step.generation,
                     due,
+                    ready: step.ready,
                 },
             );
         }
@@ -180,19 +195,29 @@ impl Waits {
         registry.endpoints.values().map(|e| e.keys.len()).sum()
     }
 
-    /// One endpoint's loop: while keys are pending, one observe call per tick; the
-    /// objects of the keys it fires are woken. Ends when nothing waits on the endpoint.
+    /// One endpoint's loop: while keys are pending, one observe call per tick (every
+    /// [`requeue::OBSERVE_EVERY`] while some object is not ready, every
+    /// [`requeue::OBSERVE_IDLE`] while only ready ones are watched); the objects of the
+    /// keys it fires are woken. Ends when nothing waits on the endpoint.
     async fn observe(self: Arc<Self>, id: EndpointId) {
         let mut delay = requeue::OBSERVE_EVERY;
         loop {
             tokio::time::sleep(delay).await;
-            let req = {
+            let (req, busy) = {
                 let mut registry = self.registry.lock().expect("waits registry");
                 match registry.endpoints.get(&id) {
-                    Some(e) if !e.keys.is_empty() => ObserveRequest {
-                        credentials: e.credentials.clone(),
-                        keys: e.keys.keys().cloned().collect(),
-                    },
+                    Some(e) if !e.keys.is_empty() => {
+                        let busy = e
+                            .keys
+                            .values()
+                            .flatten()
+                            .any(|obj| registry.objects.get(obj).is_some_and(|w| !w.ready));
+                        let req = ObserveRequest {
+                            credentials: e.credentials.clone(),
+                            keys: e.keys.keys().cloned().collect(),
+                        };
+                        (req, busy)
+                    }
                     _ => {
                         registry.endpoints.remove(&id);
                         return;
@@ -206,7 +231,11 @@ impl Waits {
                 .await;
             match result {
                 Ok(Ok(observation)) => {
-                    delay = requeue::OBSERVE_EVERY;
+                    delay = if busy {
+                        requeue::OBSERVE_EVERY
+                    } else {
+                        requeue::OBSERVE_IDLE
+                    };
                     self.fire(&id, &observation.fired);
                 }
                 Ok(Err(e)) => {

@@ -22,7 +22,11 @@ async fn world_with_cluster() -> World {
 }
 
 async fn world_with_cluster_on(sim: pve_sim::Config) -> World {
-    let world = World::start(sim).await;
+    with_cluster(World::start(sim).await).await
+}
+
+/// `world` with the IPAM provider and the fixture's Cluster, provisioned.
+async fn with_cluster(world: World) -> World {
     world.plane.start_ipam().await.expect("IPAM provider");
     world.apply(&cluster_yaml()).await;
     let clusters = world
@@ -233,6 +237,32 @@ async fn a_machine_waiting_on_a_task_is_woken_by_the_observer_not_polled() {
         status_reads <= 2 * tasks,
         "{status_reads} status reads for {tasks} tasks"
     );
+}
+
+/// At the default resync (300 s), a VM stopped out of band shows as drift within
+/// seconds: every ready machine's VM is watched by the observer, one cluster listing for
+/// all of them, not found at the next describe.
+#[tokio::test]
+async fn a_vm_stopped_out_of_band_shows_as_drift_long_before_the_resync() {
+    let world = with_cluster(World::start_default_resync(pve_sim::Config::fast()).await).await;
+    create_machine(&world, "watched", 9000).await;
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    let pm = world
+        .wait_for(&pms, "watched", "provisioned", provisioned)
+        .await;
+    let vm = format!("/nodes/pve1/qemu/{}", vmid_of(&pm));
+    out_of_band(&world, reqwest::Method::POST, &format!("{vm}/status/stop")).await;
+    let stopped = std::time::Instant::now();
+    // wait_for gives up after a minute, long before the 300 s resync.
+    let pm = world
+        .wait_for(&pms, "watched", "powered off", |o| {
+            o.data["status"]["phase"] == "VMPoweredOff"
+        })
+        .await;
+    eprintln!("drift shown {:?} after the VM stopped", stopped.elapsed());
+    shows_drift(&pm, "VMPoweredOff", true);
 }
 
 /// A call to the Proxmox API behind the host's back, as a user with the token would make.

@@ -7,6 +7,7 @@ use super::super::context::{Context, finalizer};
 use super::super::error::{Error, Result};
 use super::super::events::{self, Event};
 use super::super::outcome::{self, Outcome};
+use super::super::waits::StepSeen;
 use super::super::{ipam, objects, patch, requeue};
 use super::observe::Observed;
 use super::report;
@@ -54,8 +55,11 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             patch::status(&o.own, &o.obj, &next).await?;
             ctx.waits.set(
                 objects::obj_ref(&o.obj, &ctx.resource),
-                o.obj.metadata.generation,
-                progress.requeue_after_ms,
+                StepSeen {
+                    generation: o.obj.metadata.generation,
+                    requeue_ms: progress.requeue_after_ms,
+                    ready: false,
+                },
                 &progress.waits,
                 (&o.request.credentials, &o.request.more_credentials),
             );

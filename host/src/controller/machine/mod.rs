@@ -18,6 +18,7 @@ use super::events;
 use super::ipam::Claimed;
 use super::objects;
 use super::outcome::{self, Outcome};
+use super::waits::StepSeen;
 use super::{patch, requeue};
 use crate::status::{InfraMachineStatus, Status};
 use hyperplug_runtime::bindings::machine::MachineStatus;
@@ -36,7 +37,11 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     }
     let o = match observe::machine(&ctx, &obj).await? {
         Step::Call(o) => o,
-        Step::Done(action) => return Ok(action),
+        Step::Done(action) => {
+            // No call (paused, failed for good, not ours, ...): nothing to watch either.
+            ctx.waits.clear(&objects::obj_ref(&obj, &ctx.resource));
+            return Ok(action);
+        }
     };
     if o.deleting {
         return delete::run(&ctx, &o).await;
@@ -74,8 +79,11 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ctx.backoff.reset(&objects::key(&o.obj));
     ctx.waits.set(
         objects::obj_ref(&o.obj, &ctx.resource),
-        o.obj.metadata.generation,
-        status.progress.requeue_after_ms,
+        StepSeen {
+            generation: o.obj.metadata.generation,
+            requeue_ms: status.progress.requeue_after_ms,
+            ready: status.ready,
+        },
         &status.progress.waits,
         (&o.request.credentials, &o.request.more_credentials),
     );

@@ -62,6 +62,9 @@ impl std::io::Write for LogWriter {
     }
 }
 
+/// The resync of the tests' manager: drift and recoveries show within seconds.
+const FAST_RESYNC: Duration = Duration::from_secs(5);
+
 impl World {
     /// The world with the controllers running in this process.
     pub async fn start(sim_config: Config) -> World {
@@ -70,16 +73,28 @@ impl World {
 
     /// The world without controllers (a test runs `hyperplug run` as a process).
     pub async fn start_with(sim_config: Config, in_process: bool) -> World {
-        World::start_full(sim_config, in_process, false).await
+        World::start_full(sim_config, in_process, false, FAST_RESYNC).await
+    }
+
+    /// The world with the controllers in this process at the manager's default resync
+    /// (300 s): what a provisioned machine shows then comes from the observer.
+    pub async fn start_default_resync(sim_config: Config) -> World {
+        let resync = ManagerOptions::default().resync;
+        World::start_full(sim_config, true, false, resync).await
     }
 
     /// The world with the controllers running in this process and the API server
     /// writing an audit log of every write ([`World::writes`]).
     pub async fn start_audited(sim_config: Config) -> World {
-        World::start_full(sim_config, true, true).await
+        World::start_full(sim_config, true, true, FAST_RESYNC).await
     }
 
-    async fn start_full(mut sim_config: Config, in_process: bool, audit: bool) -> World {
+    async fn start_full(
+        mut sim_config: Config,
+        in_process: bool,
+        audit: bool,
+        resync: Duration,
+    ) -> World {
         logs();
         let plane = Plane::start(PlaneOpts {
             controller_manager: true,
@@ -118,7 +133,7 @@ impl World {
             .await
             .expect("credentials secret");
         let options = ManagerOptions {
-            resync: Duration::from_secs(5),
+            resync,
             ..ManagerOptions::default()
         };
         let controllers = in_process.then(|| {
