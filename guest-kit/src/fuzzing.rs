@@ -37,6 +37,11 @@ impl Drop for Installed {
     }
 }
 
+/// Whether a host is installed on this thread.
+pub(crate) fn installed() -> bool {
+    HOST.with(|h| h.borrow().is_some())
+}
+
 /// The installed host's reply, or None (no host: the real import is called).
 pub(crate) fn http(request: &Request<'_>) -> Option<Result<Response, HttpError>> {
     HOST.with(|h| h.borrow_mut().as_mut().map(|host| host.http(request)))

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use guest_kit::reservations;
+use guest_kit::hold;
 use guest_kit::types::PluginError;
 use guest_kit::{fnv1a, transient};
 use serde_json::Value;
@@ -41,14 +41,14 @@ fn hold_key(cx: &Ctx, vmid: u32) -> String {
 
 /// Holds `vmid` for this machine: false when another machine of this manager is about to
 /// propose it. Between managers PVE's own refusal stays the arbiter.
-fn hold(cx: &Ctx, vmid: u32) -> bool {
-    reservations::reserve(&hold_key(cx, vmid), HOLD_MS)
+fn hold_id(cx: &Ctx, vmid: u32) -> bool {
+    hold::reserve(&hold_key(cx, vmid), HOLD_MS)
 }
 
 /// Lets the hold on `vmid` go: its clone wrote its config (`nextid` skips it now), or it
 /// turned out to be taken.
 pub(super) fn release(cx: &Ctx, vmid: u32) {
-    reservations::release(&hold_key(cx, vmid));
+    hold::release(&hold_key(cx, vmid));
 }
 
 /// The next VMID to propose (the clone verifies it), held against the manager's other
@@ -61,7 +61,7 @@ pub(super) fn next_vmid(
     let spread = fnv1a(cx.uid().as_bytes());
     if let Some(r) = &cx.spec.vm_id_range {
         let used = used_vmids(cx)?;
-        let pick = in_range(r, spread, &used, tried, |id| hold(cx, id));
+        let pick = in_range(r, spread, &used, tried, |id| hold_id(cx, id));
         if pick.is_none() && in_range(r, spread, &used, tried, |_| true).is_some() {
             return Err(transient(
                 format!(
@@ -93,7 +93,7 @@ pub(super) fn next_vmid(
     }
     .ok_or_else(|| transient(format!("unreadable nextid reply {next}"), None))?;
     let first = after_next_id(base, spread, attempt, tried);
-    first_free(first, tried, |id| hold(cx, id))
+    first_free(first, tried, |id| hold_id(cx, id))
         .map(Some)
         .ok_or_else(|| {
             transient(

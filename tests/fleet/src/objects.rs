@@ -77,6 +77,18 @@ impl Pve {
 /// Namespace, credentials, Cluster and ProxmoxCluster of cluster `c`, pinned to PVE node
 /// `node` (1-based): its machines clone that node's template onto that node.
 pub async fn create_cluster(client: &Client, c: usize, node: usize, pve: &Pve) -> Result<()> {
+    create_cluster_with(client, c, node, pve, &json!({})).await
+}
+
+/// [`create_cluster`] with `extra_spec` merged into the ProxmoxCluster's spec (e.g. an
+/// `ipv4Config` pool, so its machines get static addresses through IPAM).
+pub async fn create_cluster_with(
+    client: &Client,
+    c: usize,
+    node: usize,
+    pve: &Pve,
+    extra_spec: &Value,
+) -> Result<()> {
     let ns = namespace(c);
     let name = cluster_name(c);
     Api::<Namespace>::all(client.clone())
@@ -116,18 +128,22 @@ pub async fn create_cluster(client: &Client, c: usize, node: usize, pve: &Pve) -
         )
         .await
         .with_context(|| format!("creating Cluster {ns}/{name}"))?;
+    let mut spec = json!({
+        "allowedNodes": [node_name(node)],
+        "controlPlaneEndpoint": {"host": format!("192.168.{c}.1"), "port": 6443},
+        "dnsServers": ["192.168.1.1"],
+        "credentialsRef": {"name": "pve-credentials"},
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
     Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra_cluster())
         .create(
             &PostParams::default(),
             &object(json!({
                 "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxCluster",
                 "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: name}},
-                "spec": {
-                    "allowedNodes": [node_name(node)],
-                    "controlPlaneEndpoint": {"host": format!("192.168.{c}.1"), "port": 6443},
-                    "dnsServers": ["192.168.1.1"],
-                    "credentialsRef": {"name": "pve-credentials"},
-                },
+                "spec": spec,
             })),
         )
         .await

@@ -298,6 +298,11 @@ impl StateHandle {
             _ => false,
         }
     }
+    /// Removes a VM at once, as an administrator destroying it behind the manager's back
+    /// would; `false` if there is none.
+    pub fn destroy_vm(&self, vmid: u32) -> bool {
+        self.0.lock().vms.remove(&vmid).is_some()
+    }
     /// Moves a VM to `target` at once, as a migration done by someone else (see
     /// `POST /_sim/vms/{vmid}/migrate`); the error says why it cannot move now.
     pub fn migrate_vm(&self, vmid: u32, target: &str) -> Result<(), String> {

@@ -3,6 +3,7 @@
 //! pve-sim with realistic task durations, and `hyperplug run` as its own process with the
 //! bundled plugin; prints one table. Asserts nothing about speed. See `scripts/bench.sh`.
 mod audit;
+mod drift;
 mod report;
 mod sim;
 mod watch;
@@ -63,6 +64,11 @@ pub struct Args {
     /// many machines at once too).
     #[arg(long, default_value_t = 32)]
     pub parallelism: usize,
+    /// Static IPv4 addresses from each cluster's pool (`ipv4Config`, the seed's default
+    /// path: one IPAddressClaim per machine, the in-cluster IPAM provider running) instead
+    /// of DHCP.
+    #[arg(long)]
+    pub static_ips: bool,
     /// The smallest run, as CI runs it: 1 cluster × 2 machines on 1 node, task durations
     /// × 0.05, 200 overhead calls, 300 s per phase; replaces those flags.
     #[arg(long)]
@@ -169,6 +175,13 @@ async fn run(args: &Args) -> Result<report::Report> {
     )
     .await?;
     let client = plane.client();
+    // Kept running until the plane goes.
+    let _ipam = if args.static_ips {
+        eprintln!("[bench] starting the in-cluster IPAM provider");
+        Some(plane.start_ipam().await?)
+    } else {
+        None
+    };
     let audit_log = plane
         .audit_log_path()
         .context("the plane writes an audit log")?
@@ -191,7 +204,7 @@ async fn run(args: &Args) -> Result<report::Report> {
 
     eprintln!("[bench] {} clusters", args.clusters);
     for c in 0..args.clusters {
-        objects::create_cluster(&client, c, node_of(c), &pve).await?;
+        objects::create_cluster_with(&client, c, node_of(c), &pve, &cluster_spec(args, c)).await?;
     }
     let ready = watch::wait(&mut host, &plane, timeout, "the ProxmoxClusters", || {
         let client = client.clone();
@@ -242,6 +255,8 @@ async fn run(args: &Args) -> Result<report::Report> {
     if let Ok(m) = host.metrics() {
         let _ = std::fs::write(plane.dir().join("hyperplug-metrics-provisioned.txt"), m);
     }
+    eprintln!("[bench] destroying one VM out of band");
+    let drift = drift::after_destroy(&client, &sim, &created[0].0, timeout).await?;
 
     eprintln!("[bench] deleting {total} machines");
     let t_delete = now_ms();
@@ -325,5 +340,20 @@ async fn run(args: &Args) -> Result<report::Report> {
         cpu_lifecycle,
         cpu_total,
         overhead,
+        drift,
     }))
+}
+
+/// The extra ProxmoxCluster spec of cluster `c`: with `--static-ips`, a pool of 241
+/// addresses of its own (`10.<c / 250>.<c % 250>.10-250`).
+fn cluster_spec(args: &Args, c: usize) -> serde_json::Value {
+    if !args.static_ips {
+        return serde_json::json!({});
+    }
+    let net = format!("10.{}.{}", c / 250, c % 250);
+    serde_json::json!({"ipv4Config": {
+        "addresses": [format!("{net}.10-{net}.250")],
+        "prefix": 24,
+        "gateway": format!("{net}.1"),
+    }})
 }
