@@ -55,6 +55,8 @@ struct Waiting {
     due: Option<Instant>,
     /// Ready: its keys watch for drift, which need not be seen within the second.
     ready: bool,
+    /// Named by a delete step.
+    deleting: bool,
 }
 
 #[derive(Default)]
@@ -73,6 +75,8 @@ pub struct StepSeen {
     pub requeue_ms: Option<u64>,
     /// The object is ready (its waits watch for drift).
     pub ready: bool,
+    /// The step was a delete step.
+    pub deleting: bool,
 }
 
 /// The waits of one plugin's machines.
@@ -160,6 +164,7 @@ impl Waits {
                     generation: step.generation,
                     due,
                     ready: step.ready,
+                    deleting: step.deleting,
                 },
             );
         }
@@ -175,18 +180,18 @@ impl Waits {
         self.registry.lock().expect("waits registry").remove(obj);
     }
 
-    /// How long `obj` (now at `generation`) still waits: some of its keys have not
-    /// fired, its spec is the one its step saw, and its requeue is not due. Such a
-    /// reconcile (the echo of the host's own status write, a change elsewhere) needs no
-    /// plugin call: nothing it waits for is over.
-    pub fn still_waiting(&self, obj: &Obj, generation: Option<i64>) -> Option<Duration> {
+    /// How long `obj` (now at `generation`, `deleting` or not) still waits: some of
+    /// its keys have not fired, its spec and its deletion are as its step saw them, and
+    /// its requeue is not due. Such a reconcile (the echo of the host's own status write,
+    /// a change elsewhere) needs no plugin call: nothing it waits for is over.
+    pub fn still_waiting(
+        &self,
+        obj: &Obj,
+        generation: Option<i64>,
+        deleting: bool,
+    ) -> Option<Duration> {
         let registry = self.registry.lock().expect("waits registry");
-        let waiting = registry.objects.get(obj)?;
-        if waiting.generation != generation {
-            return None;
-        }
-        let left = waiting.due?.checked_duration_since(Instant::now())?;
-        (!left.is_zero()).then_some(left)
+        registry.still_waiting(obj, generation, deleting, Instant::now())
     }
 
     /// Keys pending on every endpoint (for tests and metrics).
@@ -279,6 +284,22 @@ impl Waits {
 }
 
 impl Registry {
+    /// See [`Waits::still_waiting`]; `now` is the time to judge the requeue against.
+    fn still_waiting(
+        &self,
+        obj: &Obj,
+        generation: Option<i64>,
+        deleting: bool,
+        now: Instant,
+    ) -> Option<Duration> {
+        let waiting = self.objects.get(obj)?;
+        if waiting.generation != generation || waiting.deleting != deleting {
+            return None;
+        }
+        let left = waiting.due?.checked_duration_since(now)?;
+        (!left.is_zero()).then_some(left)
+    }
+
     /// Forget what `obj` waited for.
     fn remove(&mut self, obj: &Obj) {
         let keys = self.objects.remove(obj).map(|w| w.keys).unwrap_or_default();
@@ -292,5 +313,107 @@ impl Registry {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::{ApiResource, GroupVersionKind};
+
+    use super::*;
+
+    fn obj(name: &str) -> Obj {
+        let gvk = GroupVersionKind::gvk(
+            "infrastructure.cluster.x-k8s.io",
+            "v1alpha1",
+            "ExampleMachine",
+        );
+        ObjectRef::new_with(name, ApiResource::from_gvk(&gvk)).within("ns")
+    }
+
+    fn waiting_on(registry: &mut Registry, o: &Obj, key: &str, due: Instant, deleting: bool) {
+        let id = EndpointId {
+            endpoint: "https://e".into(),
+            token: "t".into(),
+        };
+        registry
+            .endpoints
+            .entry(id.clone())
+            .or_insert_with(|| Endpoint {
+                credentials: Credentials {
+                    endpoint: id.endpoint.clone(),
+                    token: id.token.clone(),
+                    secret: "s".into(),
+                    ca_bundle: None,
+                    fingerprint: None,
+                    insecure: false,
+                },
+                keys: HashMap::new(),
+            })
+            .keys
+            .entry(key.into())
+            .or_default()
+            .insert(o.clone());
+        registry.objects.insert(
+            o.clone(),
+            Waiting {
+                keys: vec![(id, key.into())],
+                generation: Some(1),
+                due: Some(due),
+                ready: false,
+                deleting,
+            },
+        );
+    }
+
+    #[test]
+    fn a_reconcile_before_the_wait_is_over_needs_no_call_unless_spec_or_deletion_changed() {
+        let now = Instant::now();
+        let due = now + Duration::from_secs(15);
+        let (a, b) = (obj("a"), obj("b"));
+        let mut registry = Registry::default();
+        waiting_on(&mut registry, &a, "task:1", due, false);
+        assert_eq!(
+            registry.still_waiting(&a, Some(1), false, now),
+            Some(Duration::from_secs(15))
+        );
+        assert_eq!(
+            registry.still_waiting(&a, Some(2), false, now),
+            None,
+            "new spec"
+        );
+        assert_eq!(
+            registry.still_waiting(&a, Some(1), true, now),
+            None,
+            "deletion began"
+        );
+        assert_eq!(
+            registry.still_waiting(&a, Some(1), false, due),
+            None,
+            "requeue due"
+        );
+        assert_eq!(
+            registry.still_waiting(&b, Some(1), false, now),
+            None,
+            "waits for nothing"
+        );
+        // A delete step's wait holds the deleting object back the same way.
+        waiting_on(&mut registry, &b, "task:2", due, true);
+        assert!(registry.still_waiting(&b, Some(1), true, now).is_some());
+    }
+
+    #[test]
+    fn forgetting_an_object_drops_its_keys_but_not_another_objects() {
+        let due = Instant::now() + Duration::from_secs(15);
+        let (a, b) = (obj("a"), obj("b"));
+        let mut registry = Registry::default();
+        waiting_on(&mut registry, &a, "task:1", due, false);
+        waiting_on(&mut registry, &b, "task:1", due, false);
+        registry.remove(&a);
+        let keys = &registry.endpoints.values().next().unwrap().keys;
+        assert_eq!(keys["task:1"], HashSet::from([b.clone()]));
+        registry.remove(&b);
+        assert!(registry.endpoints.values().next().unwrap().keys.is_empty());
+        assert!(registry.objects.is_empty());
     }
 }

@@ -59,6 +59,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
                     generation: o.obj.metadata.generation,
                     requeue_ms: progress.requeue_after_ms,
                     ready: false,
+                    deleting: true,
                 },
                 &progress.waits,
                 (&o.request.credentials, &o.request.more_credentials),

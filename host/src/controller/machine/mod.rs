@@ -26,13 +26,12 @@ use observe::{Observed, Step};
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     // Waiting on something the observer has not reported over: no reads, no call (a
-    // deletion always goes on at once).
-    if obj.metadata.deletion_timestamp.is_none()
-        && let Some(left) = ctx.waits.still_waiting(
-            &objects::obj_ref(&obj, &ctx.resource),
-            obj.metadata.generation,
-        )
-    {
+    // deletion that began since goes on at once).
+    if let Some(left) = ctx.waits.still_waiting(
+        &objects::obj_ref(&obj, &ctx.resource),
+        obj.metadata.generation,
+        obj.metadata.deletion_timestamp.is_some(),
+    ) {
         return Ok(Action::requeue(left));
     }
     let o = match observe::machine(&ctx, &obj).await? {
@@ -83,6 +82,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             generation: o.obj.metadata.generation,
             requeue_ms: status.progress.requeue_after_ms,
             ready: status.ready,
+            deleting: false,
         },
         &status.progress.waits,
         (&o.request.credentials, &o.request.more_credentials),
