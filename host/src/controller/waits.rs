@@ -20,6 +20,7 @@ use hyperplug_runtime::bindings::observer::ObserveRequest;
 use hyperplug_runtime::bindings::types::{Credentials, NamedCredentials, Wait};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
+use sha2::{Digest, Sha256};
 
 use super::requeue;
 use crate::metrics::Metrics;
@@ -31,12 +32,25 @@ pub const MAX_KEY_BYTES: usize = 512;
 
 type Obj = ObjectRef<DynamicObject>;
 
-/// Which endpoint: its URL and the identity that reads it (never the secret), so two
-/// clusters with the same credentials share one observer loop.
+/// Which endpoint: its URL, the identity that reads it and a digest of its secret
+/// (never the secret itself). Clusters with the same credentials share one observer
+/// loop; a tenant naming the same endpoint and token with another secret gets a loop
+/// of its own, so nobody's keys are ever observed with someone else's credentials.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 struct EndpointId {
     endpoint: String,
     token: String,
+    secret: [u8; 32],
+}
+
+impl EndpointId {
+    fn of(c: &Credentials) -> EndpointId {
+        EndpointId {
+            endpoint: c.endpoint.clone(),
+            token: c.token.clone(),
+            secret: Sha256::digest(c.secret.as_bytes()).into(),
+        }
+    }
 }
 
 struct Endpoint {
@@ -133,10 +147,7 @@ impl Waits {
                     "plugin named a wait on an endpoint the call had no credentials for; dropped");
                 continue;
             };
-            let id = EndpointId {
-                endpoint: credentials.endpoint.clone(),
-                token: credentials.token.clone(),
-            };
+            let id = EndpointId::of(credentials);
             let endpoint = registry.endpoints.entry(id.clone()).or_insert_with(|| {
                 start.push(id.clone());
                 Endpoint {
@@ -332,22 +343,20 @@ mod tests {
     }
 
     fn waiting_on(registry: &mut Registry, o: &Obj, key: &str, due: Instant, deleting: bool) {
-        let id = EndpointId {
+        let credentials = Credentials {
             endpoint: "https://e".into(),
             token: "t".into(),
+            secret: "s".into(),
+            ca_bundle: None,
+            fingerprint: None,
+            insecure: false,
         };
+        let id = EndpointId::of(&credentials);
         registry
             .endpoints
             .entry(id.clone())
             .or_insert_with(|| Endpoint {
-                credentials: Credentials {
-                    endpoint: id.endpoint.clone(),
-                    token: id.token.clone(),
-                    secret: "s".into(),
-                    ca_bundle: None,
-                    fingerprint: None,
-                    insecure: false,
-                },
+                credentials,
                 keys: HashMap::new(),
             })
             .keys
@@ -400,6 +409,22 @@ mod tests {
         // A delete step's wait holds the deleting object back the same way.
         waiting_on(&mut registry, &b, "task:2", due, true);
         assert!(registry.still_waiting(&b, Some(1), true, now).is_some());
+    }
+
+    #[test]
+    fn the_same_endpoint_and_token_with_another_secret_is_another_endpoint() {
+        let mut c = Credentials {
+            endpoint: "https://e".into(),
+            token: "t".into(),
+            secret: "mine".into(),
+            ca_bundle: None,
+            fingerprint: None,
+            insecure: false,
+        };
+        let mine = EndpointId::of(&c);
+        c.secret = "theirs".into();
+        assert_ne!(EndpointId::of(&c), mine);
+        assert!(!format!("{mine:?}").contains("mine"), "no secret in the id");
     }
 
     #[test]
