@@ -215,6 +215,15 @@ fn post_clone(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginE
         }
     };
     let vmid = st.vmid.unwrap_or_default();
+    // The hold may have lapsed while this machine waited for its turn (a long queue):
+    // hold the ID again, or leave it to the machine that proposes it now.
+    if !vmid::hold_id(cx, vmid) {
+        return another_vmid(
+            cx,
+            st,
+            format!("VMID {vmid} is now proposed by another machine of this manager"),
+        );
+    }
     let node = st.node.clone().unwrap_or_else(|| src_node.clone());
     let full = cx.spec.full.unwrap_or(true);
     let mut form: Vec<(&str, String)> = vec![

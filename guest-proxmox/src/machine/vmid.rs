@@ -41,7 +41,7 @@ fn hold_key(cx: &Ctx, vmid: u32) -> String {
 
 /// Holds `vmid` for this machine: false when another machine of this manager is about to
 /// propose it. Between managers PVE's own refusal stays the arbiter.
-fn hold_id(cx: &Ctx, vmid: u32) -> bool {
+pub(super) fn hold_id(cx: &Ctx, vmid: u32) -> bool {
     hold::reserve(&hold_key(cx, vmid), HOLD_MS)
 }
 
