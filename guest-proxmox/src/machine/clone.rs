@@ -143,6 +143,9 @@ pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>,
     if let Some(upid) = st.upid.clone() {
         match poll(&cx.pve, &upid, "following the clone task")? {
             Ok(false) => {
+                // Until the task writes the VM's config, `nextid` still offers the ID
+                // (a task can wait minutes for its node): keep holding it.
+                vmid::hold_id(cx, vmid);
                 return Ok(Some(cx.status(
                     st,
                     "Cloning",
