@@ -125,61 +125,13 @@ impl Waits {
         waits: &[Wait],
         credentials: (&Credentials, &[NamedCredentials]),
     ) -> usize {
-        let (primary, more) = credentials;
-        if waits.len() > MAX_WAITS_PER_OBJECT {
-            tracing::warn!(object = %obj, waits = waits.len(), max = MAX_WAITS_PER_OBJECT,
-                "plugin named more waits than an object may have; the rest are dropped");
-        }
-        let mut start = Vec::new();
-        let mut registry = self.registry.lock().expect("waits registry");
-        registry.remove(&obj);
-        let mut mine = Vec::new();
-        for wait in waits.iter().take(MAX_WAITS_PER_OBJECT) {
-            if wait.key.is_empty() || wait.key.len() > MAX_KEY_BYTES {
-                tracing::warn!(object = %obj, "plugin named a wait with an empty or over-long key; dropped");
-                continue;
-            }
-            let Some(credentials) = std::iter::once(primary)
-                .chain(more.iter().map(|m| &m.credentials))
-                .find(|c| c.endpoint == wait.endpoint)
-            else {
-                tracing::warn!(object = %obj, endpoint = %wait.endpoint,
-                    "plugin named a wait on an endpoint the call had no credentials for; dropped");
-                continue;
-            };
-            let id = EndpointId::of(credentials);
-            let endpoint = registry.endpoints.entry(id.clone()).or_insert_with(|| {
-                start.push(id.clone());
-                Endpoint {
-                    credentials: credentials.clone(),
-                    keys: HashMap::new(),
-                }
-            });
-            endpoint.credentials = credentials.clone();
-            endpoint
-                .keys
-                .entry(wait.key.clone())
-                .or_default()
-                .insert(obj.clone());
-            mine.push((id, wait.key.clone()));
-        }
-        let registered = mine.len();
-        if !mine.is_empty() {
-            let due = step
-                .requeue_ms
-                .map(|ms| Instant::now() + Duration::from_millis(ms));
-            registry.objects.insert(
-                obj,
-                Waiting {
-                    keys: mine,
-                    generation: step.generation,
-                    due,
-                    ready: step.ready,
-                    deleting: step.deleting,
-                },
-            );
-        }
-        drop(registry);
+        let (registered, start) = self.registry.lock().expect("waits registry").set(
+            obj,
+            step,
+            waits,
+            credentials,
+            Instant::now(),
+        );
         for id in start {
             tokio::spawn(self.clone().observe(id));
         }
@@ -271,22 +223,11 @@ impl Waits {
     /// Wake the objects waiting for `fired` keys of endpoint `id`; those keys are no
     /// longer pending (the objects' next steps say what they wait for next).
     fn fire(&self, id: &EndpointId, fired: &[String]) {
-        let mut woken = HashSet::new();
-        {
-            let mut registry = self.registry.lock().expect("waits registry");
-            let Some(endpoint) = registry.endpoints.get_mut(id) else {
-                return;
-            };
-            for key in fired {
-                if let Some(objects) = endpoint.keys.remove(key) {
-                    woken.extend(objects);
-                }
-            }
-            // A woken object waits no longer: its next step says what it waits for next.
-            for obj in &woken {
-                registry.remove(obj);
-            }
-        }
+        let woken = self
+            .registry
+            .lock()
+            .expect("waits registry")
+            .fire(id, fired);
         for obj in woken {
             // The controller is gone only when the manager stops.
             let _ = self.wake.unbounded_send(obj);
@@ -295,6 +236,87 @@ impl Waits {
 }
 
 impl Registry {
+    /// See [`Waits::set`]: how many waits were registered, and the endpoints that got
+    /// their first key (their observer loops are to be started).
+    fn set(
+        &mut self,
+        obj: Obj,
+        step: StepSeen,
+        waits: &[Wait],
+        (primary, more): (&Credentials, &[NamedCredentials]),
+        now: Instant,
+    ) -> (usize, Vec<EndpointId>) {
+        if waits.len() > MAX_WAITS_PER_OBJECT {
+            tracing::warn!(object = %obj, waits = waits.len(), max = MAX_WAITS_PER_OBJECT,
+                "plugin named more waits than an object may have; the rest are dropped");
+        }
+        self.remove(&obj);
+        let mut start = Vec::new();
+        let mut mine = Vec::new();
+        for wait in waits.iter().take(MAX_WAITS_PER_OBJECT) {
+            if wait.key.is_empty() || wait.key.len() > MAX_KEY_BYTES {
+                tracing::warn!(object = %obj, "plugin named a wait with an empty or over-long key; dropped");
+                continue;
+            }
+            let Some(credentials) = std::iter::once(primary)
+                .chain(more.iter().map(|m| &m.credentials))
+                .find(|c| c.endpoint == wait.endpoint)
+            else {
+                tracing::warn!(object = %obj, endpoint = %wait.endpoint,
+                    "plugin named a wait on an endpoint the call had no credentials for; dropped");
+                continue;
+            };
+            let id = EndpointId::of(credentials);
+            let endpoint = self.endpoints.entry(id.clone()).or_insert_with(|| {
+                start.push(id.clone());
+                Endpoint {
+                    credentials: credentials.clone(),
+                    keys: HashMap::new(),
+                }
+            });
+            endpoint.credentials = credentials.clone();
+            endpoint
+                .keys
+                .entry(wait.key.clone())
+                .or_default()
+                .insert(obj.clone());
+            mine.push((id, wait.key.clone()));
+        }
+        let registered = mine.len();
+        if !mine.is_empty() {
+            let due = step.requeue_ms.map(|ms| now + Duration::from_millis(ms));
+            self.objects.insert(
+                obj,
+                Waiting {
+                    keys: mine,
+                    generation: step.generation,
+                    due,
+                    ready: step.ready,
+                    deleting: step.deleting,
+                },
+            );
+        }
+        (registered, start)
+    }
+
+    /// The objects waiting for `fired` keys of endpoint `id`, which wait no longer:
+    /// their next steps say what they wait for next.
+    fn fire(&mut self, id: &EndpointId, fired: &[String]) -> HashSet<Obj> {
+        let mut woken = HashSet::new();
+        let Some(endpoint) = self.endpoints.get_mut(id) else {
+            return woken;
+        };
+        for key in fired {
+            if let Some(objects) = endpoint.keys.remove(key) {
+                woken.extend(objects);
+            }
+        }
+        for obj in &woken {
+            self.remove(obj);
+        }
+        woken
+    }
+
     /// See [`Waits::still_waiting`]; `now` is the time to judge the requeue against.
     fn still_waiting(
         &self,
@@ -342,37 +364,34 @@ mod tests {
         ObjectRef::new_with(name, ApiResource::from_gvk(&gvk)).within("ns")
     }
 
-    fn waiting_on(registry: &mut Registry, o: &Obj, key: &str, due: Instant, deleting: bool) {
-        let credentials = Credentials {
+    fn credentials(secret: &str) -> Credentials {
+        Credentials {
             endpoint: "https://e".into(),
             token: "t".into(),
-            secret: "s".into(),
+            secret: secret.into(),
             ca_bundle: None,
             fingerprint: None,
             insecure: false,
+        }
+    }
+
+    fn wait(key: &str) -> Wait {
+        Wait {
+            endpoint: "https://e".into(),
+            key: key.into(),
+        }
+    }
+
+    /// `o` (generation 1) waits for `key`, its requeue 15 s after `now`.
+    fn waiting_on(registry: &mut Registry, o: &Obj, key: &str, now: Instant, deleting: bool) {
+        let step = StepSeen {
+            generation: Some(1),
+            requeue_ms: Some(15_000),
+            ready: false,
+            deleting,
         };
-        let id = EndpointId::of(&credentials);
-        registry
-            .endpoints
-            .entry(id.clone())
-            .or_insert_with(|| Endpoint {
-                credentials,
-                keys: HashMap::new(),
-            })
-            .keys
-            .entry(key.into())
-            .or_default()
-            .insert(o.clone());
-        registry.objects.insert(
-            o.clone(),
-            Waiting {
-                keys: vec![(id, key.into())],
-                generation: Some(1),
-                due: Some(due),
-                ready: false,
-                deleting,
-            },
-        );
+        let c = credentials("s");
+        registry.set(o.clone(), step, &[wait(key)], (&c, &[]), now);
     }
 
     #[test]
@@ -381,7 +400,7 @@ mod tests {
         let due = now + Duration::from_secs(15);
         let (a, b) = (obj("a"), obj("b"));
         let mut registry = Registry::default();
-        waiting_on(&mut registry, &a, "task:1", due, false);
+        waiting_on(&mut registry, &a, "task:1", now, false);
         assert_eq!(
             registry.still_waiting(&a, Some(1), false, now),
             Some(Duration::from_secs(15))
@@ -407,33 +426,91 @@ mod tests {
             "waits for nothing"
         );
         // A delete step's wait holds the deleting object back the same way.
-        waiting_on(&mut registry, &b, "task:2", due, true);
+        waiting_on(&mut registry, &b, "task:2", now, true);
         assert!(registry.still_waiting(&b, Some(1), true, now).is_some());
     }
 
     #[test]
     fn the_same_endpoint_and_token_with_another_secret_is_another_endpoint() {
-        let mut c = Credentials {
-            endpoint: "https://e".into(),
-            token: "t".into(),
-            secret: "mine".into(),
-            ca_bundle: None,
-            fingerprint: None,
-            insecure: false,
+        let (a, b) = (obj("a"), obj("b"));
+        let step = StepSeen {
+            generation: Some(1),
+            requeue_ms: None,
+            ready: false,
+            deleting: false,
         };
-        let mine = EndpointId::of(&c);
-        c.secret = "theirs".into();
-        assert_ne!(EndpointId::of(&c), mine);
-        assert!(!format!("{mine:?}").contains("mine"), "no secret in the id");
+        let (mine, theirs) = (credentials("mine"), credentials("theirs"));
+        let mut registry = Registry::default();
+        let now = Instant::now();
+        let (_, started) = registry.set(a, step, &[wait("k")], (&mine, &[]), now);
+        assert_eq!(started.len(), 1);
+        let (_, started) = registry.set(b.clone(), step, &[wait("k")], (&theirs, &[]), now);
+        assert_eq!(started.len(), 1, "another secret gets a loop of its own");
+        // Each endpoint is observed with its own credentials, and fires only its objects.
+        let theirs_id = EndpointId::of(&theirs);
+        assert_eq!(registry.endpoints[&theirs_id].credentials.secret, "theirs");
+        assert_eq!(registry.fire(&theirs_id, &["k".into()]), HashSet::from([b]));
+        assert_eq!(registry.endpoints[&EndpointId::of(&mine)].keys.len(), 1);
+    }
+
+    #[test]
+    fn waits_a_call_cannot_name_or_that_exceed_the_bounds_are_dropped() {
+        let o = obj("a");
+        let step = StepSeen {
+            generation: Some(1),
+            requeue_ms: None,
+            ready: false,
+            deleting: false,
+        };
+        let c = credentials("s");
+        let mut waits: Vec<Wait> = (0..MAX_WAITS_PER_OBJECT + 4)
+            .map(|i| wait(&format!("k{i}")))
+            .collect();
+        waits.insert(0, wait(""));
+        waits.insert(0, wait(&"x".repeat(MAX_KEY_BYTES + 1)));
+        waits.insert(
+            0,
+            Wait {
+                endpoint: "https://elsewhere".into(),
+                key: "stolen".into(),
+            },
+        );
+        let mut registry = Registry::default();
+        let (registered, _) = registry.set(o, step, &waits, (&c, &[]), Instant::now());
+        assert_eq!(registered, MAX_WAITS_PER_OBJECT - 3);
+        assert_eq!(
+            registry.endpoints.len(),
+            1,
+            "no endpoint the call had no credentials for"
+        );
+    }
+
+    #[test]
+    fn a_fired_key_wakes_each_of_its_objects_once_and_unknown_keys_nothing() {
+        let now = Instant::now();
+        let (a, b, c) = (obj("a"), obj("b"), obj("c"));
+        let mut registry = Registry::default();
+        waiting_on(&mut registry, &a, "task:1", now, false);
+        waiting_on(&mut registry, &b, "task:1", now, false);
+        waiting_on(&mut registry, &c, "task:2", now, false);
+        let id = EndpointId::of(&credentials("s"));
+        let woken = registry.fire(&id, &["task:1".into(), "task:9".into()]);
+        assert_eq!(woken, HashSet::from([a.clone(), b]));
+        assert_eq!(registry.still_waiting(&a, Some(1), false, now), None);
+        assert!(registry.still_waiting(&c, Some(1), false, now).is_some());
+        assert!(
+            registry.fire(&id, &["task:1".into()]).is_empty(),
+            "fired once"
+        );
     }
 
     #[test]
     fn forgetting_an_object_drops_its_keys_but_not_another_objects() {
-        let due = Instant::now() + Duration::from_secs(15);
+        let now = Instant::now();
         let (a, b) = (obj("a"), obj("b"));
         let mut registry = Registry::default();
-        waiting_on(&mut registry, &a, "task:1", due, false);
-        waiting_on(&mut registry, &b, "task:1", due, false);
+        waiting_on(&mut registry, &a, "task:1", now, false);
+        waiting_on(&mut registry, &b, "task:1", now, false);
         registry.remove(&a);
         let keys = &registry.endpoints.values().next().unwrap().keys;
         assert_eq!(keys["task:1"], HashSet::from([b.clone()]));
