@@ -1,5 +1,8 @@
 //! The Proxmox VE API client: URL building, token auth, the `{"data": ...}` envelope and
 //! PVE's error formats, classified into the host's three error classes.
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use guest_kit::http::{self, HttpError};
 use guest_kit::types::{Credentials, PluginError};
 use guest_kit::{fnv1a, terminal, transient};
@@ -9,6 +12,10 @@ use serde_json::Value;
 pub struct Pve {
     base: String,
     auth: String,
+    /// VM configs this call read (`GET .../config`), kept until it writes anything or
+    /// polls a task (either may change a config): one call's steps each read the
+    /// config, and would otherwise read the same one several times.
+    configs: RefCell<HashMap<String, Value>>,
 }
 
 /// A failed API call, with PVE's own words kept.
@@ -134,7 +141,11 @@ impl Pve {
             base.push_str("/api2/json");
         }
         let auth = format!("PVEAPIToken={}={}", credentials.token, credentials.secret);
-        Pve { base, auth }
+        Pve {
+            base,
+            auth,
+            configs: RefCell::default(),
+        }
     }
 
     /// The API's base URL (`https://host:8006/api2/json`): which PVE cluster this is.
@@ -232,6 +243,24 @@ impl Pve {
     }
 
     fn call(&self, method: &str, path: &str, form: Option<String>) -> PveResult<Value> {
+        let config_read = method == "GET" && path.ends_with("/config");
+        if config_read {
+            if let Some(v) = self.configs.borrow().get(path) {
+                return Ok(v.clone());
+            }
+        } else if method != "GET" || path.contains("/tasks/") {
+            self.configs.borrow_mut().clear();
+        }
+        let result = self.send(method, path, form);
+        if let (true, Ok(v)) = (config_read, &result) {
+            self.configs
+                .borrow_mut()
+                .insert(path.to_string(), v.clone());
+        }
+        result
+    }
+
+    fn send(&self, method: &str, path: &str, form: Option<String>) -> PveResult<Value> {
         let url = format!("{}{path}", self.base);
         let mut headers = vec![("authorization", self.auth.clone())];
         if form.is_some() {
@@ -255,6 +284,7 @@ impl Pve {
         content_type: String,
         body: Vec<u8>,
     ) -> PveResult<Value> {
+        self.configs.borrow_mut().clear();
         let url = format!("{}{path}", self.base);
         let headers = vec![
             ("authorization", self.auth.clone()),

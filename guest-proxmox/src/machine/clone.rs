@@ -55,8 +55,10 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
     }
     let (src_node, template) = resolve_template(cx)?;
     // A clone of this template in its first phase shows no owner yet and may be this
-    // machine's (a call whose result was lost): wait for the ones seen now to show theirs.
-    let unreadable = cx.unreadable_clones(&src_node)?;
+    // machine's (a call whose result was lost): wait for the ones seen now to show theirs,
+    // except those another machine of this manager holds the VMID of (theirs, not ours).
+    let mut unreadable = cx.unreadable_clones(&src_node)?;
+    unreadable.retain(|&id| !vmid::held_elsewhere(cx, id));
     let waiting: BTreeSet<u32> = match &st.awaiting {
         None => unreadable,
         Some(seen) => seen.intersection(&unreadable).copied().collect(),
@@ -84,7 +86,7 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
             reach: &reach,
         },
     )?;
-    let vmid = propose_vmid(cx, st)?;
+    let vmid = propose_vmid(cx, st, &BTreeSet::new())?;
     st.source = Some(Source {
         node: src_node,
         template,
@@ -101,9 +103,9 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
     )))
 }
 
-/// A VMID to clone to (the clone verifies it).
-fn propose_vmid(cx: &Ctx, st: &State) -> Result<u32, PluginError> {
-    next_vmid(cx, st.collisions, &BTreeSet::new())?.ok_or_else(|| {
+/// A VMID to clone to, other than those `tried` (the clone verifies it).
+fn propose_vmid(cx: &Ctx, st: &State, tried: &BTreeSet<u32>) -> Result<u32, PluginError> {
+    next_vmid(cx, st.collisions, tried)?.ok_or_else(|| {
         transient(
             match &cx.spec.vm_id_range {
                 Some(r) => format!("no free VMID in vmIDRange {}-{}", r.start, r.end),
@@ -123,7 +125,7 @@ fn another_vmid(
     let taken = st.vmid.unwrap_or_default();
     vmid::release(cx, taken);
     st.collisions += 1;
-    let vmid = propose_vmid(cx, st)?;
+    let vmid = propose_vmid(cx, st, &BTreeSet::from([taken]))?;
     log::debug(
         "VMID taken, trying another",
         &[("vmid", taken.to_string()), ("next", vmid.to_string())],

@@ -125,7 +125,7 @@ impl<'a> Ctx<'a> {
                 message: message.into(),
                 requeue_after_ms: requeue,
                 waits,
-                durable: true,
+                durable: st.is_durable(),
             },
             ready,
             provider_id: if ready {

@@ -79,7 +79,8 @@ fn waiting(cx: &Ctx, st: &State, phase: &str, message: String, ms: u64) -> Progr
         message,
         requeue_after_ms: requeue,
         waits,
-        durable: true,
+        // Deletion starts over from whatever the recorded VMID shows.
+        durable: false,
     }
 }
 

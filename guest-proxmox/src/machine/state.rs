@@ -45,6 +45,17 @@ pub(super) struct State {
     pub(super) iso_node: Option<String>,
 }
 
+impl State {
+    /// Whether the host must store this state before the next call. Only a VMID about to
+    /// be cloned to is: once the clone is requested, a machine that lost that VMID
+    /// would clone a second VM. Every other step is found again from PVE (the recorded
+    /// VM's config, power state and ISO, or the ownership marker), so the host may hold
+    /// it; being ready is written by the host regardless.
+    pub(super) fn is_durable(&self) -> bool {
+        matches!(self.step, Step::Cloning | Step::Ready) && self.upid.is_none()
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }

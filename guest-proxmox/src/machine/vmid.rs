@@ -45,6 +45,18 @@ pub(super) fn hold_id(cx: &Ctx, vmid: u32) -> bool {
     hold::reserve(&hold_key(cx, vmid), HOLD_MS)
 }
 
+/// Whether another machine of this manager holds `vmid` (it is proposing it, or its
+/// clone to it runs): such a clone is not this machine's. Asking holds the ID for a
+/// moment; it is let go at once.
+pub(super) fn held_elsewhere(cx: &Ctx, vmid: u32) -> bool {
+    if hold_id(cx, vmid) {
+        release(cx, vmid);
+        false
+    } else {
+        true
+    }
+}
+
 /// Lets the hold on `vmid` go: its clone wrote its config (`nextid` skips it now), or it
 /// turned out to be taken.
 pub(super) fn release(cx: &Ctx, vmid: u32) {
@@ -92,8 +104,12 @@ pub(super) fn next_vmid(
         _ => None,
     }
     .ok_or_else(|| transient(format!("unreadable nextid reply {next}"), None))?;
-    let first = after_next_id(base, spread, attempt, tried);
-    first_free(first, tried, |id| hold_id(cx, id))
+    // `nextid` answers the lowest free ID; above it, IDs whose clones wrote their
+    // config (their holds gone) are in use: step over them rather than be refused.
+    let mut skip = used_vmids(cx)?;
+    skip.extend(tried);
+    let first = after_next_id(base, spread, attempt, &skip);
+    first_free(first, &skip, |id| hold_id(cx, id))
         .map(Some)
         .ok_or_else(|| {
             transient(

@@ -322,6 +322,7 @@ impl WasiHttpHooks for Egress {
             ));
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         };
+        tracing::debug!(method = %request.method(), path = request.uri().path(), "plugin request");
         if let Some(observe) = &self.observer {
             observe(
                 &self.plugin,

@@ -11,6 +11,7 @@ use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
 
 use super::backoff::Backoff;
+use super::coalesce::Coalescer;
 use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
 use super::waits::Waits;
@@ -66,6 +67,8 @@ pub struct Context {
     pub ownership: Arc<OwnershipKeys>,
     /// What this kind's objects wait for (machines: see `waits`).
     pub waits: Arc<Waits>,
+    /// Machine statuses not written yet (see `coalesce`).
+    pub coalescer: Coalescer,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

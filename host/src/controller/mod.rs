@@ -4,6 +4,7 @@
 mod backoff;
 pub mod claims;
 mod cluster;
+mod coalesce;
 pub mod conditions;
 mod context;
 pub mod credentials;
@@ -24,6 +25,7 @@ mod template;
 mod triggers;
 mod unverified;
 mod waits;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -90,6 +92,7 @@ pub async fn run(
                 options: options.clone(),
                 ownership: ownership.clone(),
                 waits,
+                coalescer: Default::default(),
             });
             tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
             match kind.role {
@@ -133,6 +136,12 @@ fn machines_of(
         .collect()
 }
 
+/// Whether the cached machine `m` is not provisioned yet (or not cached: then a
+/// reconcile finds out).
+fn provisioning(store: &Store<DynamicObject>, m: &ObjectRef<DynamicObject>) -> bool {
+    store.get(m).is_none_or(|o| !objects::provisioned(&o))
+}
+
 fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
     match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -152,17 +161,17 @@ async fn machines(
 ) {
     let ns = &ctx.options.namespace;
     let ar = ctx.resource.clone();
-    let controller = Controller::new_with(
-        all_or_namespaced(&ctx.client, &ar, ns),
-        watcher::Config::default(),
-        ar.clone(),
-    );
+    let (own, store) = watch::own_kind(all_or_namespaced(&ctx.client, &ar, ns), &ar);
+    let controller = Controller::for_stream_with(own, store, ar.clone());
     let store = controller.store();
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let machine_ar = ar.clone();
     let cluster_ar = ar.clone();
     let infra_ar = ar.clone();
     let infra_store = store.clone();
+    // A provisioned machine reads neither its Machine's spec nor its bootstrap data
+    // again: their changes wake only machines still being provisioned.
+    let (machine_store, secret_store) = (store.clone(), store.clone());
     let waiters = triggers::BootstrapWaiters::default();
     let secret_waiters = waiters.clone();
     let (machine_changes, cluster_changes, infra_changes) = (
@@ -192,7 +201,8 @@ async fn machines(
                     .map(|name| ObjectRef::new_with(&name, machine_ar.clone()).within(&ns))?;
                 let secret = objects::str_field(&m, "spec.bootstrap.dataSecretName");
                 waiters.record(&m, secret, &infra);
-                machine_changes.changed(&m, ()).then_some(infra)
+                (machine_changes.changed(&m, ()) && provisioning(&machine_store, &infra))
+                    .then_some(infra)
             },
         )
         // A Cluster's spec changing (paused) or its deletion maps to all its machines.
@@ -214,7 +224,9 @@ async fn machines(
             (),
             watcher::Config::default().labels(objects::CLUSTER_NAME_LABEL),
             move |s: Secret| {
-                secret_waiters.waiting_for(&s.namespace().unwrap_or_default(), &s.name_any())
+                secret_waiters
+                    .waiting_for(&s.namespace().unwrap_or_default(), &s.name_any())
+                    .filter(|m| provisioning(&secret_store, m))
             },
         )
         // The InfraCluster's spec or readiness changing maps to all machines of its cluster.
@@ -250,51 +262,48 @@ async fn clusters(ctx: Arc<Context>) {
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let mapped = ar.clone();
     let cluster_changes = triggers::Relevant::default();
-    Controller::new_with(
-        all_or_namespaced(&ctx.client, &ar, ns),
-        watcher::Config::default(),
-        ar.clone(),
-    )
-    .with_config(config(&ctx))
-    .watches_with(
-        all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
-        objects::capi_cluster(),
-        watcher::Config::default(),
-        // Only its spec (paused, the reference) or its deletion: CAPI rewrites its status
-        // on every machine change, and none of that is ours to act on.
-        move |c: DynamicObject| {
-            if !cluster_changes.changed(&c, ()) {
-                return None;
-            }
-            let ns = c.namespace().unwrap_or_default();
-            objects::reference_to(&c, "spec.infrastructureRef", &group, &kind)
-                .map(|name| ObjectRef::new_with(&name, mapped.clone()).within(&ns))
-        },
-    )
-    .run(
-        |o, c| timed(o, c, |o, c| Box::pin(cluster::reconcile(o, c))),
-        error_policy,
-        ctx.clone(),
-    )
-    .for_each(|_| futures::future::ready(()))
-    .await;
+    let (own, store) = watch::own_kind(all_or_namespaced(&ctx.client, &ar, ns), &ar);
+    Controller::for_stream_with(own, store, ar.clone())
+        .with_config(config(&ctx))
+        .watches_with(
+            all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
+            objects::capi_cluster(),
+            watcher::Config::default(),
+            // Only its spec (paused, the reference) or its deletion: CAPI rewrites its status
+            // on every machine change, and none of that is ours to act on.
+            move |c: DynamicObject| {
+                if !cluster_changes.changed(&c, ()) {
+                    return None;
+                }
+                let ns = c.namespace().unwrap_or_default();
+                objects::reference_to(&c, "spec.infrastructureRef", &group, &kind)
+                    .map(|name| ObjectRef::new_with(&name, mapped.clone()).within(&ns))
+            },
+        )
+        .run(
+            |o, c| timed(o, c, |o, c| Box::pin(cluster::reconcile(o, c))),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }
 
 async fn templates(ctx: Arc<Context>) {
     let ar = ctx.resource.clone();
-    Controller::new_with(
+    let (own, store) = watch::own_kind(
         all_or_namespaced(&ctx.client, &ar, &ctx.options.namespace),
-        watcher::Config::default(),
-        ar,
-    )
-    .with_config(config(&ctx))
-    .run(
-        |o, c| timed(o, c, |o, c| Box::pin(template::reconcile(o, c))),
-        error_policy,
-        ctx.clone(),
-    )
-    .for_each(|_| futures::future::ready(()))
-    .await;
+        &ar,
+    );
+    Controller::for_stream_with(own, store, ar)
+        .with_config(config(&ctx))
+        .run(
+            |o, c| timed(o, c, |o, c| Box::pin(template::reconcile(o, c))),
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }
 
 type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Result<Action, Error>>;

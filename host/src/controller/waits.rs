@@ -21,6 +21,7 @@ use hyperplug_runtime::bindings::types::{Credentials, NamedCredentials, Wait};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
 
 use super::requeue;
 use crate::metrics::Metrics;
@@ -58,6 +59,8 @@ struct Endpoint {
     credentials: Credentials,
     /// Pending keys and the objects waiting for each.
     keys: HashMap<String, HashSet<Obj>>,
+    /// Ends an idle loop's longer sleep: an object that is not ready started waiting.
+    hurry: Arc<Notify>,
 }
 
 /// What one object waits for.
@@ -168,9 +171,29 @@ impl Waits {
     /// [`requeue::OBSERVE_IDLE`] while only ready ones are watched); the objects of the
     /// keys it fires are woken. Ends when nothing waits on the endpoint.
     async fn observe(self: Arc<Self>, id: EndpointId) {
-        let mut delay = requeue::OBSERVE_EVERY;
+        let hurry = match self
+            .registry
+            .lock()
+            .expect("waits registry")
+            .endpoints
+            .get(&id)
+        {
+            Some(e) => e.hurry.clone(),
+            None => return,
+        };
+        // Past the tick every loop waits, how much longer: an idle loop's rest is cut
+        // short when a machine starts waiting on the endpoint; a failure's is not.
+        let (mut rest, mut can_hurry) = (Duration::ZERO, false);
         loop {
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep(requeue::OBSERVE_EVERY).await;
+            if can_hurry {
+                tokio::select! {
+                    _ = tokio::time::sleep(rest) => {}
+                    _ = hurry.notified() => {}
+                }
+            } else {
+                tokio::time::sleep(rest).await;
+            }
             let (req, busy) = {
                 let mut registry = self.registry.lock().expect("waits registry");
                 match registry.endpoints.get(&id) {
@@ -199,20 +222,26 @@ impl Waits {
                 .await;
             match result {
                 Ok(Ok(observation)) => {
-                    delay = if busy {
-                        requeue::OBSERVE_EVERY
+                    (rest, can_hurry) = if busy {
+                        (Duration::ZERO, false)
                     } else {
-                        requeue::OBSERVE_IDLE
+                        (requeue::OBSERVE_IDLE - requeue::OBSERVE_EVERY, true)
                     };
                     self.fire(&id, &observation.fired);
                 }
                 Ok(Err(e)) => {
-                    delay = requeue::OBSERVE_AFTER_FAILURE;
+                    (rest, can_hurry) = (
+                        requeue::OBSERVE_AFTER_FAILURE - requeue::OBSERVE_EVERY,
+                        false,
+                    );
                     tracing::warn!(plugin = self.plugin.name(), endpoint = %id.endpoint,
                         error = ?e, "observing failed; its waits fall back to their requeue");
                 }
                 Err(e) => {
-                    delay = requeue::OBSERVE_AFTER_FAILURE;
+                    (rest, can_hurry) = (
+                        requeue::OBSERVE_AFTER_FAILURE - requeue::OBSERVE_EVERY,
+                        false,
+                    );
                     tracing::warn!(plugin = self.plugin.name(), endpoint = %id.endpoint,
                         error = %e, "observer call failed; its waits fall back to their requeue");
                 }
@@ -272,8 +301,12 @@ impl Registry {
                 Endpoint {
                     credentials: credentials.clone(),
                     keys: HashMap::new(),
+                    hurry: Arc::default(),
                 }
             });
+            if !step.ready {
+                endpoint.hurry.notify_one();
+            }
             endpoint.credentials = credentials.clone();
             endpoint
                 .keys

@@ -11,7 +11,6 @@ use super::super::waits::StepSeen;
 use super::super::{ipam, objects, patch, requeue};
 use super::observe::Observed;
 use super::report;
-use crate::status::{InfraMachineStatus, Status};
 
 pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
     let result = ctx
@@ -29,6 +28,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             // What the plugin published or claimed for this object dies with it, even
             // if the plugin forgot to give it up.
             let uid = &o.request.machine.uid;
+            ctx.coalescer.written(uid);
             let runtime = ctx.plugin.runtime();
             runtime.blobs().withdraw_object(uid);
             runtime
@@ -47,12 +47,19 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
         }
         Outcome::Done(Some(progress)) => {
             let next = report::deleting(
-                &InfraMachineStatus::of(&o.obj),
+                &o.prev,
                 &progress,
                 o.obj.metadata.generation.unwrap_or(0),
                 &conditions::now(),
             );
-            patch::status(&o.own, &o.obj, &next).await?;
+            let uid = &o.request.machine.uid;
+            if ctx
+                .coalescer
+                .write_now(uid, &o.stored, &next, progress.durable, false)
+            {
+                patch::status(&o.own, &o.obj, &next).await?;
+                ctx.coalescer.written(uid);
+            }
             ctx.waits.set(
                 objects::obj_ref(&o.obj, &ctx.resource),
                 StepSeen {

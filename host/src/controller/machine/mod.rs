@@ -20,7 +20,7 @@ use super::objects;
 use super::outcome::{self, Outcome};
 use super::waits::StepSeen;
 use super::{patch, requeue};
-use crate::status::{InfraMachineStatus, Status};
+use crate::status::InfraMachineStatus;
 use hyperplug_runtime::bindings::machine::MachineStatus;
 use observe::{Observed, Step};
 
@@ -34,7 +34,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ) {
         return Ok(Action::requeue(left));
     }
-    let o = match observe::machine(&ctx, &obj).await? {
+    let mut o = match observe::machine(&ctx, &obj).await? {
         Step::Call(o) => o,
         Step::Done(action) => {
             // No call (paused, failed for good, not ours, ...): nothing to watch either.
@@ -53,14 +53,24 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         o.write_id.as_deref(),
     )
     .await?;
-    let status = match call(&ctx, &o).await {
-        Outcome::Done(status) => status,
-        Outcome::Failed(err) => {
-            return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
+    // A step that asks to go on at once (its state stored first, e.g. a VMID before the
+    // clone is asked for) goes on in this reconcile, not after a round through the queue.
+    let mut steps = 0;
+    let status = loop {
+        let status = match call(&ctx, &o).await {
+            Outcome::Done(status) => status,
+            Outcome::Failed(err) => {
+                return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
+            }
+        };
+        // The plugin's state is saved before anything else is done for its report.
+        let (next, written) = persist(&ctx, &o, &status).await?;
+        steps += 1;
+        if steps == MAX_STEPS_PER_RECONCILE || !goes_on_at_once(&status) {
+            break status;
         }
+        o.follow(next, written);
     };
-    // The plugin's state is saved before anything else is done for its report.
-    persist(&ctx, &o, &status).await?;
     // Addresses the plugin needs: claim them now, hand them over on the next call.
     let claimed = if status.address_requests.is_empty() {
         Claimed::default()
@@ -95,6 +105,17 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ))
 }
 
+/// Plugin steps one reconcile may take (see [`goes_on_at_once`]).
+const MAX_STEPS_PER_RECONCILE: u32 = 3;
+
+/// A step that asks to be called again at once, with nothing to wait for or claim.
+fn goes_on_at_once(s: &MachineStatus) -> bool {
+    s.progress.requeue_after_ms == Some(0)
+        && s.progress.waits.is_empty()
+        && s.address_requests.is_empty()
+        && !s.ready
+}
+
 /// Create until provisioned, describe after: a provisioned machine's infrastructure is
 /// never made again (a missing VM is drift, not a reason to clone another).
 async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
@@ -118,20 +139,45 @@ async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
 
 /// Write the plugin's report: the provider ID in the spec once ready (Cluster API reads
 /// it), then the status (its state first of all) describing the generation that makes,
-/// and the events. One status write, not a second one for the new generation.
-async fn persist(ctx: &Context, o: &Observed, status: &MachineStatus) -> Result<()> {
+/// and the events. One status write, not a second one for the new generation. Returns
+/// the status the step leaves and whether it was written (or held, see `coalesce`).
+async fn persist(
+    ctx: &Context,
+    o: &Observed,
+    status: &MachineStatus,
+) -> Result<(InfraMachineStatus, bool)> {
     let mut generation = o.obj.metadata.generation;
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         generation = patch::spec_field(&o.own, &o.obj, "providerID", json!(id)).await?;
     }
     let report = report::after_call(
-        &InfraMachineStatus::of(&o.obj),
+        &o.prev,
         status,
         o.provisioned,
         generation.unwrap_or(0),
         &conditions::now(),
     );
-    patch::status(&o.own, &o.obj, &report.status).await?;
+    tracing::debug!(
+        object = %objects::key(&o.obj),
+        phase = %status.progress.phase,
+        message = %status.progress.message,
+        requeue_ms = ?status.progress.requeue_after_ms,
+        waits = status.progress.waits.len(),
+        durable = status.progress.durable,
+        "machine step"
+    );
+    let uid = &o.request.machine.uid;
+    let written = ctx.coalescer.write_now(
+        uid,
+        &o.stored,
+        &report.status,
+        status.progress.durable,
+        !report.events.is_empty(),
+    );
+    if written {
+        patch::status(&o.own, &o.obj, &report.status).await?;
+        ctx.coalescer.written(uid);
+    }
     events::publish_all(ctx, &o.obj, &report.events).await;
     if status.ready {
         // Blobs (bootstrap media) are for provisioning only: once provisioned, gone.
@@ -140,5 +186,5 @@ async fn persist(ctx: &Context, o: &Observed, status: &MachineStatus) -> Result<
             .blobs()
             .withdraw_object(&o.request.machine.uid);
     }
-    Ok(())
+    Ok((report.status, written))
 }

@@ -16,7 +16,7 @@ use super::super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::super::outcome::{self, Failed};
 use super::super::ownership::Ownership;
 use super::super::{credentials, patch, requeue, unverified};
-use crate::status::{Progressing, Status};
+use crate::status::{InfraMachineStatus, Progressing, Status};
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
 
 /// A machine ready for its plugin call.
@@ -35,6 +35,22 @@ pub struct Observed {
     pub write_id: Option<String>,
     pub claims: MachineClaims,
     pub request: MachineRequest,
+    /// The status the API server stores, and the one this step continues from (newer
+    /// when the last steps' statuses are held unwritten, see `coalesce`).
+    pub stored: InfraMachineStatus,
+    pub prev: InfraMachineStatus,
+}
+
+impl Observed {
+    /// The next call continues from the step that left `next` (stored if `written`).
+    pub fn follow(&mut self, next: InfraMachineStatus, written: bool) {
+        self.request.state = next.progress.plugin_state.clone();
+        if written {
+            self.obj.data["status"] = serde_json::to_value(&next).expect("a status serializes");
+            self.stored = next.clone();
+        }
+        self.prev = next;
+    }
 }
 
 /// What observing came to: go on, or this reconcile is over.
@@ -187,12 +203,14 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         }
     };
     let version = creds.version.clone();
+    let stored = InfraMachineStatus::of(&obj);
+    let prev = ctx.coalescer.current(&machine_id, &stored);
     let request = MachineRequest {
         machine: objects::object_ref(&obj, &machine_id),
         cluster: objects::object_ref(&infra_cluster, &cluster_id),
         spec: objects::spec_json(&obj),
         cluster_spec: objects::spec_json(&infra_cluster),
-        state: str_field(&obj, "status.pluginState").map(str::to_string),
+        state: prev.progress.plugin_state.clone(),
         bootstrap,
         failure_domain: machine
             .as_ref()
@@ -214,6 +232,8 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         write_id,
         claims,
         request,
+        stored,
+        prev,
     })))
 }
 

@@ -1,0 +1,199 @@
+//! Status writes that may wait: a plugin step whose state is not `durable` (it can be
+//! recomputed if lost, e.g. "clone task running") is kept in memory and written with a
+//! later step, so a machine's lifecycle costs a few status patches rather than one per
+//! step. What users and Cluster API read still moves at once: readiness, provisioning,
+//! addresses, events and a new generation are written when they change, and anything
+//! held for longer than [`HOLD_AT_MOST`] is written by the next reconcile.
+//!
+//! A held status is only ever continued from while the API server still stores the
+//! plugin state it was derived from; anyone else's status write (another replica, a
+//! restore) makes it void, and a restart simply loses it: the plugin recomputes.
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::status::InfraMachineStatus;
+
+/// The longest a step's status stays unwritten, counted from the first step held.
+pub const HOLD_AT_MOST: Duration = Duration::from_secs(10);
+
+/// A status the API server does not have yet.
+struct Held {
+    /// The plugin state the API server stored when this was derived.
+    stored_state: Option<String>,
+    status: InfraMachineStatus,
+    since: Instant,
+}
+
+/// Unwritten machine statuses, by object UID. At most one per live object: an entry
+/// goes when it is written, voided, or its object's deletion completes.
+#[derive(Default)]
+pub struct Coalescer {
+    held: Mutex<HashMap<String, Held>>,
+}
+
+impl Coalescer {
+    /// The status to continue from for object `uid` whose stored status is `stored`:
+    /// the held one if it continues what is stored, else the stored one (and a void
+    /// entry is dropped).
+    pub fn current(&self, uid: &str, stored: &InfraMachineStatus) -> InfraMachineStatus {
+        let mut held = self.held.lock().expect("coalescer");
+        match held.get(uid) {
+            Some(h) if h.stored_state == stored.progress.plugin_state => h.status.clone(),
+            Some(_) => {
+                held.remove(uid);
+                stored.clone()
+            }
+            None => stored.clone(),
+        }
+    }
+
+    /// Whether `next` (derived from the stored status `stored`) must be written now;
+    /// if not, it is held. The caller writes when told to, then calls [`Self::written`].
+    pub fn write_now(
+        &self,
+        uid: &str,
+        stored: &InfraMachineStatus,
+        next: &InfraMachineStatus,
+        durable: bool,
+        has_events: bool,
+    ) -> bool {
+        let now = Instant::now();
+        let mut held = self.held.lock().expect("coalescer");
+        let since = held
+            .get(uid)
+            .filter(|h| h.stored_state == stored.progress.plugin_state)
+            .map(|h| h.since);
+        if must_write(stored, next, durable, has_events, since, now) {
+            return true;
+        }
+        held.insert(
+            uid.to_string(),
+            Held {
+                stored_state: stored.progress.plugin_state.clone(),
+                status: next.clone(),
+                since: since.unwrap_or(now),
+            },
+        );
+        false
+    }
+
+    /// `uid`'s status was written (or its object is gone): nothing is held for it.
+    pub fn written(&self, uid: &str) {
+        self.held.lock().expect("coalescer").remove(uid);
+    }
+
+    /// How many statuses are held (metrics, tests).
+    pub fn len(&self) -> usize {
+        self.held.lock().expect("coalescer").len()
+    }
+}
+
+/// The rule: durable state, events, and what others read (readiness, provisioning,
+/// addresses, failure domain, the generation described) are written at once; the rest
+/// waits at most [`HOLD_AT_MOST`] from the first step held (`since`).
+fn must_write(
+    stored: &InfraMachineStatus,
+    next: &InfraMachineStatus,
+    durable: bool,
+    has_events: bool,
+    since: Option<Instant>,
+    now: Instant,
+) -> bool {
+    durable
+        || has_events
+        || next.ready != stored.ready
+        || next.initialization != stored.initialization
+        || next.addresses != stored.addresses
+        || next.failure_domain != stored.failure_domain
+        || next.progress.observed_generation != stored.progress.observed_generation
+        || since.is_some_and(|s| now.duration_since(s) >= HOLD_AT_MOST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(state: &str) -> InfraMachineStatus {
+        let mut s = InfraMachineStatus::default();
+        s.progress.plugin_state = Some(state.into());
+        s.progress.observed_generation = Some(1);
+        s
+    }
+
+    fn step(from: &InfraMachineStatus, state: &str) -> InfraMachineStatus {
+        let mut s = from.clone();
+        s.progress.plugin_state = Some(state.into());
+        s
+    }
+
+    #[test]
+    fn a_non_durable_step_is_held_and_continued_from() {
+        let c = Coalescer::default();
+        let at_rest = stored("vmid=100");
+        let next = step(&at_rest, "vmid=100,upid=U");
+        assert!(!c.write_now("a", &at_rest, &next, false, false));
+        assert_eq!(c.current("a", &at_rest), next);
+        // A durable step is written, and nothing stays held once it is.
+        let durable = step(&next, "vmid=101");
+        assert!(c.write_now("a", &at_rest, &durable, true, false));
+        c.written("a");
+        assert_eq!(c.len(), 0);
+        assert_eq!(c.current("a", &at_rest), at_rest);
+    }
+
+    #[test]
+    fn a_held_status_is_void_once_someone_else_stored_another_state() {
+        let c = Coalescer::default();
+        let at_rest = stored("vmid=100");
+        let next = step(&at_rest, "vmid=100,upid=U");
+        c.write_now("a", &at_rest, &next, false, false);
+        let elsewhere = stored("vmid=200");
+        assert_eq!(c.current("a", &elsewhere), elsewhere);
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn what_others_read_is_written_at_once() {
+        let at_rest = stored("s");
+        let now = Instant::now();
+        let mut ready = step(&at_rest, "t");
+        ready.ready = Some(true);
+        let mut generation = step(&at_rest, "t");
+        generation.progress.observed_generation = Some(2);
+        let mut domain = step(&at_rest, "t");
+        domain.failure_domain = Some("pve2".into());
+        for next in [ready, generation, domain] {
+            assert!(must_write(&at_rest, &next, false, false, None, now));
+        }
+        let plain = step(&at_rest, "t");
+        assert!(must_write(&at_rest, &plain, false, true, None, now));
+        assert!(!must_write(&at_rest, &plain, false, false, None, now));
+    }
+
+    #[test]
+    fn nothing_is_held_longer_than_the_limit() {
+        let c = Coalescer::default();
+        let at_rest = stored("s");
+        let first = step(&at_rest, "t1");
+        assert!(!c.write_now("a", &at_rest, &first, false, false));
+        let now = Instant::now();
+        let since = c.held.lock().unwrap()["a"].since;
+        assert!(!must_write(
+            &at_rest,
+            &first,
+            false,
+            false,
+            Some(since),
+            now
+        ));
+        assert!(must_write(
+            &at_rest,
+            &first,
+            false,
+            false,
+            Some(since),
+            since + HOLD_AT_MOST
+        ));
+    }
+}
