@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod controller;
 pub mod health;
+pub mod heap;
 pub mod leader;
 pub mod metrics;
 pub mod status;

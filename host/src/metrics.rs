@@ -10,6 +10,7 @@ use hyperplug_runtime::{CallError, PluginError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -46,6 +47,9 @@ pub struct Metrics {
     pub reconcile_seconds: Family<KindLabels, Histogram>,
     pub plugin_calls: Family<CallLabels, Counter>,
     pub plugin_call_seconds: Family<CallLabels, Histogram>,
+    /// Heap bytes in use and their peak (see `heap`), read when encoded.
+    heap_bytes: Gauge,
+    heap_peak_bytes: Gauge,
     /// The request paths seen per plugin, up to [`MAX_PATHS_PER_PLUGIN`].
     paths: Mutex<HashMap<String, HashSet<String>>>,
 }
@@ -96,8 +100,21 @@ impl Default for Metrics {
             "Plugin call duration",
             plugin_call_seconds.clone(),
         );
+        let (heap_bytes, heap_peak_bytes) = (Gauge::default(), Gauge::default());
+        registry.register(
+            "heap_bytes",
+            "Heap bytes the manager has allocated now",
+            heap_bytes.clone(),
+        );
+        registry.register(
+            "heap_peak_bytes",
+            "The most heap bytes the manager had allocated at once",
+            heap_peak_bytes.clone(),
+        );
         Metrics {
             registry,
+            heap_bytes,
+            heap_peak_bytes,
             infrastructure_requests,
             reconciles,
             reconcile_seconds,
@@ -179,6 +196,8 @@ impl Metrics {
     }
 
     pub fn encode(&self) -> String {
+        self.heap_bytes.set(crate::heap::in_use() as i64);
+        self.heap_peak_bytes.set(crate::heap::peak() as i64);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("encode metrics");

@@ -59,7 +59,16 @@ pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStat
         .post(&format!("{}/status/start", cx.config_path(st)), &[])
         .map_err(|e| e.classify("starting the VM"))?;
     st.upid = upid_of(v);
-    Ok(None)
+    if st.upid.is_none() {
+        return Ok(None);
+    }
+    // Not polled at once (a start takes seconds): the task's end wakes the machine.
+    Ok(Some(cx.status(
+        st,
+        "PoweringOn",
+        "start task running",
+        Some(SHORT_MS),
+    )))
 }
 
 pub(super) fn waiting_for_agent(

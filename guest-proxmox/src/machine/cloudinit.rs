@@ -253,10 +253,21 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
         .upload(&node, &storage, "iso", &name, &image)
         .map_err(|e| e.classify(&format!("uploading the NoCloud ISO to {storage}")))?;
     match upid_of(v) {
-        Some(upid) => st.upid = Some(upid),
-        None => st.step = Step::Attaching,
+        // Not polled at once: the task's end wakes the machine.
+        Some(upid) => {
+            st.upid = Some(upid);
+            Ok(Some(cx.status(
+                st,
+                "UploadingCloudInit",
+                "uploading the NoCloud ISO",
+                Some(SHORT_MS),
+            )))
+        }
+        None => {
+            st.step = Step::Attaching;
+            Ok(None)
+        }
     }
-    Ok(None)
 }
 
 /// The ISO a machine deleted before attaching one may have left without a record: an

@@ -122,8 +122,8 @@ pub(super) fn next_vmid(
         })
 }
 
-/// The first ID from `start` up that was not tried and `hold` grants, looking at most
-/// [`MAX_HELD_SKIPS`] IDs.
+/// The first ID from `start` up that is not in `tried` (tried, or in use) and that
+/// `hold` grants, looking at most [`MAX_HELD_SKIPS`] IDs.
 fn first_free(start: u32, tried: &BTreeSet<u32>, mut hold: impl FnMut(u32) -> bool) -> Option<u32> {
     (start..)
         .filter(|id| !tried.contains(id))
@@ -222,6 +222,16 @@ mod tests {
                 && id != 150),
             Some(152)
         );
+    }
+
+    #[test]
+    fn ids_in_use_above_nextid_are_stepped_over_not_proposed() {
+        // nextid answered 100; 100-102 are held by machines about to clone, 103 is a
+        // VM whose clone wrote its config (its hold gone): 104 is proposed.
+        let in_use = ids(&[103]);
+        let held_elsewhere = ids(&[100, 101, 102]);
+        let pick = first_free(100, &in_use, |id| !held_elsewhere.contains(&id));
+        assert_eq!(pick, Some(104));
     }
 
     #[test]

@@ -318,6 +318,7 @@ async fn run(args: &Args) -> Result<report::Report> {
     })
     .await?;
     let peak_rss = host.peak_rss()?;
+    let peak_heap = host.metrics().ok().and_then(|m| metric(&m, "hyperplug_heap_peak_bytes"));
     let cpu_total = host.cpu_seconds()?;
     drop(host);
     drop(plane);
@@ -337,6 +338,7 @@ async fn run(args: &Args) -> Result<report::Report> {
         counters,
         writes,
         peak_rss,
+        peak_heap,
         cpu_lifecycle,
         cpu_total,
         overhead,
@@ -356,4 +358,12 @@ fn cluster_spec(args: &Args, c: usize) -> serde_json::Value {
         "prefix": 24,
         "gateway": format!("{net}.1"),
     }})
+}
+
+/// The value of an unlabelled metric in Prometheus text.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .find_map(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
 }

@@ -24,6 +24,8 @@ pub struct Inputs {
     pub counters: BTreeMap<String, u64>,
     pub writes: BTreeMap<String, u64>,
     pub peak_rss: u64,
+    /// The host's counted heap peak (`hyperplug_heap_peak_bytes`), if it exports it.
+    pub peak_heap: Option<u64>,
     pub cpu_lifecycle: f64,
     pub cpu_total: f64,
     pub overhead: CallOverhead,
@@ -182,6 +184,14 @@ impl Report {
             "host peak RSS (VmHWM)".into(),
             format!("{:.1} MiB", i.peak_rss as f64 / (1 << 20) as f64),
             "≤ 64 MiB at 1,000",
+        );
+        row(
+            "  of which heap at its peak (counted allocator)".into(),
+            i.peak_heap.map_or_else(
+                || "not exported".into(),
+                |b| format!("{:.1} MiB", b as f64 / (1 << 20) as f64),
+            ),
+            "",
         );
         row(
             "host CPU (machines' lifecycle / whole run)".into(),
