@@ -427,11 +427,10 @@ pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     Ok(None)
 }
 
-/// Booted: eject the ISO (media change works on a running VM) and delete it.
+/// Booted: eject the ISO (media change works on a running VM) and delete it. The machine
+/// is ready once the deletion is asked for: its `imgdel` task can queue behind other
+/// tasks of the node, and describe follows it to its end (see [`removing_iso`]).
 pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
-    if let Some(s) = following_iso_removal(cx, st, "WaitingForGuestAgent")? {
-        return Ok(Some(s));
-    }
     if let Some(volid) = st.iso.clone() {
         let config = cx.owned_config(st, "ejecting the NoCloud ISO")?;
         let node = st
@@ -448,20 +447,44 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>
                 )
                 .map_err(|e| e.classify("ejecting the NoCloud ISO"))?;
         }
-        if let Some(upid) = delete_volume(&cx.pve, &node, &volid)? {
-            st.upid = Some(upid);
-            return Ok(Some(cx.status(
-                st,
-                "WaitingForGuestAgent",
-                "removing the NoCloud ISO",
-                Some(SHORT_MS),
-            )));
+        match delete_volume(&cx.pve, &node, &volid)? {
+            Some(upid) => st.upid = Some(upid),
+            None => {
+                st.iso = None;
+                st.iso_node = None;
+            }
         }
-        st.iso = None;
-        st.iso_node = None;
     }
     st.step = Step::Ready;
     Ok(None)
+}
+
+/// A ready machine's NoCloud ISO (it holds the bootstrap data) until it is gone: its
+/// `imgdel` task in `st.upid` followed to its end (the task is the machine's wait, so
+/// its end brings describe here), and the deletion asked for again if it failed.
+pub(super) fn removing_iso(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
+    if st.upid.is_some() {
+        following_iso_removal(cx, st, "Ready")?;
+        if st.upid.is_some() {
+            return Ok(());
+        }
+    }
+    let Some(volid) = st.iso.clone() else {
+        return Ok(());
+    };
+    let node = st
+        .iso_node
+        .clone()
+        .or_else(|| st.node.clone())
+        .unwrap_or_default();
+    match delete_volume(&cx.pve, &node, &volid)? {
+        Some(upid) => st.upid = Some(upid),
+        None => {
+            st.iso = None;
+            st.iso_node = None;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use guest_kit::drift;
 use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
 use guest_kit::types::PluginError;
 
+use super::cloudinit::removing_iso;
 use super::context::Ctx;
 use super::create::ready_message;
 use super::ownership::{Located, marker};
@@ -76,6 +77,9 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             return Ok(drift::report(s, "VMForeign", Drift::Foreign(text)));
         }
     };
+    if st.step == Step::Ready {
+        removing_iso(&cx, &mut st)?;
+    }
     let current = cx
         .pve
         .get(&format!("{}/status/current", cx.config_path(&st)))

@@ -50,9 +50,9 @@ impl State {
     /// be cloned to is: once the clone is requested, a machine that lost that VMID
     /// would clone a second VM. Every other step is found again from PVE (the recorded
     /// VM's config, power state and ISO, or the ownership marker), so the host may hold
-    /// it; being ready is written by the host regardless.
+    /// it; becoming ready is written by the host regardless.
     pub(super) fn is_durable(&self) -> bool {
-        matches!(self.step, Step::Cloning | Step::Ready) && self.upid.is_none()
+        self.step == Step::Cloning && self.upid.is_none()
     }
 }
 

@@ -30,6 +30,9 @@ struct Held {
 #[derive(Default)]
 pub struct Coalescer {
     held: Mutex<HashMap<String, Held>>,
+    /// The resource version of each machine's last status write, by object UID: a
+    /// cached object at that version is as the API server has it, and needs no read.
+    written_at: Mutex<HashMap<String, String>>,
 }
 
 impl Coalescer {
@@ -83,6 +86,23 @@ impl Coalescer {
         self.held.lock().expect("coalescer").remove(uid);
     }
 
+    /// The object with metadata UID `object_uid` was last written at `version` (by its
+    /// status write; `None`: its object is gone).
+    pub fn wrote_version(&self, object_uid: &str, version: Option<String>) {
+        let mut at = self.written_at.lock().expect("coalescer");
+        match version {
+            Some(v) => at.insert(object_uid.to_string(), v),
+            None => at.remove(object_uid),
+        };
+    }
+
+    /// Whether a cached object is the version our last status write made: then it is
+    /// what the API server has (nobody wrote since), and a fresh read can be skipped.
+    pub fn is_current(&self, object_uid: &str, version: Option<&str>) -> bool {
+        let at = self.written_at.lock().expect("coalescer");
+        version.is_some() && at.get(object_uid).map(String::as_str) == version
+    }
+
     /// How many statuses are held (metrics, tests).
     pub fn len(&self) -> usize {
         self.held.lock().expect("coalescer").len()
@@ -90,8 +110,10 @@ impl Coalescer {
 }
 
 /// The rule: durable state, events, and what others read (readiness, provisioning,
-/// addresses, failure domain, the generation described) are written at once; the rest
-/// waits at most [`HOLD_AT_MOST`] from the first step held (`since`).
+/// addresses, failure domain, the generation described) are written at once; what
+/// users see (phase, message, conditions, details) waits at most [`HOLD_AT_MOST`] from
+/// the first step held (`since`); a change of the plugin's state alone waits until one
+/// of those is written (it can be recomputed, and nobody reads it).
 fn must_write(
     stored: &InfraMachineStatus,
     next: &InfraMachineStatus,
@@ -107,7 +129,15 @@ fn must_write(
         || next.addresses != stored.addresses
         || next.failure_domain != stored.failure_domain
         || next.progress.observed_generation != stored.progress.observed_generation
-        || since.is_some_and(|s| now.duration_since(s) >= HOLD_AT_MOST)
+        || (since.is_some_and(|s| now.duration_since(s) >= HOLD_AT_MOST)
+            && shows_more(stored, next))
+}
+
+/// Whether `next` differs from `stored` in more than the plugin's state.
+fn shows_more(stored: &InfraMachineStatus, next: &InfraMachineStatus) -> bool {
+    let mut next = next.clone();
+    next.progress.plugin_state = stored.progress.plugin_state.clone();
+    next != *stored
 }
 
 #[cfg(test)]
@@ -172,28 +202,40 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_held_longer_than_the_limit() {
+    fn nothing_users_see_is_held_longer_than_the_limit() {
         let c = Coalescer::default();
         let at_rest = stored("s");
         let first = step(&at_rest, "t1");
         assert!(!c.write_now("a", &at_rest, &first, false, false));
         let now = Instant::now();
         let since = c.held.lock().unwrap()["a"].since;
+        let mut shown = first.clone();
+        shown.progress.phase = Some("PoweringOn".into());
+        assert!(!must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            Some(since),
+            now
+        ));
+        let later = since + HOLD_AT_MOST;
+        assert!(must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            Some(since),
+            later
+        ));
+        // The plugin's state alone is not worth a write, however long it waits.
         assert!(!must_write(
             &at_rest,
             &first,
             false,
             false,
             Some(since),
-            now
-        ));
-        assert!(must_write(
-            &at_rest,
-            &first,
-            false,
-            false,
-            Some(since),
-            since + HOLD_AT_MOST
+            later
         ));
     }
 }

@@ -15,6 +15,7 @@ use super::coalesce::Coalescer;
 use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
 use super::waits::Waits;
+use super::watch::Caches;
 use crate::metrics::Metrics;
 
 /// Options of the manager that controllers read.
@@ -69,6 +70,8 @@ pub struct Context {
     pub waits: Arc<Waits>,
     /// Machine statuses not written yet (see `coalesce`).
     pub coalescer: Coalescer,
+    /// What machine reconciles read of other kinds (the InfraMachine controller only).
+    pub caches: Option<Caches>,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

@@ -80,6 +80,24 @@ pub async fn run(
             .map(resource);
         for kind in &info.kinds {
             let (waits, woken) = waits::Waits::new(plugin.clone(), metrics.clone());
+            // What machine reconciles read of other kinds, watched once and cached.
+            let others = (kind.role == KindRole::InfraMachine).then(|| {
+                let ns = &options.namespace;
+                let infra_cluster_ar = cluster_kind.clone().unwrap_or_else(objects::capi_cluster);
+                let watched = |ar: &ApiResource| {
+                    watch::cached(
+                        all_or_namespaced(&client, ar, ns),
+                        ar,
+                        watcher::Config::default(),
+                    )
+                };
+                Others {
+                    machines: watched(&objects::capi_machine()),
+                    clusters: watched(&objects::capi_cluster()),
+                    infra_clusters: watched(&infra_cluster_ar),
+                    infra_cluster_ar,
+                }
+            });
             let ctx = Arc::new(Context {
                 client: client.clone(),
                 plugin: plugin.clone(),
@@ -93,10 +111,18 @@ pub async fn run(
                 ownership: ownership.clone(),
                 waits,
                 coalescer: Default::default(),
+                caches: others.as_ref().map(|o| watch::Caches {
+                    clusters: o.clusters.1.clone(),
+                    infra_clusters: o.infra_clusters.1.clone(),
+                    machines: o.machines.1.clone(),
+                }),
             });
             tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
             match kind.role {
-                KindRole::InfraMachine => running.push(Box::pin(machines(ctx, woken))),
+                KindRole::InfraMachine => {
+                    let others = others.expect("built for the InfraMachine kind");
+                    running.push(Box::pin(machines(ctx, woken, others)))
+                }
                 KindRole::InfraCluster => running.push(Box::pin(clusters(ctx))),
                 KindRole::InfraMachineTemplate => running.push(Box::pin(templates(ctx))),
                 // Nothing to reconcile: ClusterClass copies it into InfraClusters.
@@ -153,11 +179,21 @@ fn config(ctx: &Context) -> ControllerConfig {
     ControllerConfig::default().concurrency(ctx.options.concurrency)
 }
 
+/// The watches of other kinds a machine controller reads (see `watch::Caches`).
+struct Others {
+    machines: watch::Watched,
+    clusters: watch::Watched,
+    infra_clusters: watch::Watched,
+    /// The plugin's InfraCluster kind (a plugin without one gets Clusters twice).
+    infra_cluster_ar: ApiResource,
+}
+
 /// The InfraMachine controller: its own objects, the Cluster API objects and Secrets
 /// they depend on, and the machines whose waits the observer reports over (`woken`).
 async fn machines(
     ctx: Arc<Context>,
     woken: futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
+    others: Others,
 ) {
     let ns = &ctx.options.namespace;
     let ar = ctx.resource.clone();
@@ -179,22 +215,14 @@ async fn machines(
         triggers::Relevant::default(),
         triggers::Relevant::default(),
     );
-    // A plugin without a cluster kind still gets this watch, on a kind that maps to
-    // nothing it owns.
-    let infra_cluster_ar = ctx
-        .cluster_kind
-        .clone()
-        .unwrap_or_else(objects::capi_cluster);
     controller
         .with_config(config(&ctx))
         .reconcile_on(woken)
         // A Machine's spec changing (bootstrap data named, failure domain) maps to the
         // InfraMachine it references; its status churn does not. The Secret it names is
         // remembered for the Secret watch below.
-        .watches_with(
-            all_or_namespaced(&ctx.client, &objects::capi_machine(), ns),
-            objects::capi_machine(),
-            watcher::Config::default(),
+        .watches_stream_with(
+            others.machines.0,
             move |m: DynamicObject| {
                 let ns = m.namespace().unwrap_or_default();
                 let infra = objects::reference_to(&m, "spec.infrastructureRef", &group, &kind)
@@ -204,18 +232,18 @@ async fn machines(
                 (machine_changes.changed(&m, ()) && provisioning(&machine_store, &infra))
                     .then_some(infra)
             },
+            objects::capi_machine(),
         )
         // A Cluster's spec changing (paused) or its deletion maps to all its machines.
-        .watches_with(
-            all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
-            objects::capi_cluster(),
-            watcher::Config::default(),
+        .watches_stream_with(
+            others.clusters.0,
             move |c: DynamicObject| {
                 if !cluster_changes.changed(&c, ()) {
                     return Vec::new();
                 }
                 machines_of(&store, &cluster_ar, c.namespace(), Some(c.name_any()))
             },
+            objects::capi_cluster(),
         )
         // A bootstrap Secret appearing maps to the machine whose Machine names it
         // (labelled Secrets only, so the manager never watches every Secret).
@@ -230,10 +258,8 @@ async fn machines(
             },
         )
         // The InfraCluster's spec or readiness changing maps to all machines of its cluster.
-        .watches_with(
-            all_or_namespaced(&ctx.client, &infra_cluster_ar, ns),
-            infra_cluster_ar.clone(),
-            watcher::Config::default(),
+        .watches_stream_with(
+            others.infra_clusters.0,
             move |c: DynamicObject| {
                 let ready = objects::field(&c, "status.ready").and_then(Value::as_bool);
                 if !infra_changes.changed(&c, ready) {
@@ -246,6 +272,7 @@ async fn machines(
                     objects::cluster_name(&c),
                 )
             },
+            others.infra_cluster_ar,
         )
         .run(
             |o, c| timed(o, c, |o, c| Box::pin(machine::reconcile(o, c))),

@@ -10,24 +10,25 @@ use crate::status::{Progressing, Status};
 
 /// Write `new` as the object's status: a merge patch of what differs from `T`'s view of
 /// the status the object has, fields `T` drops removed; no write when nothing differs.
-/// Whether it wrote.
+/// The resource version it wrote, if it wrote.
 pub async fn status<T: Status>(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     new: &T,
-) -> Result<bool> {
+) -> Result<Option<String>> {
     let old = serde_json::to_value(T::of(obj)).expect("a status serializes");
     let new = serde_json::to_value(new).expect("a status serializes");
     let Some(diff) = merge_diff(&old, &new) else {
-        return Ok(false);
+        return Ok(None);
     };
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": diff })),
-    )
-    .await?;
-    Ok(true)
+    let written = api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": diff })),
+        )
+        .await?;
+    Ok(written.resource_version())
 }
 
 /// The JSON merge patch (RFC 7396) that turns `old` into `new`: changed members, removed

@@ -1,28 +1,29 @@
-//! The watch of a controller's own kind, kept lean: the cache holds objects without
-//! what no reconcile reads (`managedFields`, the last-applied annotation), and only
-//! changes a reconcile acts on trigger one. Our own status writes (every step of every
-//! machine) come back as watch events; they change nothing a reconcile reads that it
-//! did not just write, so they wake nothing.
+//! The watches of the controllers, kept lean: caches hold objects without what no
+//! reconcile reads (`managedFields`, the last-applied annotation).
+//!
+//! - A controller's own kind ([`own_kind`]): only changes a reconcile acts on trigger
+//!   one. Our own status writes (every step of every machine) come back as watch
+//!   events; they change nothing a reconcile reads that it did not just write, so they
+//!   wake nothing.
+//! - What machines read of others ([`Caches`]): the Clusters, InfraClusters and
+//!   Machines a machine reconcile reads come from these watches' caches (the watches
+//!   also map their changes to machines) instead of one API read each per reconcile;
+//!   one not cached yet is read from the API server.
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::api::{ApiResource, DynamicObject};
-use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The objects of `api` that need a reconcile, and the store that caches them.
-pub fn own_kind(
-    api: Api<DynamicObject>,
-    ar: &ApiResource,
-) -> (
-    impl Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
-    Store<DynamicObject>,
-) {
+pub fn own_kind(api: Api<DynamicObject>, ar: &ApiResource) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
     let stream = watcher(api, watcher::Config::default())
@@ -34,6 +35,48 @@ pub fn own_kind(
     (stream.boxed(), store)
 }
 
+/// A watch a controller is woken by, and its cache.
+pub type Watched = (
+    BoxStream<'static, Result<DynamicObject, watcher::Error>>,
+    Store<DynamicObject>,
+);
+
+/// Every object of `api`, cached lean; the stream yields each one changed or deleted.
+pub fn cached(api: Api<DynamicObject>, ar: &ApiResource, config: watcher::Config) -> Watched {
+    let writer = Writer::new(ar.clone());
+    let store = writer.as_reader();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer)
+        .touched_objects();
+    (stream.boxed(), store)
+}
+
+/// The caches of what machine reconciles read.
+#[derive(Clone)]
+pub struct Caches {
+    pub clusters: Store<DynamicObject>,
+    pub infra_clusters: Store<DynamicObject>,
+    pub machines: Store<DynamicObject>,
+}
+
+/// `name` in `ns` of kind `ar` from `store` when cached there, else as the API server
+/// has it (created a moment ago, or the watch still starting).
+pub async fn cached_or_read(
+    store: Option<&Store<DynamicObject>>,
+    client: &kube::Client,
+    ar: &ApiResource,
+    ns: &str,
+    name: &str,
+) -> kube::Result<Option<DynamicObject>> {
+    let key = ObjectRef::new_with(name, ar.clone()).within(ns);
+    if let Some(obj) = store.and_then(|s| s.get(&key)) {
+        return Ok(Some(obj.as_ref().clone()));
+    }
+    super::objects::read(&Api::namespaced_with(client.clone(), ns, ar), name).await
+}
+
 /// Drops what no reconcile reads (a few KiB per object, most of a cached machine).
 fn strip(obj: &mut DynamicObject) {
     obj.metadata.managed_fields = None;
@@ -42,14 +85,19 @@ fn strip(obj: &mut DynamicObject) {
     }
 }
 
-/// A digest of what a reconcile acts on: the object's identity, spec (by generation)
-/// and metadata (labels, annotations, owners, finalizers, deletion); its status is the
-/// reconciler's own output and left out.
+/// A digest of what a reconcile acts on: the object's identity, spec and metadata
+/// (labels, annotations, owners, finalizers, deletion). Its status is the reconciler's
+/// own output, and so is the spec's `providerID` (written once a machine is ready):
+/// both are left out.
 fn acted_on(obj: &DynamicObject) -> Option<u64> {
     let m = &obj.metadata;
     let mut h = DefaultHasher::new();
     m.uid.hash(&mut h);
-    m.generation.hash(&mut h);
+    let mut spec = obj.data.get("spec").cloned().unwrap_or_default();
+    if let Some(fields) = spec.as_object_mut() {
+        fields.remove("providerID");
+    }
+    spec.to_string().hash(&mut h);
     m.deletion_timestamp
         .as_ref()
         .map(|t| t.0.to_string())
@@ -86,13 +134,21 @@ mod tests {
     }
 
     #[test]
-    fn a_status_change_wakes_nothing_a_spec_or_metadata_change_does() {
+    fn a_status_or_provider_id_change_wakes_nothing_a_spec_or_metadata_change_does() {
         let a = machine(1, json!({ "phase": "Cloning" }));
         let b = machine(1, json!({ "phase": "Ready" }));
         assert_eq!(acted_on(&a), acted_on(&b));
         let mut c = a.clone();
-        c.metadata.generation = Some(2);
+        c.data["spec"]["memoryMiB"] = json!(4096);
         assert_ne!(acted_on(&a), acted_on(&c));
+        let mut ours = a.clone();
+        ours.data["spec"]["providerID"] = json!("proxmox://u");
+        ours.metadata.generation = Some(2);
+        assert_eq!(
+            acted_on(&a),
+            acted_on(&ours),
+            "the providerID is our own write"
+        );
         let mut d = a.clone();
         d.metadata.finalizers = Some(vec!["f".into()]);
         assert_ne!(acted_on(&a), acted_on(&d));

@@ -71,6 +71,29 @@ async fn drive_create(
     .await
 }
 
+/// A ready machine's NoCloud ISO removal, asked for once it booted, followed by describe
+/// (the task is the machine's wait, so its end brings the host's describe) until the
+/// ISO is gone; the last report.
+async fn describe_until_the_iso_is_gone(
+    plugin: &Plugin,
+    req: &mut MachineRequest,
+    sim: &pve_sim::RunningSim,
+) -> MachineStatus {
+    for _ in 0..40 {
+        let s = plugin.describe_machine(req).await.unwrap().unwrap();
+        req.state = Some(s.progress.state.clone());
+        let removing = s.progress.waits.iter().any(|w| w.key.starts_with("task:"));
+        if !removing && iso_volumes(sim).is_empty() {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "the ISO is still there after 40 describes: {:?}",
+        iso_volumes(sim)
+    );
+}
+
 /// Drive delete until the plugin confirms the VM gone; the phases it went through.
 async fn drive_delete(plugin: &Plugin, req: &mut MachineRequest) -> Result<Vec<String>, String> {
     delete_until_gone(plugin, req, &pacing(50)).await
@@ -309,7 +332,18 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
         "PVE's own cloud-init drive is gone: {}",
         vm["config"]
     );
-    assert!(iso_volumes(&sim).is_empty(), "ISO deleted once booted");
+    assert!(
+        status.ready
+            && status
+                .progress
+                .waits
+                .iter()
+                .any(|w| w.key.starts_with("task:")),
+        "ready once the ISO's removal is asked for, waiting on it: {:?}",
+        status.progress.waits
+    );
+    let described = describe_until_the_iso_is_gone(&plugin, &mut req, &sim).await;
+    assert!(described.ready, "ISO deleted once booted, still ready");
 
     // 5. What the guest got (the simulator boots from the ISO's network-config).
     assert_eq!(vm["guest"]["hostname"], "m1");
@@ -651,6 +685,7 @@ async fn delete_with_a_stale_vmid_leaves_the_other_machines_vm_alone() {
     a.bootstrap = Some(bootstrap());
     let (status, _) = drive_create(&plugin, &mut a).await.unwrap();
     assert_eq!(vmid_of(&status), 800);
+    describe_until_the_iso_is_gone(&plugin, &mut a, &sim).await;
     let stale = a.clone();
 
     // A's VM goes away (here: A's own delete), and machine B gets VMID 800.
@@ -659,6 +694,7 @@ async fn delete_with_a_stale_vmid_leaves_the_other_machines_vm_alone() {
     b.bootstrap = Some(bootstrap());
     let (status, _) = drive_create(&plugin, &mut b).await.unwrap();
     assert_eq!(vmid_of(&status), 800);
+    describe_until_the_iso_is_gone(&plugin, &mut b, &sim).await;
 
     // A describes drift: VMID 800 is someone else's.
     let d = plugin.describe_machine(&stale).await.unwrap().unwrap();
@@ -1709,6 +1745,7 @@ async fn an_iso_left_on_the_node_a_vm_moved_from_is_removed_even_when_removing_i
         1,
         "the removal failed once"
     );
+    describe_until_the_iso_is_gone(&plugin, &mut req, &sim).await;
     assert_eq!(
         iso_volumes(&sim),
         Vec::<Value>::new(),
@@ -1810,6 +1847,7 @@ async fn an_iso_uploaded_with_a_lost_reply_before_a_move_is_not_left_behind() {
     sim.state().migrate_vm(vmid, "pve2").unwrap();
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
     assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+    describe_until_the_iso_is_gone(&plugin, &mut req, &sim).await;
     assert_eq!(
         iso_volumes(&sim),
         Vec::<Value>::new(),

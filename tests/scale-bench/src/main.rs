@@ -318,7 +318,10 @@ async fn run(args: &Args) -> Result<report::Report> {
     })
     .await?;
     let peak_rss = host.peak_rss()?;
-    let peak_heap = host.metrics().ok().and_then(|m| metric(&m, "hyperplug_heap_peak_bytes"));
+    let peak_heap = host
+        .metrics()
+        .ok()
+        .and_then(|m| metric(&m, "hyperplug_heap_peak_bytes"));
     let cpu_total = host.cpu_seconds()?;
     drop(host);
     drop(plane);

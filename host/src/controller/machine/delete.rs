@@ -1,5 +1,6 @@
 //! A deleting machine: the plugin tears its infrastructure down; only once it confirms
 //! it gone do its claims, blobs and the finalizer go.
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use super::super::conditions;
@@ -29,6 +30,8 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             // if the plugin forgot to give it up.
             let uid = &o.request.machine.uid;
             ctx.coalescer.written(uid);
+            ctx.coalescer
+                .wrote_version(&o.obj.uid().unwrap_or_default(), None);
             let runtime = ctx.plugin.runtime();
             runtime.blobs().withdraw_object(uid);
             runtime
@@ -57,7 +60,10 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
                 .coalescer
                 .write_now(uid, &o.stored, &next, progress.durable, false)
             {
-                patch::status(&o.own, &o.obj, &next).await?;
+                if let Some(version) = patch::status(&o.own, &o.obj, &next).await? {
+                    ctx.coalescer
+                        .wrote_version(&o.obj.uid().unwrap_or_default(), Some(version));
+                }
                 ctx.coalescer.written(uid);
             }
             ctx.waits.set(

@@ -7,6 +7,7 @@ pub mod report;
 
 use std::sync::Arc;
 
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use serde_json::json;
@@ -175,7 +176,10 @@ async fn persist(
         !report.events.is_empty(),
     );
     if written {
-        patch::status(&o.own, &o.obj, &report.status).await?;
+        if let Some(version) = patch::status(&o.own, &o.obj, &report.status).await? {
+            ctx.coalescer
+                .wrote_version(&o.obj.uid().unwrap_or_default(), Some(version));
+        }
         ctx.coalescer.written(uid);
     }
     events::publish_all(ctx, &o.obj, &report.events).await;

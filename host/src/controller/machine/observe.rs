@@ -15,6 +15,7 @@ use super::super::ipam::MachineClaims;
 use super::super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::super::outcome::{self, Failed};
 use super::super::ownership::Ownership;
+use super::super::watch::cached_or_read;
 use super::super::{credentials, patch, requeue, unverified};
 use crate::status::{InfraMachineStatus, Progressing, Status};
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
@@ -62,7 +63,17 @@ pub enum Step {
 pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let ns = cached.namespace().unwrap_or_default();
     let own = api(&ctx.client, &ctx.resource, &ns);
-    let Some(obj) = objects::fresh(&own, cached).await? else {
+    // The cache lags our own writes; it is read again unless it shows our last one.
+    let current = ctx.coalescer.is_current(
+        cached.uid().as_deref().unwrap_or_default(),
+        cached.resource_version().as_deref(),
+    );
+    let read = if current {
+        Some(cached.clone())
+    } else {
+        objects::fresh(&own, cached).await?
+    };
+    let Some(obj) = read else {
         return Ok(Step::Done(Action::await_change()));
     };
     if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
@@ -83,7 +94,15 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let Some(cluster_name) = objects::cluster_name(&obj) else {
         return Ok(Step::Done(Action::await_change()));
     };
-    let cluster = objects::read(&api(&ctx.client, &capi_cluster(), &ns), &cluster_name).await?;
+    let caches = ctx.caches.as_ref();
+    let cluster = cached_or_read(
+        caches.map(|c| &c.clusters),
+        &ctx.client,
+        &capi_cluster(),
+        &ns,
+        &cluster_name,
+    )
+    .await?;
     // Pause: no plugin call at all, and say so.
     if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
         patch::conditions(
@@ -104,7 +123,16 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let infra_cluster = match (&cluster, &ctx.cluster_kind) {
         (Some(c), Some(kind)) => {
             match objects::reference_to(c, "spec.infrastructureRef", &kind.group, &kind.kind) {
-                Some(name) => objects::read(&api(&ctx.client, kind, &ns), &name).await?,
+                Some(name) => {
+                    cached_or_read(
+                        caches.map(|c| &c.infra_clusters),
+                        &ctx.client,
+                        kind,
+                        &ns,
+                        &name,
+                    )
+                    .await?
+                }
                 None => None,
             }
         }
@@ -159,7 +187,14 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     // round trips, and every machine is polled while its tasks run.
     let provisioned = objects::provisioned(&obj);
     let machine = async {
-        let machine = objects::read(&api(&ctx.client, &capi_machine(), &ns), &machine_name).await?;
+        let machine = cached_or_read(
+            caches.map(|c| &c.machines),
+            &ctx.client,
+            &capi_machine(),
+            &ns,
+            &machine_name,
+        )
+        .await?;
         // Bootstrap data is for provisioning: never read again once provisioned.
         let bootstrap = match &machine {
             Some(m) if !deleting && !provisioned => bootstrap_data(ctx, m).await?,
