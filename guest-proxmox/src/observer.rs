@@ -6,10 +6,11 @@
 //!   and its newest finished ones in one call; a waited-for task that is not listed as
 //!   running has ended (or left the list's window of finished tasks): its key fires and
 //!   the machine's next call reads the task's status and goes on.
-//! - A ready machine is watched for drift (`vm:<VMID>@<node>`, [`vm_key`]): one
-//!   `GET /cluster/resources?type=vm` shows every VM's node and power; a VM that is not
-//!   listed, not running, or on another node fires, and the machine's describe says what
-//!   happened (drift, or a migration it follows).
+//! - A ready machine is watched for drift (`vm:<VMID>@<node>#<tag>`, [`vm_key`]): one
+//!   `GET /cluster/resources?type=vm` shows every VM's node, power and tags; a VM that is
+//!   not listed, not running, on another node, or without the machine's own tag (another
+//!   VM under its VMID) fires, and the machine's describe says what happened (drift, or a
+//!   migration it follows). So a ready machine needs no periodic describe.
 //!
 //! Keys of any other shape are not judged (their machines come back on their requeue).
 use std::collections::HashSet;
@@ -26,9 +27,10 @@ pub const TASK_KEY_PREFIX: &str = "task:";
 /// What the key of a ready VM's watch starts with.
 const VM_KEY_PREFIX: &str = "vm:";
 
-/// The watch of a ready machine's VM: `vmid` running on `node`.
-pub fn vm_key(vmid: u32, node: &str) -> String {
-    format!("{VM_KEY_PREFIX}{vmid}@{node}")
+/// The watch of a ready machine's VM: `vmid` running on `node`, tagged `tag` (the
+/// machine's own tag, see `machine::ownership::uid_tag`).
+pub fn vm_key(vmid: u32, node: &str, tag: &str) -> String {
+    format!("{VM_KEY_PREFIX}{vmid}@{node}#{tag}")
 }
 
 pub fn observe(req: ObserveRequest) -> Result<Observation, PluginError> {
@@ -60,15 +62,20 @@ fn list(pve: &Pve, path: &str, what: &str) -> Result<Vec<Value>, PluginError> {
 }
 
 /// The VM keys among `keys` whose VM `vms` (a `/cluster/resources?type=vm` reply) does
-/// not show running on the watched node.
+/// not show running on the watched node with the watched tag (a key without `#<tag>`
+/// checks no tag).
 fn changed(keys: &[String], vms: &[Value]) -> Vec<String> {
     keys.iter()
         .filter(|k| {
-            let Some((vmid, node)) = k
+            let Some((vmid, place)) = k
                 .strip_prefix(VM_KEY_PREFIX)
                 .and_then(|rest| rest.split_once('@'))
             else {
                 return false;
+            };
+            let (node, tag) = match place.split_once('#') {
+                Some((node, tag)) => (node, Some(tag)),
+                None => (place, None),
             };
             let Ok(vmid) = vmid.parse::<u64>() else {
                 return false;
@@ -80,6 +87,11 @@ fn changed(keys: &[String], vms: &[Value]) -> Vec<String> {
             !listed.is_some_and(|v| {
                 v.get("node").and_then(Value::as_str) == Some(node)
                     && v.get("status").and_then(Value::as_str) == Some("running")
+                    && tag.is_none_or(|tag| {
+                        v.get("tags")
+                            .and_then(Value::as_str)
+                            .is_some_and(|t| t.split([';', ',', ' ']).any(|x| x == tag))
+                    })
             })
         })
         .cloned()
@@ -144,27 +156,30 @@ mod tests {
     }
 
     #[test]
-    fn a_watched_vm_fires_when_gone_stopped_or_moved() {
+    fn a_watched_vm_fires_when_gone_stopped_moved_or_someone_elses() {
         let vms = vec![
-            json!({"type": "qemu", "vmid": 101, "node": "pve1", "status": "running"}),
+            json!({"type": "qemu", "vmid": 101, "node": "pve1", "status": "running", "tags": "hp-a;hyperplug"}),
+            json!({"type": "qemu", "vmid": 106, "node": "pve1", "status": "running", "tags": "hyperplug;hp-other"}),
             json!({"type": "qemu", "vmid": 102, "node": "pve1", "status": "stopped"}),
             json!({"type": "qemu", "vmid": 103, "node": "pve2", "status": "running"}),
             json!({"type": "lxc", "vmid": 105, "node": "pve1", "status": "running"}),
         ];
         let watched = keys(&[
-            &vm_key(101, "pve1"),
-            &vm_key(102, "pve1"),
-            &vm_key(103, "pve1"),
-            &vm_key(104, "pve1"),
-            &vm_key(105, "pve1"),
+            &vm_key(101, "pve1", "hp-a"),
+            &vm_key(102, "pve1", "hp-b"),
+            &vm_key(103, "pve1", "hp-c"),
+            &vm_key(104, "pve1", "hp-d"),
+            &vm_key(105, "pve1", "hp-e"),
+            &vm_key(106, "pve1", "hp-f"),
         ]);
         assert_eq!(
             changed(&watched, &vms),
             keys(&[
-                &vm_key(102, "pve1"),
-                &vm_key(103, "pve1"),
-                &vm_key(104, "pve1"),
-                &vm_key(105, "pve1"),
+                &vm_key(102, "pve1", "hp-b"),
+                &vm_key(103, "pve1", "hp-c"),
+                &vm_key(104, "pve1", "hp-d"),
+                &vm_key(105, "pve1", "hp-e"),
+                &vm_key(106, "pve1", "hp-f"),
             ])
         );
     }

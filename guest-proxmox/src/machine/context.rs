@@ -6,6 +6,7 @@ use guest_kit::types::{PluginError, Progress, Wait};
 use serde_json::Value;
 
 use super::nics::{Nic, plan_nics};
+use super::ownership::uid_tag;
 use super::state::{State, Step};
 use super::tasks::waits_for;
 use super::validate::validate;
@@ -115,7 +116,7 @@ impl<'a> Ctx<'a> {
         if let (true, Some(vmid), Some(node)) = (ready, st.vmid, &st.node) {
             waits.push(Wait {
                 endpoint: endpoint.clone(),
-                key: vm_key(vmid, node),
+                key: vm_key(vmid, node, &uid_tag(self.uid())),
             });
         }
         MachineStatus {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::status::InfraMachineStatus;
 
 /// The longest a step's status stays unwritten, counted from the first step held.
-pub const HOLD_AT_MOST: Duration = Duration::from_secs(10);
+pub const HOLD_AT_MOST: Duration = Duration::from_secs(30);
 
 /// A status the API server does not have yet.
 struct Held {

@@ -32,6 +32,10 @@ pub const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 /// How often while only ready objects are watched (drift shows within this and a
 /// reconcile).
 pub const OBSERVE_IDLE: Duration = Duration::from_secs(5);
+/// A ready machine whose infrastructure the observer watches (it named waits) is
+/// described when the observer reports a change, not every resync period; this is the
+/// fallback should the observer fail for that long.
+pub const WATCHED_RESYNC: Duration = Duration::from_secs(3600);
 /// After an observe call failed (its waits also have their requeue as fallback).
 pub const OBSERVE_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
@@ -41,8 +45,9 @@ pub fn hinted(ms: u64) -> Action {
 }
 
 /// After a machine's create or describe: the plugin's hint first (with waits, a
-/// fallback: the observer wakes it sooner); soon while claims bind; at the resync period
-/// once provisioned (drift); else on the next change or when a wait is over.
+/// fallback: the observer wakes it sooner); soon while claims bind; once provisioned,
+/// at the resync period (drift), or at [`WATCHED_RESYNC`] when ready and watched; else
+/// on the next change or when a wait is over.
 pub fn after_machine_step(
     s: &MachineStatus,
     claimed: Claimed,
@@ -53,6 +58,9 @@ pub fn after_machine_step(
         Some(ms) => hinted(ms),
         None if claimed.written => Action::requeue(CLAIMS_WRITTEN),
         None if claimed.pending => Action::requeue(CLAIMS_PENDING),
+        None if s.ready && !s.progress.waits.is_empty() => {
+            Action::requeue(WATCHED_RESYNC.max(resync))
+        }
         None if provisioned => Action::requeue(resync),
         None => Action::await_change(),
     }
@@ -127,6 +135,25 @@ mod tests {
         assert_eq!(
             after_machine_step(&s, Claimed::default(), false, resync),
             Action::await_change()
+        );
+    }
+
+    #[test]
+    fn a_ready_machine_the_observer_watches_is_not_described_every_resync() {
+        let resync = Duration::from_secs(300);
+        let mut s = running();
+        s.ready = true;
+        assert_eq!(
+            after_machine_step(&s, Claimed::default(), true, resync),
+            Action::requeue(resync)
+        );
+        s.progress.waits.push(Wait {
+            endpoint: "https://e".into(),
+            key: "vm:101@pve1#hp-u".into(),
+        });
+        assert_eq!(
+            after_machine_step(&s, Claimed::default(), true, resync),
+            Action::requeue(WATCHED_RESYNC)
         );
     }
 

@@ -61,6 +61,8 @@ struct Endpoint {
     keys: HashMap<String, HashSet<Obj>>,
     /// Ends an idle loop's longer sleep: an object that is not ready started waiting.
     hurry: Arc<Notify>,
+    /// When an observe call of this endpoint last succeeded.
+    observed: Option<Instant>,
 }
 
 /// What one object waits for.
@@ -70,6 +72,8 @@ struct Waiting {
     generation: Option<i64>,
     /// When its step's requeue is due (the fallback should no key fire).
     due: Option<Instant>,
+    /// The step's requeue period.
+    period: Option<Duration>,
     /// Ready: its keys watch for drift, which need not be seen within the second.
     ready: bool,
     /// Named by a delete step.
@@ -95,6 +99,10 @@ pub struct StepSeen {
     /// The step was a delete step.
     pub deleting: bool,
 }
+
+/// How recent an endpoint's last successful observation must be for a due requeue of
+/// its waits to be put off (twice the idle loop's period).
+const OBSERVED_LATELY: Duration = Duration::from_secs(10);
 
 /// The waits of one plugin's machines.
 pub struct Waits {
@@ -156,7 +164,7 @@ impl Waits {
         generation: Option<i64>,
         deleting: bool,
     ) -> Option<Duration> {
-        let registry = self.registry.lock().expect("waits registry");
+        let mut registry = self.registry.lock().expect("waits registry");
         registry.still_waiting(obj, generation, deleting, Instant::now())
     }
 
@@ -222,6 +230,15 @@ impl Waits {
                 .await;
             match result {
                 Ok(Ok(observation)) => {
+                    if let Some(e) = self
+                        .registry
+                        .lock()
+                        .expect("waits registry")
+                        .endpoints
+                        .get_mut(&id)
+                    {
+                        e.observed = Some(Instant::now());
+                    }
                     (rest, can_hurry) = if busy {
                         (Duration::ZERO, false)
                     } else {
@@ -302,6 +319,7 @@ impl Registry {
                     credentials: credentials.clone(),
                     keys: HashMap::new(),
                     hurry: Arc::default(),
+                    observed: None,
                 }
             });
             if !step.ready {
@@ -317,13 +335,15 @@ impl Registry {
         }
         let registered = mine.len();
         if !mine.is_empty() {
-            let due = step.requeue_ms.map(|ms| now + Duration::from_millis(ms));
+            let period = step.requeue_ms.map(Duration::from_millis);
+            let due = period.map(|p| now + p);
             self.objects.insert(
                 obj,
                 Waiting {
                     keys: mine,
                     generation: step.generation,
                     due,
+                    period,
                     ready: step.ready,
                     deleting: step.deleting,
                 },
@@ -351,8 +371,11 @@ impl Registry {
     }
 
     /// See [`Waits::still_waiting`]; `now` is the time to judge the requeue against.
+    /// A requeue that comes due while every endpoint of the object's keys was observed
+    /// lately (so none of its keys is over) is put off by its period: the fallback is for
+    /// an observer that fails, not one that has nothing to report.
     fn still_waiting(
-        &self,
+        &mut self,
         obj: &Obj,
         generation: Option<i64>,
         deleting: bool,
@@ -362,8 +385,23 @@ impl Registry {
         if waiting.generation != generation || waiting.deleting != deleting {
             return None;
         }
-        let left = waiting.due?.checked_duration_since(now)?;
-        (!left.is_zero()).then_some(left)
+        let due = waiting.due?;
+        if let Some(left) = due.checked_duration_since(now).filter(|l| !l.is_zero()) {
+            return Some(left);
+        }
+        let period = waiting.period?;
+        let observed_lately = waiting.keys.iter().all(|(id, _)| {
+            self.endpoints
+                .get(id)
+                .and_then(|e| e.observed)
+                .is_some_and(|at| now.saturating_duration_since(at) <= OBSERVED_LATELY)
+        });
+        if !observed_lately {
+            return None;
+        }
+        let waiting = self.objects.get_mut(obj)?;
+        waiting.due = Some(now + period);
+        Some(period)
     }
 
     /// Forget what `obj` waited for.
@@ -428,6 +466,29 @@ mod tests {
     }
 
     #[test]
+    fn a_due_fallback_is_put_off_while_the_endpoint_is_observed_and_not_when_it_fails() {
+        let now = Instant::now();
+        let due = now + Duration::from_secs(15);
+        let a = obj("a");
+        let mut registry = Registry::default();
+        waiting_on(&mut registry, &a, "task:1", now, false);
+        for e in registry.endpoints.values_mut() {
+            e.observed = Some(due - Duration::from_secs(1));
+        }
+        assert_eq!(
+            registry.still_waiting(&a, Some(1), false, due),
+            Some(Duration::from_secs(15)),
+            "observed a second ago and not fired: the task still runs"
+        );
+        let later = due + Duration::from_secs(15) + OBSERVED_LATELY;
+        assert_eq!(
+            registry.still_waiting(&a, Some(1), false, later),
+            None,
+            "the observer has not succeeded lately: the fallback call is made"
+        );
+    }
+
+    #[test]
     fn a_reconcile_before_the_wait_is_over_needs_no_call_unless_spec_or_deletion_changed() {
         let now = Instant::now();
         let due = now + Duration::from_secs(15);
@@ -451,7 +512,7 @@ mod tests {
         assert_eq!(
             registry.still_waiting(&a, Some(1), false, due),
             None,
-            "requeue due"
+            "requeue due, and nothing observed"
         );
         assert_eq!(
             registry.still_waiting(&b, Some(1), false, now),
