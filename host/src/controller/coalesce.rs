@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::status::InfraMachineStatus;
+use crate::status::{ConditionStatus, InfraMachineStatus};
 
 /// The longest a step's status stays unwritten, counted from the first step held.
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(30);
@@ -110,7 +110,8 @@ impl Coalescer {
 }
 
 /// The rule: durable state, events, and what others read (readiness, provisioning,
-/// addresses, failure domain, the generation described) are written at once; what
+/// addresses, failure domain, the generation described, any condition turning True or
+/// False, e.g. `Paused`) are written at once; what
 /// users see (phase, message, conditions, details) waits at most [`HOLD_AT_MOST`] from
 /// the first step held (`since`); a change of the plugin's state alone waits until one
 /// of those is written (it can be recomputed, and nobody reads it).
@@ -129,8 +130,21 @@ fn must_write(
         || next.addresses != stored.addresses
         || next.failure_domain != stored.failure_domain
         || next.progress.observed_generation != stored.progress.observed_generation
+        || condition_statuses(next) != condition_statuses(stored)
         || (since.is_some_and(|s| now.duration_since(s) >= HOLD_AT_MOST)
             && shows_more(stored, next))
+}
+
+/// Each condition's type and status (not its reason or message, which move with steps).
+fn condition_statuses(s: &InfraMachineStatus) -> Vec<(&str, ConditionStatus)> {
+    let mut all: Vec<_> = s
+        .progress
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status))
+        .collect();
+    all.sort_by_key(|(t, _)| *t);
+    all
 }
 
 /// Whether `next` differs from `stored` in more than the plugin's state.
@@ -196,6 +210,16 @@ mod tests {
         for next in [ready, generation, domain] {
             assert!(must_write(&at_rest, &next, false, false, None, now));
         }
+        let mut unpaused = step(&at_rest, "t");
+        unpaused.progress.conditions.push(crate::status::Condition {
+            type_: "Paused".into(),
+            status: ConditionStatus::False,
+            observed_generation: Some(1),
+            reason: "NotPaused".into(),
+            message: String::new(),
+            last_transition_time: "2026-12-02T00:00:00Z".into(),
+        });
+        assert!(must_write(&at_rest, &unpaused, false, false, None, now));
         let plain = step(&at_rest, "t");
         assert!(must_write(&at_rest, &plain, false, true, None, now));
         assert!(!must_write(&at_rest, &plain, false, false, None, now));
