@@ -1,9 +1,10 @@
 //! Status writes that may wait: a plugin step whose state is not `durable` (it can be
-//! recomputed if lost, e.g. "clone task running") is kept in memory and written with a
+//! recomputed if lost, e.g. "task running") is kept in memory and written with a
 //! later step, so a machine's lifecycle costs a few status patches rather than one per
 //! step. What users and Cluster API read still moves at once: readiness, provisioning,
-//! addresses, events and a new generation are written when they change, and anything
-//! held for longer than [`HOLD_AT_MOST`] is written by the next reconcile.
+//! addresses, conditions turning True or False, events and a new generation are written
+//! when they change; a step's phase and message at most [`HOLD_AT_MOST`] late (by the
+//! next reconcile past it); see [`must_write`].
 //!
 //! A held status is only ever continued from while the API server still stores the
 //! plugin state it was derived from; anyone else's status write (another replica, a
@@ -174,12 +175,12 @@ mod tests {
     #[test]
     fn a_non_durable_step_is_held_and_continued_from() {
         let c = Coalescer::default();
-        let at_rest = stored("vmid=100");
-        let next = step(&at_rest, "vmid=100,upid=U");
+        let at_rest = stored("id=100");
+        let next = step(&at_rest, "id=100,task=T");
         assert!(!c.write_now("a", &at_rest, &next, false, false));
         assert_eq!(c.current("a", &at_rest), next);
         // A durable step is written, and nothing stays held once it is.
-        let durable = step(&next, "vmid=101");
+        let durable = step(&next, "id=101");
         assert!(c.write_now("a", &at_rest, &durable, true, false));
         c.written("a");
         assert_eq!(c.len(), 0);
@@ -189,10 +190,10 @@ mod tests {
     #[test]
     fn a_held_status_is_void_once_someone_else_stored_another_state() {
         let c = Coalescer::default();
-        let at_rest = stored("vmid=100");
-        let next = step(&at_rest, "vmid=100,upid=U");
+        let at_rest = stored("id=100");
+        let next = step(&at_rest, "id=100,task=T");
         c.write_now("a", &at_rest, &next, false, false);
-        let elsewhere = stored("vmid=200");
+        let elsewhere = stored("id=200");
         assert_eq!(c.current("a", &elsewhere), elsewhere);
         assert_eq!(c.len(), 0);
     }
