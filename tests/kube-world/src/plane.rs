@@ -69,9 +69,19 @@ pub struct Plane {
     audit_log: Option<PathBuf>,
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released).
+/// A free TCP port on 127.0.0.1 (bound, then released), never one this process handed
+/// out before: the kernel may offer a just-released port again, and two flags of one
+/// manager (its health and its metrics address) then got the same one.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    for _ in 0..1_000 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if HANDED_OUT.lock().expect("ports").insert(port) {
+            return Ok(port);
+        }
+    }
+    bail!("no free port this process has not handed out already")
 }
 
 pub(crate) fn b64(data: &[u8]) -> String {
