@@ -433,11 +433,6 @@ pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
 pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some(volid) = st.iso.clone() {
         let config = cx.owned_config(st, "ejecting the NoCloud ISO")?;
-        let node = st
-            .iso_node
-            .clone()
-            .or_else(|| st.node.clone())
-            .unwrap_or_default();
         let slot = st.cd_slot.clone().unwrap_or_else(|| "ide2".into());
         if str_of(&config, &slot).is_some_and(|v| v.starts_with(&volid)) {
             cx.pve
@@ -447,13 +442,7 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>
                 )
                 .map_err(|e| e.classify("ejecting the NoCloud ISO"))?;
         }
-        match delete_volume(&cx.pve, &node, &volid)? {
-            Some(upid) => st.upid = Some(upid),
-            None => {
-                st.iso = None;
-                st.iso_node = None;
-            }
-        }
+        ask_iso_removal(cx, st, &volid)?;
     }
     st.step = Step::Ready;
     Ok(None)
@@ -472,12 +461,18 @@ pub(super) fn removing_iso(cx: &Ctx, st: &mut State) -> Result<(), PluginError> 
     let Some(volid) = st.iso.clone() else {
         return Ok(());
     };
+    ask_iso_removal(cx, st, &volid)
+}
+
+/// Asks PVE to delete the ISO `volid` on the node it was uploaded to: its `imgdel` task
+/// is followed in `st.upid`; an ISO already gone is forgotten at once.
+fn ask_iso_removal(cx: &Ctx, st: &mut State, volid: &str) -> Result<(), PluginError> {
     let node = st
         .iso_node
         .clone()
         .or_else(|| st.node.clone())
         .unwrap_or_default();
-    match delete_volume(&cx.pve, &node, &volid)? {
+    match delete_volume(&cx.pve, &node, volid)? {
         Some(upid) => st.upid = Some(upid),
         None => {
             st.iso = None;

@@ -82,26 +82,29 @@ impl Coalescer {
         false
     }
 
-    /// `uid`'s status was written (or its object is gone): nothing is held for it.
-    pub fn written(&self, uid: &str) {
+    /// `uid`'s status was written: nothing is held for it any more; `version` is the
+    /// resource version the write made (`None`: nothing differed, nothing was sent).
+    pub fn written(&self, uid: &str, version: Option<String>) {
         self.held.lock().expect("coalescer").remove(uid);
+        if let Some(v) = version {
+            self.written_at
+                .lock()
+                .expect("coalescer")
+                .insert(uid.to_string(), v);
+        }
     }
 
-    /// The object with metadata UID `object_uid` was last written at `version` (by its
-    /// status write; `None`: its object is gone).
-    pub fn wrote_version(&self, object_uid: &str, version: Option<String>) {
-        let mut at = self.written_at.lock().expect("coalescer");
-        match version {
-            Some(v) => at.insert(object_uid.to_string(), v),
-            None => at.remove(object_uid),
-        };
+    /// `uid`'s object is gone: nothing is kept for it.
+    pub fn forget(&self, uid: &str) {
+        self.held.lock().expect("coalescer").remove(uid);
+        self.written_at.lock().expect("coalescer").remove(uid);
     }
 
     /// Whether a cached object is the version our last status write made: then it is
     /// what the API server has (nobody wrote since), and a fresh read can be skipped.
-    pub fn is_current(&self, object_uid: &str, version: Option<&str>) -> bool {
+    pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
         let at = self.written_at.lock().expect("coalescer");
-        version.is_some() && at.get(object_uid).map(String::as_str) == version
+        version.is_some() && at.get(uid).map(String::as_str) == version
     }
 
     /// How many statuses are held (metrics, tests).
@@ -182,7 +185,7 @@ mod tests {
         // A durable step is written, and nothing stays held once it is.
         let durable = step(&next, "id=101");
         assert!(c.write_now("a", &at_rest, &durable, true, false));
-        c.written("a");
+        c.written("a", None);
         assert_eq!(c.len(), 0);
         assert_eq!(c.current("a", &at_rest), at_rest);
     }

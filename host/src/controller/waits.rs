@@ -230,15 +230,6 @@ impl Waits {
                 .await;
             match result {
                 Ok(Ok(observation)) => {
-                    if let Some(e) = self
-                        .registry
-                        .lock()
-                        .expect("waits registry")
-                        .endpoints
-                        .get_mut(&id)
-                    {
-                        e.observed = Some(Instant::now());
-                    }
                     (rest, can_hurry) = if busy {
                         (Duration::ZERO, false)
                     } else {
@@ -352,13 +343,15 @@ impl Registry {
         (registered, start)
     }
 
-    /// The objects waiting for `fired` keys of endpoint `id`, which wait no longer:
-    /// their next steps say what they wait for next.
+    /// After a successful observation of endpoint `id`: the objects waiting for its
+    /// `fired` keys, which wait no longer (their next steps say what they wait for next).
     fn fire(&mut self, id: &EndpointId, fired: &[String]) -> HashSet<Obj> {
         let mut woken = HashSet::new();
         let Some(endpoint) = self.endpoints.get_mut(id) else {
             return woken;
         };
+        // A successful observation of the endpoint (see `still_waiting`).
+        endpoint.observed = Some(Instant::now());
         for key in fired {
             if let Some(objects) = endpoint.keys.remove(key) {
                 woken.extend(objects);

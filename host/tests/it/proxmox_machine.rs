@@ -242,8 +242,14 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
         if phases.last() != Some(&s.progress.phase) {
             phases.push(s.progress.phase.clone());
         }
+        // Looked at once attached: the upload's task can end (the ISO on the storage)
+        // between the call that follows it and the one that attaches it.
         let isos = iso_volumes(&sim);
-        if !isos.is_empty() && !saw_iso {
+        let attached = sim
+            .state()
+            .vm(vmid)
+            .is_some_and(|vm| cfg(&vm, "ide2").contains("iso/hyperplug-"));
+        if !isos.is_empty() && attached && !saw_iso {
             saw_iso = true;
             check_iso(&sim, vmid, &isos[0]);
         }

@@ -12,6 +12,7 @@ use super::super::waits::StepSeen;
 use super::super::{ipam, objects, patch, requeue};
 use super::observe::Observed;
 use super::report;
+use super::write_or_hold;
 
 pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
     let result = ctx
@@ -29,9 +30,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             // What the plugin published or claimed for this object dies with it, even
             // if the plugin forgot to give it up.
             let uid = &o.request.machine.uid;
-            ctx.coalescer.written(uid);
-            ctx.coalescer
-                .wrote_version(&o.obj.uid().unwrap_or_default(), None);
+            ctx.coalescer.forget(&o.obj.uid().unwrap_or_default());
             let runtime = ctx.plugin.runtime();
             runtime.blobs().withdraw_object(uid);
             runtime
@@ -55,17 +54,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
                 o.obj.metadata.generation.unwrap_or(0),
                 &conditions::now(),
             );
-            let uid = &o.request.machine.uid;
-            if ctx
-                .coalescer
-                .write_now(uid, &o.stored, &next, progress.durable, false)
-            {
-                if let Some(version) = patch::status(&o.own, &o.obj, &next).await? {
-                    ctx.coalescer
-                        .wrote_version(&o.obj.uid().unwrap_or_default(), Some(version));
-                }
-                ctx.coalescer.written(uid);
-            }
+            write_or_hold(ctx, o, &next, progress.durable, false).await?;
             ctx.waits.set(
                 objects::obj_ref(&o.obj, &ctx.resource),
                 StepSeen {

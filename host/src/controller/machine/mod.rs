@@ -106,6 +106,27 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ))
 }
 
+/// Write `next` as the machine's status now, or hold it (`coalesce` decides); whether
+/// it was written. The one place a machine's step reaches its status.
+pub(super) async fn write_or_hold(
+    ctx: &Context,
+    o: &Observed,
+    next: &InfraMachineStatus,
+    durable: bool,
+    has_events: bool,
+) -> Result<bool> {
+    let uid = o.obj.uid().unwrap_or_default();
+    if !ctx
+        .coalescer
+        .write_now(&uid, &o.stored, next, durable, has_events)
+    {
+        return Ok(false);
+    }
+    let version = patch::status(&o.own, &o.obj, next).await?;
+    ctx.coalescer.written(&uid, version);
+    Ok(true)
+}
+
 /// Plugin steps one reconcile may take (see [`goes_on_at_once`]).
 const MAX_STEPS_PER_RECONCILE: u32 = 3;
 
@@ -167,21 +188,14 @@ async fn persist(
         durable = status.progress.durable,
         "machine step"
     );
-    let uid = &o.request.machine.uid;
-    let written = ctx.coalescer.write_now(
-        uid,
-        &o.stored,
+    let written = write_or_hold(
+        ctx,
+        o,
         &report.status,
         status.progress.durable,
         !report.events.is_empty(),
-    );
-    if written {
-        if let Some(version) = patch::status(&o.own, &o.obj, &report.status).await? {
-            ctx.coalescer
-                .wrote_version(&o.obj.uid().unwrap_or_default(), Some(version));
-        }
-        ctx.coalescer.written(uid);
-    }
+    )
+    .await?;
     events::publish_all(ctx, &o.obj, &report.events).await;
     if status.ready {
         // Blobs (bootstrap media) are for provisioning only: once provisioned, gone.

@@ -239,7 +239,9 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     };
     let version = creds.version.clone();
     let stored = InfraMachineStatus::of(&obj);
-    let prev = ctx.coalescer.current(&machine_id, &stored);
+    let prev = ctx
+        .coalescer
+        .current(obj.uid().as_deref().unwrap_or_default(), &stored);
     let request = MachineRequest {
         machine: objects::object_ref(&obj, &machine_id),
         cluster: objects::object_ref(&infra_cluster, &cluster_id),
