@@ -8,6 +8,8 @@ use guest_kit::types::{Credentials, PluginError};
 use guest_kit::{fnv1a, terminal, transient};
 use serde_json::Value;
 
+use crate::machine::properties::is_drive_key;
+
 /// One connection's worth of settings: where and who.
 pub struct Pve {
     base: String,
@@ -162,8 +164,17 @@ impl Pve {
         self.call("POST", path, Some(encode_form(form)))
     }
 
+    /// A config write (`PUT .../config`) keeps the config this call read, with the write
+    /// applied, when PVE stores the written values as given (see [`written_config`]).
     pub fn put(&self, path: &str, form: &[(&str, String)]) -> PveResult<Value> {
-        self.call("PUT", path, Some(encode_form(form)))
+        let before = self.configs.borrow().get(path).cloned();
+        let result = self.call("PUT", path, Some(encode_form(form)));
+        if result.is_ok()
+            && let Some(after) = before.and_then(|c| written_config(c, form))
+        {
+            self.configs.borrow_mut().insert(path.to_string(), after);
+        }
+        result
     }
 
     /// DELETE with parameters in the query string (PVE refuses a body on DELETE).
@@ -360,9 +371,68 @@ pub fn percent_encode(text: &str) -> String {
     out
 }
 
+/// `config` after PVE applied the config write `form`, or `None` when PVE would store
+/// something other than what was sent: a NIC without a MAC (PVE makes one up), a disk
+/// given as a size or a cloud-init drive (PVE allocates a volume). The digest changes
+/// with every write and is dropped (a later write in the call sends none).
+fn written_config(mut config: Value, form: &[(&str, String)]) -> Option<Value> {
+    let map = config.as_object_mut()?;
+    map.remove("digest");
+    for (key, value) in form {
+        match *key {
+            "digest" | "skiplock" | "background_delay" => {}
+            "delete" => {
+                for k in value.split([',', ';', ' ']).filter(|k| !k.is_empty()) {
+                    map.remove(k);
+                }
+            }
+            "revert" => return None,
+            k if k.starts_with("net") && !value.split(',').next()?.contains('=') => return None,
+            k if is_drive_key(k) && allocates(value) => return None,
+            k => {
+                map.insert(k.to_string(), Value::String(value.clone()));
+            }
+        }
+    }
+    Some(config)
+}
+
+/// A drive value PVE turns into a new volume (`local-lvm:32`, `local-lvm:cloudinit`).
+fn allocates(value: &str) -> bool {
+    let file = value.split(',').next().unwrap_or_default();
+    file.split_once(':').is_some_and(|(_, rest)| {
+        rest == "cloudinit" || (!rest.is_empty() && rest.parse::<f64>().is_ok())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_write_is_applied_to_the_config_read_unless_pve_would_store_other_values() {
+        let read = serde_json::json!({
+            "digest": "abc", "net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0",
+            "ide2": "local:iso/a.iso,media=cdrom", "tags": "x",
+        });
+        let after = written_config(
+            read.clone(),
+            &[
+                ("tags", "hyperplug;x".into()),
+                ("delete", "ide2".into()),
+                ("digest", "abc".into()),
+                ("net0", "virtio=BC:24:11:00:00:01,bridge=vmbr1".into()),
+            ],
+        )
+        .expect("kept");
+        assert_eq!(
+            after,
+            serde_json::json!({"net0": "virtio=BC:24:11:00:00:01,bridge=vmbr1", "tags": "hyperplug;x"})
+        );
+        assert!(written_config(read.clone(), &[("net1", "virtio,bridge=vmbr2".into())]).is_none());
+        assert!(written_config(read.clone(), &[("scsi1", "local-lvm:32".into())]).is_none());
+        assert!(written_config(read, &[("ide0", "local-lvm:cloudinit".into())]).is_none());
+    }
 
     fn status(status: u16, message: &str) -> PveError {
         PveError::Status {

@@ -12,53 +12,27 @@ use super::properties::str_of;
 use super::state::{State, Step};
 use super::tasks::{poll, task_failed, upid_of};
 use super::{BOOT_MS, RETRY_MS, SHORT_MS};
+
+/// How long to wait before asking a booting guest's agent again after `tries` looks:
+/// soon at first (a cloud image boots in seconds), then at most every [`BOOT_MS`] × 2.
+fn boot_wait(tries: u8) -> u64 {
+    ((BOOT_MS / 4) << tries.min(3)).min(BOOT_MS * 2)
+}
 use crate::api::PveError;
 
+/// Starts the VM. Its start task is not followed here: the guest agent answering is
+/// what the next step waits for, and the task is asked about only when the agent does
+/// not answer (see [`start_outcome`]). A VM started already (a call whose result was
+/// lost) makes that task fail with "already running", which changes nothing.
 pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
-    if let Some(upid) = st.upid.clone() {
-        match poll(&cx.pve, &upid, "following the start task")? {
-            Ok(false) => {
-                return Ok(Some(cx.status(
-                    st,
-                    "PoweringOn",
-                    "start task running",
-                    Some(SHORT_MS),
-                )));
-            }
-            Ok(true) => {
-                st.upid = None;
-                st.step = Step::WaitingForGuestAgent;
-                return Ok(None);
-            }
-            Err(msg) => {
-                if let Some(e) = task_failed("starting the VM", &msg) {
-                    return Err(e);
-                }
-                st.upid = None;
-                return Ok(Some(cx.status(
-                    st,
-                    "PoweringOn",
-                    format!("start failed ({msg}); retrying"),
-                    Some(RETRY_MS),
-                )));
-            }
-        }
-    }
     // Ours, and where it is now (it may have migrated).
     cx.owned_config(st, "starting the VM")?;
-    let current = cx
-        .pve
-        .get(&format!("{}/status/current", cx.config_path(st)))
-        .map_err(|e| e.classify("reading the VM status"))?;
-    if str_of(&current, "status").as_deref() == Some("running") {
-        st.step = Step::WaitingForGuestAgent;
-        return Ok(None);
-    }
     let v = cx
         .pve
         .post(&format!("{}/status/start", cx.config_path(st)), &[])
         .map_err(|e| e.classify("starting the VM"))?;
     st.upid = upid_of(v);
+    st.step = Step::WaitingForGuestAgent;
     if st.upid.is_none() {
         return Ok(None);
     }
@@ -71,39 +45,96 @@ pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStat
     )))
 }
 
+/// What the start task in `st.upid` (if any) came to, asked only when the agent cannot
+/// tell: `Some` while it runs or after it failed (started again), `None` once the VM
+/// was started (by it, or before it: "already running").
+fn start_outcome(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    let Some(upid) = st.upid.clone() else {
+        return Ok(None);
+    };
+    match poll(&cx.pve, &upid, "following the start task")? {
+        Ok(false) => Ok(Some(cx.status(
+            st,
+            "PoweringOn",
+            "start task running",
+            Some(SHORT_MS),
+        ))),
+        Ok(true) => {
+            st.upid = None;
+            Ok(None)
+        }
+        Err(msg) if msg.contains("already running") => {
+            st.upid = None;
+            Ok(None)
+        }
+        Err(msg) => {
+            if let Some(e) = task_failed("starting the VM", &msg) {
+                return Err(e);
+            }
+            st.upid = None;
+            st.step = Step::PoweringOn;
+            Ok(Some(cx.status(
+                st,
+                "PoweringOn",
+                format!("start failed ({msg}); retrying"),
+                Some(RETRY_MS),
+            )))
+        }
+    }
+}
+
 pub(super) fn waiting_for_agent(
     cx: &Ctx,
     st: &mut State,
 ) -> Result<Option<MachineStatus>, PluginError> {
     let checks = cx.spec.checks.clone().unwrap_or_default();
     if checks.skip_qemu_guest_agent == Some(true) {
+        if let Some(s) = start_outcome(cx, st)? {
+            return Ok(Some(s));
+        }
         // Without the agent nothing tells when the guest has read the ISO: keep it
         // attached (delete removes it).
         st.step = Step::Ready;
         return Ok(None);
     }
-    // Ours, and where it is now (it may have migrated): the agent answers on that node.
-    let config = cx.owned_config(st, "reading the VM's NICs")?;
+    // The agent is asked first, its VM's config only once it answers: while the guest
+    // boots, each look is one request. A VM no longer at its node (migrated) is followed.
     let base = cx.config_path(st);
-    let wait = |st: &State, msg: String| {
+    let tries = st.agent_tries;
+    let wait = |st: &mut State, msg: String| {
+        st.agent_tries = tries.saturating_add(1);
         Ok(Some(cx.status(
             st,
             "WaitingForGuestAgent",
             msg,
-            Some(BOOT_MS),
+            Some(boot_wait(tries)),
         )))
     };
     let ifaces = match cx.pve.get(&format!("{base}/agent/network-get-interfaces")) {
         Ok(v) => v,
+        Err(e) if e.is_not_found() => {
+            cx.owned_config(st, "finding the VM")?;
+            return wait(
+                st,
+                format!("VM moved to {}", st.node.as_deref().unwrap_or_default()),
+            );
+        }
         Err(PveError::Status {
             status: 500,
             message,
             ..
         }) => {
+            if let Some(s) = start_outcome(cx, st)? {
+                return Ok(Some(s));
+            }
             return wait(st, format!("guest agent not answering yet: {message}"));
         }
         Err(e) => return Err(e.classify("asking the guest agent")),
     };
+    // The agent answers: the VM runs, whatever its start task came to. Ours, and where
+    // it is now: its NICs' MACs say which of the guest's interfaces are whose.
+    st.upid = None;
+    let config = cx.owned_config(st, "reading the VM's NICs")?;
     let list: Vec<Value> = ifaces
         .get("result")
         .and_then(Value::as_array)
@@ -155,6 +186,7 @@ pub(super) fn waiting_for_agent(
         }
     }
     st.dhcp = dhcp;
+    st.agent_tries = 0;
     st.step = Step::Ejecting;
     Ok(None)
 }

@@ -12,6 +12,7 @@ use guest_kit::machine::MachineStatus;
 use guest_kit::types::PluginError;
 use guest_kit::{log, terminal, transient};
 
+use super::cloudinit::iso_storage;
 use super::context::Ctx;
 use super::ownership::{Located, description};
 use super::properties::{str_of, uuid_of};
@@ -87,6 +88,18 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         },
     )?;
     let vmid = propose_vmid(cx, st, &BTreeSet::new())?;
+    // The ISO storage is chosen now, from the listing this call has read: a node
+    // without one fails before anything is cloned, and the upload asks nothing more.
+    let iso = iso_storage(cx, st, &node)?;
+    if cx
+        .spec
+        .cloud_init
+        .as_ref()
+        .and_then(|c| c.iso_storage.as_ref())
+        .is_none()
+    {
+        st.iso_at = Some((node.clone(), iso));
+    }
     st.source = Some(Source {
         node: src_node,
         template,
@@ -132,6 +145,7 @@ fn another_vmid(
     );
     st.vmid = Some(vmid);
     st.upid = None;
+    st.look_first = false;
     Ok(Some(cx.status(
         st,
         "Cloning",
@@ -143,6 +157,14 @@ fn another_vmid(
 pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     let vmid = st.vmid.unwrap_or_default();
     if let Some(upid) = st.upid.clone() {
+        // The clone is over once PVE has written its config (ours, unlocked): the task's
+        // own status is read only when the config does not say so.
+        if let Located::Ours(c) = cx.locate(st)?
+            && !clone_locked(&c)
+        {
+            st.upid = None;
+            return Ok(cloned(cx, st, &c));
+        }
         match poll(&cx.pve, &upid, "following the clone task")? {
             Ok(false) => {
                 // Until the task writes the VM's config, `nextid` still offers the ID
@@ -162,6 +184,7 @@ pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>,
                 }
                 // Lost the VMID to another clone, or failed: what VM N is decides next.
                 st.upid = None;
+                st.look_first = true;
                 return Ok(Some(cx.status(
                     st,
                     "Cloning",
@@ -172,29 +195,38 @@ pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>,
                 )));
             }
         }
+    } else if !st.look_first {
+        // Nothing seen at this VMID yet: the clone request itself is the check (PVE
+        // refuses a VMID in use at once), and only a refusal is looked into.
+        return post_clone(cx, st);
     }
+    found(cx, st)
+}
+
+/// What the recorded VMID holds decides: this machine's clone (done, or still being
+/// written), someone else's VM (another VMID), or nothing (clone to it).
+fn found(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
+    let vmid = st.vmid.unwrap_or_default();
     match cx.locate(st)? {
-        Located::Ours(c) if str_of(&c, "lock").as_deref() == Some("clone") => Ok(Some(cx.status(
-            st,
-            "Cloning",
-            "VM still locked by its clone",
-            Some(SHORT_MS),
-        ))),
-        Located::Ours(c) => {
-            // Its config is written: `nextid` no longer offers the ID.
-            vmid::release(cx, vmid);
-            st.uuid = uuid_of(&c);
-            st.source = None;
-            st.collisions = 0;
-            st.step = Step::Configuring;
-            Ok(None)
+        Located::Ours(c) if clone_locked(&c) => {
+            st.look_first = true;
+            Ok(Some(cx.status(
+                st,
+                "Cloning",
+                "VM still locked by its clone",
+                Some(SHORT_MS),
+            )))
         }
-        Located::Cloning => Ok(Some(cx.status(
-            st,
-            "Cloning",
-            format!("VM {vmid} is being cloned; its owner shows once its first disk is copied"),
-            Some(SHORT_MS),
-        ))),
+        Located::Ours(c) => Ok(cloned(cx, st, &c)),
+        Located::Cloning => {
+            st.look_first = true;
+            Ok(Some(cx.status(
+                st,
+                "Cloning",
+                format!("VM {vmid} is being cloned; its owner shows once its first disk is copied"),
+                Some(SHORT_MS),
+            )))
+        }
         Located::Foreign(c) => another_vmid(
             cx,
             st,
@@ -203,8 +235,28 @@ pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>,
                 str_of(&c, "name").unwrap_or_default()
             ),
         ),
-        Located::Gone => post_clone(cx, st),
+        // Nothing there (any more): clone to it; a refusal now means another VMID.
+        Located::Gone => {
+            st.look_first = true;
+            post_clone(cx, st)
+        }
     }
+}
+
+fn clone_locked(config: &serde_json::Value) -> bool {
+    str_of(config, "lock").as_deref() == Some("clone")
+}
+
+/// The clone is done and its config (`config`) written: on to configuring it.
+fn cloned(cx: &Ctx, st: &mut State, config: &serde_json::Value) -> Option<MachineStatus> {
+    // Its config is written: `nextid` no longer offers the ID.
+    vmid::release(cx, st.vmid.unwrap_or_default());
+    st.uuid = uuid_of(config);
+    st.source = None;
+    st.collisions = 0;
+    st.look_first = false;
+    st.step = Step::Configuring;
+    None
 }
 
 /// Starts the clone to the recorded node and VMID.
@@ -273,12 +325,19 @@ fn post_clone(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginE
                 template,
             });
             st.upid = upid_of(v);
+            st.look_first = false;
             Ok(Some(cx.status(
                 st,
                 "Cloning",
                 format!("cloning template {template} to VM {vmid} on {node}"),
                 Some(SHORT_MS),
             )))
+        }
+        // Taken: maybe by this machine's own clone (a call whose result was lost), so
+        // what holds it is looked at before another VMID is tried.
+        Err(e) if vmid_taken(&e) && !st.look_first => {
+            st.look_first = true;
+            found(cx, st)
         }
         Err(e) if vmid_taken(&e) => another_vmid(cx, st, format!("VMID {vmid} is taken")),
         Err(e) if e.is_not_found() && e.to_string().contains(&format!("/{template}.conf")) => {

@@ -18,8 +18,8 @@ use super::{BOOTSTRAP_MS, RETRY_MS, SHORT_MS};
 use crate::api::{Pve, percent_encode};
 
 /// The ISO's storage: the spec's, else the node's first (by name) active file-based
-/// storage with `iso` content.
-pub(super) fn iso_storage(cx: &Ctx, node: &str) -> Result<String, PluginError> {
+/// storage with `iso` content (as chosen with the node, when it was: `st.iso_at`).
+pub(super) fn iso_storage(cx: &Ctx, st: &State, node: &str) -> Result<String, PluginError> {
     if let Some(s) = cx
         .spec
         .cloud_init
@@ -28,17 +28,14 @@ pub(super) fn iso_storage(cx: &Ctx, node: &str) -> Result<String, PluginError> {
     {
         return Ok(s);
     }
-    let list = cx
-        .pve
-        .get(&format!(
-            "/nodes/{}/storage?content=iso",
-            percent_encode(node)
-        ))
-        .map_err(|e| e.classify("listing ISO storages"))?;
+    if let Some((n, s)) = &st.iso_at
+        && n == node
+    {
+        return Ok(s.clone());
+    }
+    let list = cx.node_storages(node)?;
     let mut names: Vec<String> = list
-        .as_array()
-        .into_iter()
-        .flatten()
+        .iter()
         .filter(|s| u64_of(s, "active").unwrap_or(1) == 1 && u64_of(s, "enabled").unwrap_or(1) == 1)
         .filter(|s| {
             matches!(
@@ -202,7 +199,7 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     let uuid = uuid_of(&config)
         .ok_or_else(|| transient("the VM has no smbios1 uuid yet", Some(SHORT_MS)))?;
     st.uuid = Some(uuid.clone());
-    let storage = iso_storage(cx, &node)?;
+    let storage = iso_storage(cx, st, &node)?;
     let name = iso_name(cx, st.vmid.unwrap_or_default());
     if st.iso.is_none() && recorded.is_some_and(|r| r != node) {
         remove_untracked_elsewhere(cx, &node, &name)?;
@@ -287,7 +284,7 @@ pub(super) fn untracked_upload(cx: &Ctx, st: &mut State) -> Result<(), PluginErr
     let (Some(vmid), Some(node)) = (st.vmid, st.node.clone()) else {
         return Ok(());
     };
-    let storage = match iso_storage(cx, &node) {
+    let storage = match iso_storage(cx, st, &node) {
         Ok(s) => s,
         Err(e @ PluginError::Transient(_)) => return Err(e),
         Err(_) => return Ok(()),

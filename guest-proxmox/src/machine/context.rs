@@ -68,6 +68,46 @@ impl<'a> Ctx<'a> {
     }
 
     /// The cluster's VMs (not containers), templates included.
+    /// The storages of `node` as `GET /nodes/{node}/storage` lists them (`storage`,
+    /// `type`, `content`, `shared`, `active`, `enabled`): taken from the cluster's
+    /// resources when this call has read them (one request fewer), else asked for. A
+    /// listing without the node's storages (a token that may not audit them there)
+    /// asks too.
+    pub(super) fn node_storages(&self, node: &str) -> Result<Vec<Value>, PluginError> {
+        if let Some(all) = self.resources.get() {
+            let listed: Vec<Value> = all
+                .iter()
+                .filter(|r| r.get("type").and_then(Value::as_str) == Some("storage"))
+                .filter(|r| r.get("node").and_then(Value::as_str) == Some(node))
+                .map(|r| {
+                    let available = r.get("status").and_then(Value::as_str) == Some("available");
+                    serde_json::json!({
+                        "storage": r.get("storage"),
+                        "type": r.get("plugintype"),
+                        "content": r.get("content"),
+                        "shared": r.get("shared"),
+                        "active": u64::from(available),
+                        "enabled": 1,
+                    })
+                })
+                .collect();
+            if !listed.is_empty() {
+                return Ok(listed);
+            }
+        }
+        match self
+            .pve
+            .get(&format!("/nodes/{}/storage", percent_encode(node)))
+            .map_err(|e| e.classify(&format!("listing the storages of {node}")))?
+        {
+            Value::Array(list) => Ok(list),
+            other => Err(transient(
+                format!("unreadable storage list of {node}: {other}"),
+                None,
+            )),
+        }
+    }
+
     pub(super) fn qemu_vms(&self) -> Result<impl Iterator<Item = &Value>, PluginError> {
         Ok(self
             .resources()?

@@ -9,7 +9,7 @@ use guest_kit::types::{PluginError, Progress};
 use super::cloudinit::{delete_volume, following_iso_removal, untracked_upload};
 use super::context::Ctx;
 use super::ownership::Located;
-use super::properties::str_of;
+use super::properties::{str_of, u64_of};
 use super::state::{DeleteStep, State, Step};
 use super::tasks::{poll, task_failed, upid_of, waits_for};
 use super::{RETRY_MS, SHORT_MS};
@@ -167,14 +167,88 @@ fn creation_in_flight(cx: &Ctx, st: &mut State) -> Result<Option<Next>, PluginEr
     }
 }
 
-/// Stop the VM (following the stop task); a stopped or vanished VM goes on.
+/// Stop the VM. Its stop task is not followed here: the destroy that comes next is
+/// refused while the VM runs, and only then is the task asked about (see [`destroy`]).
 fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
-    if let Some(upid) = st.upid.clone() {
+    if st.upid.is_some() {
+        st.delete = Some(DeleteStep::Deleting);
+        return Ok(Next::Continue);
+    }
+    match cx.locate(st)? {
+        Located::Ours(c) => {
+            if let Some(lock) = str_of(&c, "lock") {
+                return wait(
+                    cx,
+                    st,
+                    "Stopping",
+                    format!("VM is locked ({lock}); waiting"),
+                    SHORT_MS,
+                );
+            }
+        }
+        Located::Cloning => {
+            let message = format!(
+                "VM {} is still being cloned; waiting to see whose it is",
+                st.vmid.unwrap_or_default()
+            );
+            return wait(cx, st, "Stopping", message, SHORT_MS);
+        }
+        // Gone, or the VMID is someone else's now: confirm.
+        Located::Gone | Located::Foreign(_) => {
+            st.delete = Some(DeleteStep::Confirming);
+            return Ok(Next::Continue);
+        }
+    }
+    // Stopping a stopped VM is a task that ends at once: cheaper than asking first.
+    let v = cx
+        .pve
+        .post(&format!("{}/status/stop", cx.config_path(st)), &[])
+        .map_err(|e| e.classify("stopping the VM"))?;
+    st.upid = upid_of(v);
+    wait(cx, st, "Stopping", "stopping the VM".into(), SHORT_MS)
+}
+
+/// Destroy the stopped VM, if it is still ours. `st.upid` is the stop task: asked about
+/// only when PVE refuses the destroy because the VM still runs.
+fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
+    match cx.locate(st)? {
+        Located::Ours(_) => {}
+        // Gone (or the VMID is someone else's now): confirm.
+        _ => {
+            st.upid = None;
+            st.delete = Some(DeleteStep::Confirming);
+            return Ok(Next::Continue);
+        }
+    }
+    let stop_task = st.upid.take();
+    let v = match cx.pve.delete(
+        &cx.config_path(st),
+        &[
+            ("purge", "1".into()),
+            ("destroy-unreferenced-disks", "1".into()),
+        ],
+    ) {
+        Ok(v) => v,
+        Err(e) if e.to_string().contains("is running") => return still_running(cx, st, stop_task),
+        Err(e) => return Err(e.classify("destroying the VM")),
+    };
+    st.upid = upid_of(v);
+    st.delete = Some(DeleteStep::Confirming);
+    wait(cx, st, "Deleting", "destroying the VM".into(), SHORT_MS)
+}
+
+/// PVE refused to destroy a running VM: its stop task (if any) is still running, failed,
+/// or the VM was started again since; stopped again in the last two cases.
+fn still_running(cx: &Ctx, st: &mut State, stop_task: Option<String>) -> Result<Next, PluginError> {
+    if let Some(upid) = stop_task {
         match poll(&cx.pve, &upid, "following the stop task")? {
-            Ok(false) => return wait(cx, st, "Stopping", "stop task running".into(), SHORT_MS),
-            Ok(true) => st.upid = None,
+            Ok(false) => {
+                st.upid = Some(upid);
+                return wait(cx, st, "Stopping", "stop task running".into(), SHORT_MS);
+            }
+            Ok(true) => {}
             Err(msg) => {
-                st.upid = None;
+                st.delete = Some(DeleteStep::Stopping);
                 return wait(
                     cx,
                     st,
@@ -185,51 +259,49 @@ fn stop(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
             }
         }
     }
-    let current = match cx
-        .pve
-        .get(&format!("{}/status/current", cx.config_path(st)))
-    {
-        Ok(c) => c,
-        Err(e) if e.is_not_found() => {
-            st.delete = Some(DeleteStep::Confirming);
-            return Ok(Next::Continue);
-        }
-        Err(e) => return Err(e.classify("reading the VM status")),
-    };
-    if let Some(lock) = str_of(&current, "lock") {
-        return wait(
-            cx,
-            st,
-            "Stopping",
-            format!("VM is locked ({lock}); waiting"),
-            SHORT_MS,
-        );
-    }
-    if str_of(&current, "status").as_deref() == Some("stopped") {
-        st.delete = Some(DeleteStep::Deleting);
-        return Ok(Next::Continue);
-    }
-    cx.owned_config(st, "stopping the VM")?;
-    let v = cx
-        .pve
-        .post(&format!("{}/status/stop", cx.config_path(st)), &[])
-        .map_err(|e| e.classify("stopping the VM"))?;
-    st.upid = upid_of(v);
-    wait(cx, st, "Stopping", "stopping the VM".into(), SHORT_MS)
+    st.delete = Some(DeleteStep::Stopping);
+    wait(
+        cx,
+        st,
+        "Stopping",
+        "the VM is running; stopping it".into(),
+        SHORT_MS,
+    )
 }
 
-/// Destroy the stopped VM (following the destroy task), if it is still ours.
-fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
-    if let Some(upid) = st.upid.clone() {
-        match poll(&cx.pve, &upid, "following the destroy task")? {
-            Ok(false) => return wait(cx, st, "Deleting", "destroy task running".into(), SHORT_MS),
-            Ok(true) => {
-                st.upid = None;
-                st.delete = Some(DeleteStep::Confirming);
-                return Ok(Next::Continue);
+/// Gone from its node, and not ours on another one (a migration mid-delete), nor
+/// anywhere else by its marker: "not at the recorded VMID and node" is not proof that
+/// it is gone (the VM may be on its way between nodes), and the finalizer goes next.
+/// The cluster's listing is read first: a VMID it no longer lists needs no config read.
+/// `st.upid` is the destroy task: asked about only while the VM is still there.
+fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
+    let vmid = st.vmid.map(u64::from);
+    let listed = cx
+        .qemu_vms()?
+        .any(|v| vmid.is_some() && u64_of(v, "vmid") == vmid);
+    let ours_at_vmid = listed && matches!(cx.locate(st)?, Located::Ours(_));
+    let still_there = ours_at_vmid
+        || match cx.find_owned()? {
+            Some((node, vmid, _)) => {
+                st.node = Some(node);
+                st.vmid = Some(vmid);
+                true
             }
+            None => false,
+        };
+    if !still_there {
+        st.upid = None;
+        st.delete = Some(DeleteStep::RemovingIso);
+        return Ok(Next::Continue);
+    }
+    if let Some(upid) = st.upid.take() {
+        match poll(&cx.pve, &upid, "following the destroy task")? {
+            Ok(false) => {
+                st.upid = Some(upid);
+                return wait(cx, st, "Deleting", "destroy task running".into(), SHORT_MS);
+            }
+            Ok(true) => {}
             Err(msg) => {
-                st.upid = None;
                 if let Some(e) = task_failed("destroying the VM", &msg) {
                     return Err(e);
                 }
@@ -245,55 +317,14 @@ fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
             }
         }
     }
-    match cx.locate(st)? {
-        Located::Ours(_) => {}
-        // Gone (or the VMID is someone else's now): confirm.
-        _ => {
-            st.delete = Some(DeleteStep::Confirming);
-            return Ok(Next::Continue);
-        }
-    }
-    let v = cx
-        .pve
-        .delete(
-            &cx.config_path(st),
-            &[
-                ("purge", "1".into()),
-                ("destroy-unreferenced-disks", "1".into()),
-            ],
-        )
-        .map_err(|e| e.classify("destroying the VM"))?;
-    st.upid = upid_of(v);
-    wait(cx, st, "Deleting", "destroying the VM".into(), SHORT_MS)
-}
-
-/// Gone from its node, and not ours on another one (a migration mid-delete), nor
-/// anywhere else by its marker: "not at the recorded VMID and node" is not proof that
-/// it is gone (the VM may be on its way between nodes), and the finalizer goes next.
-fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
-    let still_there = match cx.locate(st)? {
-        Located::Ours(_) => true,
-        _ => match cx.find_owned()? {
-            Some((node, vmid, _)) => {
-                st.node = Some(node);
-                st.vmid = Some(vmid);
-                true
-            }
-            None => false,
-        },
-    };
-    if still_there {
-        st.delete = Some(DeleteStep::Stopping);
-        return wait(
-            cx,
-            st,
-            "Deleting",
-            "the VM is still there; stopping and destroying it again".into(),
-            SHORT_MS,
-        );
-    }
-    st.delete = Some(DeleteStep::RemovingIso);
-    Ok(Next::Continue)
+    st.delete = Some(DeleteStep::Stopping);
+    wait(
+        cx,
+        st,
+        "Deleting",
+        "the VM is still there; stopping and destroying it again".into(),
+        SHORT_MS,
+    )
 }
 
 /// Remove the NoCloud ISO (following its removal task); then everything is gone.

@@ -1,8 +1,8 @@
 //! Describe: what the VM looks like now.
 
-use guest_kit::drift;
 use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
 use guest_kit::types::PluginError;
+use guest_kit::{drift, log};
 
 use super::cloudinit::removing_iso;
 use super::context::Ctx;
@@ -43,6 +43,17 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             None => Ok(cx.status(&st, phase, "no VM yet", None)),
         };
     };
+    // Woken by the end of the ISO's removal (the wait a ready machine starts with): the
+    // VM was ours a moment ago and the observer checks its tag from now on, so its power
+    // state is read without its config; anything but running is looked into in full.
+    if st.step == Step::Ready && st.upid.is_some() {
+        follow_iso_removal(&cx, &mut st);
+        if power(&cx, &st).ok().as_deref() == Some("running") {
+            let mut s = cx.status(&st, phase, ready_message(&st), None);
+            s.details.push(("power".into(), "running".into()));
+            return Ok(s);
+        }
+    }
     match cx.locate(&mut st)? {
         Located::Ours(_) => {}
         // The VMID is chosen before the clone starts: until it has, no VM is missing.
@@ -78,13 +89,9 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
         }
     };
     if st.step == Step::Ready {
-        removing_iso(&cx, &mut st)?;
+        follow_iso_removal(&cx, &mut st);
     }
-    let current = cx
-        .pve
-        .get(&format!("{}/status/current", cx.config_path(&st)))
-        .map_err(|e| e.classify("reading the VM status"))?;
-    let power = str_of(&current, "status").unwrap_or_else(|| "unknown".into());
+    let power = power(&cx, &st).map_err(|e| e.classify("reading the VM status"))?;
     // The same words as create's Ready report, so a describe of a healthy VM rewrites
     // nothing.
     let message = match (st.step, power.as_str()) {
@@ -105,6 +112,27 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
         return Ok(drift::report(s, reason, Drift::Changed(text)));
     }
     Ok(s)
+}
+
+/// The ISO's removal is followed by describe, but does not make it fail: what the VM
+/// looks like is still told, and the removal is looked at again by the next describe.
+fn follow_iso_removal(cx: &Ctx, st: &mut State) {
+    let before = st.clone();
+    if let Err(e) = removing_iso(cx, st) {
+        log::warn(
+            "following the NoCloud ISO's removal failed; looking again later",
+            &[("error", format!("{e:?}"))],
+        );
+        *st = before;
+    }
+}
+
+/// The VM's power state (`status` of `status/current`: running, stopped, ...).
+fn power(cx: &Ctx, st: &State) -> Result<String, crate::api::PveError> {
+    let current = cx
+        .pve
+        .get(&format!("{}/status/current", cx.config_path(st)))?;
+    Ok(str_of(&current, "status").unwrap_or_else(|| "unknown".into()))
 }
 
 pub(super) fn phase_of(step: Step) -> &'static str {

@@ -106,7 +106,7 @@ mod disks;
 mod network;
 mod nics;
 mod ownership;
-mod properties;
+pub(crate) mod properties;
 mod scheduler;
 mod state;
 mod tasks;

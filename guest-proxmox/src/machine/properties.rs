@@ -55,7 +55,7 @@ pub(super) fn parse_size(s: &str) -> Option<u64> {
     Some((n * mult) as u64)
 }
 
-pub(super) fn is_drive_key(k: &str) -> bool {
+pub(crate) fn is_drive_key(k: &str) -> bool {
     ["ide", "sata", "scsi", "virtio", "efidisk", "tpmstate"]
         .iter()
         .any(|p| {

@@ -40,6 +40,16 @@ pub(super) struct State {
     /// waited for before cloning, as one may be this machine's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) awaiting: Option<BTreeSet<u32>>,
+    /// Look at the recorded VMID before asking for a clone to it: something was seen
+    /// there (a refusal, a failed clone task, a clone still being written).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) look_first: bool,
+    /// Looks at a booting guest's agent so far (spaces the next ones out).
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    pub(super) agent_tries: u8,
+    /// The ISO storage chosen with the node (node, storage), when the spec names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) iso_at: Option<(String, String)>,
     /// The node the NoCloud ISO was uploaded to (the VM's, unless it migrated since).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) iso_node: Option<String>,
@@ -57,6 +67,10 @@ impl State {
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u8(n: &u8) -> bool {
     *n == 0
 }
 

@@ -144,14 +144,9 @@ pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reac
         .pve
         .get(&format!("/nodes/{n}/qemu/{template}/config"))
         .map_err(|e| e.classify(&format!("reading template {template} on {node}")))?;
-    let storages = cx
-        .pve
-        .get(&format!("/nodes/{n}/storage"))
-        .map_err(|e| e.classify(&format!("listing the storages of {node}")))?;
-    let shared: BTreeSet<String> = storages
-        .as_array()
-        .into_iter()
-        .flatten()
+    let shared: BTreeSet<String> = cx
+        .node_storages(node)?
+        .iter()
         .filter(|s| u64_of(s, "shared") == Some(1))
         .filter_map(|s| str_of(s, "storage"))
         .collect();
