@@ -124,8 +124,14 @@ pub(super) fn waiting_for_agent(
             message,
             ..
         }) => {
-            if let Some(s) = start_outcome(cx, st)? {
-                return Ok(Some(s));
+            // "VM N is not running": what came of the start is asked. Anything else (the
+            // agent not up yet) means the VM runs: the start worked.
+            if message.starts_with("VM ") && message.contains("not running") {
+                if let Some(s) = start_outcome(cx, st)? {
+                    return Ok(Some(s));
+                }
+            } else {
+                st.upid = None;
             }
             return wait(st, format!("guest agent not answering yet: {message}"));
         }

@@ -61,6 +61,7 @@ impl Coalescer {
         next: &InfraMachineStatus,
         durable: bool,
         has_events: bool,
+        deleting: bool,
     ) -> bool {
         let now = Instant::now();
         let mut held = self.held.lock().expect("coalescer");
@@ -68,7 +69,7 @@ impl Coalescer {
             .get(uid)
             .filter(|h| h.stored_state == stored.progress.plugin_state)
             .map(|h| h.since);
-        if must_write(stored, next, durable, has_events, since, now) {
+        if must_write(stored, next, durable, has_events, deleting, since, now) {
             return true;
         }
         held.insert(
@@ -114,41 +115,65 @@ impl Coalescer {
 }
 
 /// The rule: durable state, events, and what others read (readiness, provisioning,
-/// addresses, failure domain, the generation described, any condition turning True or
-/// False, e.g. `Paused`) are written at once; what
+/// addresses, failure domain, a changed spec's generation described, any condition
+/// turning True or False, e.g. `Paused`) are written at once; what
 /// users see (phase, message, conditions, details) waits at most [`HOLD_AT_MOST`] from
 /// the first step held (`since`); a change of the plugin's state alone waits until one
 /// of those is written (it can be recomputed, and nobody reads it).
+///
+/// While the object is `deleting`, only durable state and events are written at once:
+/// Cluster API waits for the object to be gone, not for its status, and the
+/// finalizer's removal ends the held steps; users still see them within the limit.
 fn must_write(
     stored: &InfraMachineStatus,
     next: &InfraMachineStatus,
     durable: bool,
     has_events: bool,
+    deleting: bool,
     since: Option<Instant>,
     now: Instant,
 ) -> bool {
-    durable
-        || has_events
-        || next.ready != stored.ready
-        || next.initialization != stored.initialization
-        || next.addresses != stored.addresses
-        || next.failure_domain != stored.failure_domain
-        || next.progress.observed_generation != stored.progress.observed_generation
-        || condition_statuses(next) != condition_statuses(stored)
-        || (since.is_some_and(|s| now.duration_since(s) >= HOLD_AT_MOST)
-            && shows_more(stored, next))
+    let held_too_long =
+        since.is_some_and(|s| now.duration_since(s) >= HOLD_AT_MOST) && shows_more(stored, next);
+    if durable || has_events || held_too_long {
+        return true;
+    }
+    !deleting
+        && (next.ready != stored.ready
+            || next.initialization != stored.initialization
+            || next.addresses != stored.addresses
+            || next.failure_domain != stored.failure_domain
+            || (stored.progress.observed_generation.is_some()
+                && next.progress.observed_generation != stored.progress.observed_generation)
+            || a_condition_turned(stored, next))
 }
 
-/// Each condition's type and status (not its reason or message, which move with steps).
-fn condition_statuses(s: &InfraMachineStatus) -> Vec<(&str, ConditionStatus)> {
-    let mut all: Vec<_> = s
+/// Whether a condition of `next` turned True or False: it had another status in
+/// `stored`, or it is new and True (a new condition that is not True, e.g. `Ready`
+/// False while provisioning, says nothing that cannot wait). Reasons and messages move
+/// with steps and are not looked at.
+fn a_condition_turned(stored: &InfraMachineStatus, next: &InfraMachineStatus) -> bool {
+    let before = |type_: &str| {
+        stored
+            .progress
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status)
+    };
+    let gone = stored
         .progress
         .conditions
         .iter()
-        .map(|c| (c.type_.as_str(), c.status))
-        .collect();
-    all.sort_by_key(|(t, _)| *t);
-    all
+        .any(|c| !next.progress.conditions.iter().any(|n| n.type_ == c.type_));
+    gone || next
+        .progress
+        .conditions
+        .iter()
+        .any(|c| match before(&c.type_) {
+            Some(status) => status != c.status,
+            None => c.status == ConditionStatus::True,
+        })
 }
 
 /// Whether `next` differs from `stored` in more than the plugin's state.
@@ -180,11 +205,11 @@ mod tests {
         let c = Coalescer::default();
         let at_rest = stored("id=100");
         let next = step(&at_rest, "id=100,task=T");
-        assert!(!c.write_now("a", &at_rest, &next, false, false));
+        assert!(!c.write_now("a", &at_rest, &next, false, false, false));
         assert_eq!(c.current("a", &at_rest), next);
         // A durable step is written, and nothing stays held once it is.
         let durable = step(&next, "id=101");
-        assert!(c.write_now("a", &at_rest, &durable, true, false));
+        assert!(c.write_now("a", &at_rest, &durable, true, false, false));
         c.written("a", None);
         assert_eq!(c.len(), 0);
         assert_eq!(c.current("a", &at_rest), at_rest);
@@ -195,7 +220,7 @@ mod tests {
         let c = Coalescer::default();
         let at_rest = stored("id=100");
         let next = step(&at_rest, "id=100,task=T");
-        c.write_now("a", &at_rest, &next, false, false);
+        c.write_now("a", &at_rest, &next, false, false, false);
         let elsewhere = stored("id=200");
         assert_eq!(c.current("a", &elsewhere), elsewhere);
         assert_eq!(c.len(), 0);
@@ -212,21 +237,90 @@ mod tests {
         let mut domain = step(&at_rest, "t");
         domain.failure_domain = Some("pve2".into());
         for next in [ready, generation, domain] {
-            assert!(must_write(&at_rest, &next, false, false, None, now));
+            assert!(must_write(&at_rest, &next, false, false, false, None, now));
         }
-        let mut unpaused = step(&at_rest, "t");
-        unpaused.progress.conditions.push(crate::status::Condition {
+        let paused = |status| crate::status::Condition {
             type_: "Paused".into(),
-            status: ConditionStatus::False,
+            status,
             observed_generation: Some(1),
-            reason: "NotPaused".into(),
+            reason: "Paused".into(),
             message: String::new(),
             last_transition_time: "2026-12-02T00:00:00Z".into(),
-        });
-        assert!(must_write(&at_rest, &unpaused, false, false, None, now));
+        };
+        // Turning False from True, or appearing True: written.
+        let mut was_paused = at_rest.clone();
+        was_paused
+            .progress
+            .conditions
+            .push(paused(ConditionStatus::True));
+        let mut unpaused = step(&at_rest, "t");
+        unpaused
+            .progress
+            .conditions
+            .push(paused(ConditionStatus::False));
+        assert!(must_write(
+            &was_paused,
+            &unpaused,
+            false,
+            false,
+            false,
+            None,
+            now
+        ));
+        let mut now_paused = step(&at_rest, "t");
+        now_paused
+            .progress
+            .conditions
+            .push(paused(ConditionStatus::True));
+        assert!(must_write(
+            &at_rest,
+            &now_paused,
+            false,
+            false,
+            false,
+            None,
+            now
+        ));
+        // Appearing False (a first step's `Ready`): it can wait.
+        assert!(!must_write(
+            &at_rest, &unpaused, false, false, false, None, now
+        ));
         let plain = step(&at_rest, "t");
-        assert!(must_write(&at_rest, &plain, false, true, None, now));
-        assert!(!must_write(&at_rest, &plain, false, false, None, now));
+        assert!(must_write(&at_rest, &plain, false, true, false, None, now));
+        assert!(!must_write(
+            &at_rest, &plain, false, false, false, None, now
+        ));
+    }
+
+    #[test]
+    fn a_deleting_object_writes_only_durable_state_and_events_at_once() {
+        let now = Instant::now();
+        let mut at_rest = stored("ready");
+        at_rest.ready = Some(true);
+        let mut deleting = step(&at_rest, "stopping");
+        deleting.ready = Some(false);
+        assert!(must_write(
+            &at_rest, &deleting, false, false, false, None, now
+        ));
+        assert!(!must_write(
+            &at_rest, &deleting, false, false, true, None, now
+        ));
+        assert!(must_write(
+            &at_rest, &deleting, true, false, true, None, now
+        ));
+        assert!(must_write(
+            &at_rest, &deleting, false, true, true, None, now
+        ));
+        let since = now - HOLD_AT_MOST;
+        assert!(must_write(
+            &at_rest,
+            &deleting,
+            false,
+            false,
+            true,
+            Some(since),
+            now
+        ));
     }
 
     #[test]
@@ -234,7 +328,7 @@ mod tests {
         let c = Coalescer::default();
         let at_rest = stored("s");
         let first = step(&at_rest, "t1");
-        assert!(!c.write_now("a", &at_rest, &first, false, false));
+        assert!(!c.write_now("a", &at_rest, &first, false, false, false));
         let now = Instant::now();
         let since = c.held.lock().unwrap()["a"].since;
         let mut shown = first.clone();
@@ -242,6 +336,7 @@ mod tests {
         assert!(!must_write(
             &at_rest,
             &shown,
+            false,
             false,
             false,
             Some(since),
@@ -253,6 +348,7 @@ mod tests {
             &shown,
             false,
             false,
+            false,
             Some(since),
             later
         ));
@@ -260,6 +356,7 @@ mod tests {
         assert!(!must_write(
             &at_rest,
             &first,
+            false,
             false,
             false,
             Some(since),

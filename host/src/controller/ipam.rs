@@ -345,8 +345,13 @@ fn allocated(address: &DynamicObject, device: &str) -> Option<AllocatedAddress> 
     })
 }
 
-/// Delete a machine's claims (the IPAM provider then frees the addresses).
+/// Release a machine's claims (the IPAM provider then frees the addresses). A claim
+/// that names this machine (its UID) as owner goes with it: the garbage collector
+/// deletes it once the machine is gone, with no write of ours. One without that
+/// reference (written for an earlier UID of the machine, before a move) would outlive
+/// it, and is deleted here.
 pub async fn release_claims(ctx: &Context, machine: &DynamicObject) -> Result<()> {
+    let uid = machine.uid().unwrap_or_default();
     let ns = machine.namespace().unwrap_or_default();
     let claims = api(&ctx.client, &ip_address_claim(), &ns);
     let list = match claims
@@ -367,7 +372,8 @@ pub async fn release_claims(ctx: &Context, machine: &DynamicObject) -> Result<()
         Err(e) => return Err(e.into()),
     };
     for claim in list {
-        if claim.meta().deletion_timestamp.is_none() {
+        let owned = claim.owner_references().iter().any(|o| o.uid == uid);
+        if !owned && claim.meta().deletion_timestamp.is_none() {
             claims
                 .delete(&claim.name_any(), &DeleteParams::default())
                 .await?;

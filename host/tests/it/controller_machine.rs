@@ -193,7 +193,9 @@ async fn a_proxmox_machine_is_provisioned_with_an_ipam_address_and_deleted_vm_fi
         world.sim.state().vm(vmid).is_none(),
         "the VM must be gone before the object"
     );
-    for _ in 0..50 {
+    // The claim goes with its owner: kube-controller-manager's garbage collector
+    // deletes it, once it watches these CRDs (it looks for new ones every 30 s).
+    for _ in 0..300 {
         if claims.get_opt("cp-0-net0-00-inet").await.unwrap().is_none() {
             break;
         }

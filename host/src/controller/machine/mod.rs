@@ -116,10 +116,14 @@ pub(super) async fn write_or_hold(
     has_events: bool,
 ) -> Result<bool> {
     let uid = o.obj.uid().unwrap_or_default();
-    if !ctx
-        .coalescer
-        .write_now(&uid, &o.stored, next, durable, has_events)
-    {
+    if !ctx.coalescer.write_now(
+        &uid,
+        &o.stored,
+        next,
+        durable,
+        has_events,
+        o.obj.metadata.deletion_timestamp.is_some(),
+    ) {
         return Ok(false);
     }
     let version = patch::status(&o.own, &o.obj, next).await?;
