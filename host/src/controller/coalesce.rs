@@ -15,8 +15,13 @@ use std::time::{Duration, Instant};
 
 use crate::status::{ConditionStatus, InfraMachineStatus};
 
-/// The longest a step's status stays unwritten, counted from the first step held.
+/// The longest a new phase or condition reason stays unwritten, counted from the first
+/// step held.
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(30);
+/// The longest anything else users see (a step's message, its details) stays unwritten:
+/// a machine waiting minutes in its hypervisor's queue shows the phase it waits in, and
+/// a wait that does not end (e.g. "VM is locked (backup)") shows why within this.
+pub const DETAIL_HOLD_AT_MOST: Duration = Duration::from_secs(300);
 
 /// A status the API server does not have yet.
 struct Held {
@@ -116,14 +121,15 @@ impl Coalescer {
 
 /// The rule: durable state, events, and what others read (readiness, provisioning,
 /// addresses, failure domain, a changed spec's generation described, any condition
-/// turning True or False, e.g. `Paused`) are written at once; what
-/// users see (phase, message, conditions, details) waits at most [`HOLD_AT_MOST`] from
-/// the first step held (`since`); a change of the plugin's state alone waits until one
-/// of those is written (it can be recomputed, and nobody reads it).
+/// turning True or False, e.g. `Paused`) are written at once; a new phase or condition
+/// reason at most [`HOLD_AT_MOST`] from the first step held (`since`), anything else
+/// users see (message, details) at most [`DETAIL_HOLD_AT_MOST`]; a change of the
+/// plugin's state alone waits until one of those is written (it can be recomputed, and
+/// nobody reads it).
 ///
-/// While the object is `deleting`, only durable state and events are written at once:
-/// Cluster API waits for the object to be gone, not for its status, and the
-/// finalizer's removal ends the held steps; users still see them within the limit.
+/// While the object is `deleting`, only durable state and events are written at once,
+/// and the rest at most [`DETAIL_HOLD_AT_MOST`] late: Cluster API waits for the object
+/// to be gone, not for its status, and the finalizer's removal ends the held steps.
 fn must_write(
     stored: &InfraMachineStatus,
     next: &InfraMachineStatus,
@@ -133,19 +139,36 @@ fn must_write(
     since: Option<Instant>,
     now: Instant,
 ) -> bool {
-    let held_too_long =
-        since.is_some_and(|s| now.duration_since(s) >= HOLD_AT_MOST) && shows_more(stored, next);
-    if durable || has_events || held_too_long {
+    let held_for = |limit: Duration| since.is_some_and(|s| now.duration_since(s) >= limit);
+    if durable || has_events || (held_for(DETAIL_HOLD_AT_MOST) && shows_more(stored, next)) {
         return true;
     }
-    !deleting
-        && (next.ready != stored.ready
-            || next.initialization != stored.initialization
-            || next.addresses != stored.addresses
-            || next.failure_domain != stored.failure_domain
-            || (stored.progress.observed_generation.is_some()
-                && next.progress.observed_generation != stored.progress.observed_generation)
-            || a_condition_turned(stored, next))
+    if deleting {
+        return false;
+    }
+    next.ready != stored.ready
+        || next.initialization != stored.initialization
+        || next.addresses != stored.addresses
+        || next.failure_domain != stored.failure_domain
+        || (stored.progress.observed_generation.is_some()
+            && next.progress.observed_generation != stored.progress.observed_generation)
+        || a_condition_turned(stored, next)
+        || (held_for(HOLD_AT_MOST) && a_new_step(stored, next))
+}
+
+/// Whether `next` is in another phase than `stored`, or a condition's reason changed.
+fn a_new_step(stored: &InfraMachineStatus, next: &InfraMachineStatus) -> bool {
+    let reasons = |s: &InfraMachineStatus| -> Vec<(String, String)> {
+        let mut r: Vec<_> = s
+            .progress
+            .conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.reason.clone()))
+            .collect();
+        r.sort();
+        r
+    };
+    next.progress.phase != stored.progress.phase || reasons(next) != reasons(stored)
 }
 
 /// Whether a condition of `next` turned True or False: it had another status in
@@ -311,15 +334,15 @@ mod tests {
         assert!(must_write(
             &at_rest, &deleting, false, true, true, None, now
         ));
-        let since = now - HOLD_AT_MOST;
+        let later = now + DETAIL_HOLD_AT_MOST;
         assert!(must_write(
             &at_rest,
             &deleting,
             false,
             false,
             true,
-            Some(since),
-            now
+            Some(now),
+            later
         ));
     }
 
@@ -352,6 +375,49 @@ mod tests {
             Some(since),
             later
         ));
+        // A message alone (a long wait in the same phase) waits longer.
+        let mut told = first.clone();
+        told.progress
+            .details
+            .insert("task".into(), "running".into());
+        assert!(!must_write(
+            &at_rest,
+            &told,
+            false,
+            false,
+            false,
+            Some(since),
+            later
+        ));
+        let much_later = since + DETAIL_HOLD_AT_MOST;
+        assert!(must_write(
+            &at_rest,
+            &told,
+            false,
+            false,
+            false,
+            Some(since),
+            much_later
+        ));
+        // So does a deleting object's new phase.
+        assert!(!must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            true,
+            Some(since),
+            later
+        ));
+        assert!(must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            true,
+            Some(since),
+            much_later
+        ));
         // The plugin's state alone is not worth a write, however long it waits.
         assert!(!must_write(
             &at_rest,
@@ -360,7 +426,7 @@ mod tests {
             false,
             false,
             Some(since),
-            later
+            much_later
         ));
     }
 }
