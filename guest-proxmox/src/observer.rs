@@ -5,7 +5,8 @@
 //!   `machine::tasks::waits_for`). `GET /cluster/tasks` lists every node's running tasks
 //!   and its newest finished ones in one call; a waited-for task that is not listed as
 //!   running has ended (or left the list's window of finished tasks): its key fires and
-//!   the machine's next call reads the task's status and goes on.
+//!   the machine's next call looks for the task's effect, reading the task's status only
+//!   when the effect is missing.
 //! - A ready machine is watched for drift (`vm:<VMID>@<node>#<tag>`, [`vm_key`]): one
 //!   `GET /cluster/resources?type=vm` shows every VM's node, power and tags; a VM that is
 //!   not listed, not running, on another node, or without the machine's own tag (another

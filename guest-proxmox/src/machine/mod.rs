@@ -3,7 +3,8 @@
 //! # The state machine
 //!
 //! Every call does a few short API calls and returns; waits (PVE tasks, boots) are
-//! returned as progress with the task's UPID in the state and a small requeue hint.
+//! returned as progress with the task's UPID in the state and its wait named; the next
+//! call checks the task's effect and reads its status only when that is missing.
 //! Create walks `WaitingForAddresses` → `Cloning` → `Configuring` → `Resizing` →
 //! `WaitingForBootstrapData` → `UploadingCloudInit` → `PoweringOn` →
 //! `WaitingForGuestAgent` → `Ready`; delete walks `Stopping` → `Deleting` → `Deleted`.

@@ -1,6 +1,9 @@
-//! Following PVE tasks by UPID: polled by the step that started one, and named as its
-//! wait (`task:<UPID>`) so the host's observer (`crate::observer`) wakes the machine
-//! when the task ends instead of the step being called again on a timer.
+//! Following PVE tasks by UPID: named as the wait of the step that started one
+//! (`task:<UPID>`), so the host's observer (`crate::observer`) wakes the machine when
+//! the task ends instead of the step being called again on a timer. The woken step
+//! looks for the task's effect first (a written config, an answering agent, a VM gone
+//! from the listing) and polls the task's status only when the effect is not there: to
+//! tell "still running" (woken by the fallback timer) from "failed, and why".
 
 use guest_kit::terminal;
 use guest_kit::types::{PluginError, Wait};
