@@ -12,12 +12,6 @@ use super::properties::str_of;
 use super::state::{State, Step};
 use super::tasks::{poll, task_failed, upid_of};
 use super::{BOOT_MS, RETRY_MS, SHORT_MS};
-
-/// How long to wait before asking a booting guest's agent again after `tries` looks:
-/// soon at first (a cloud image boots in seconds), then at most every [`BOOT_MS`] × 2.
-fn boot_wait(tries: u8) -> u64 {
-    ((BOOT_MS / 4) << tries.min(3)).min(BOOT_MS * 2)
-}
 use crate::api::PveError;
 
 /// Starts the VM. Its start task is not followed here: the guest agent answering is
@@ -124,13 +118,23 @@ pub(super) fn waiting_for_agent(
             message,
             ..
         }) => {
-            // "VM N is not running": what came of the start is asked. Anything else (the
-            // agent not up yet) means the VM runs: the start worked.
+            // "VM N is not running": what came of the start is asked, and a VM that is
+            // not running once its start is over (stopped since, or a replayed state
+            // that lost the task) is started again. "QEMU guest agent is not running":
+            // the VM runs, so the start worked. Anything else tells neither.
             if message.starts_with("VM ") && message.contains("not running") {
                 if let Some(s) = start_outcome(cx, st)? {
                     return Ok(Some(s));
                 }
-            } else {
+                st.step = Step::PoweringOn;
+                return Ok(Some(cx.status(
+                    st,
+                    "PoweringOn",
+                    format!("{message}; starting it"),
+                    Some(SHORT_MS),
+                )));
+            }
+            if message.contains("agent is not running") {
                 st.upid = None;
             }
             return wait(st, format!("guest agent not answering yet: {message}"));
@@ -195,4 +199,10 @@ pub(super) fn waiting_for_agent(
     st.agent_tries = 0;
     st.step = Step::Ejecting;
     Ok(None)
+}
+
+/// How long to wait before asking a booting guest's agent again after `tries` looks:
+/// soon at first (a cloud image boots in seconds), then at most every [`BOOT_MS`] × 2.
+fn boot_wait(tries: u8) -> u64 {
+    ((BOOT_MS / 4) << tries.min(3)).min(BOOT_MS * 2)
 }

@@ -1,10 +1,11 @@
 //! Adopting or cloning the VM, and following the clone task.
 //!
-//! The VMID is chosen in one call and the clone started in the next, so the host has
+//! The VMID is chosen in one call and the clone asked for in the next, so the host has
 //! saved it before PVE sees it: whatever happens to a call's result afterwards, the next
-//! call looks at that VMID first and finds its own clone there rather than making a
-//! second one. A VMID another client takes first (refused at once, or lost inside the
-//! clone task, as PVE lets two clones race for one ID) is replaced by another.
+//! call asks for that clone again, PVE refuses the VMID its first clone holds, and the
+//! refusal makes the call look there and find its own clone rather than make a second.
+//! A VMID another client takes first (refused at once, or lost inside the clone task, as
+//! PVE lets two clones race for one ID) is replaced by another.
 
 use std::collections::BTreeSet;
 
@@ -14,7 +15,7 @@ use guest_kit::{log, terminal, transient};
 
 use super::cloudinit::iso_storage;
 use super::context::Ctx;
-use super::ownership::{Located, description};
+use super::ownership::{Located, description, owned_by};
 use super::properties::{str_of, uuid_of};
 use super::scheduler::{Source as Placement, pick_node};
 use super::state::{Source, State, Step};
@@ -157,9 +158,12 @@ fn another_vmid(
 pub(super) fn cloning(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     let vmid = st.vmid.unwrap_or_default();
     if let Some(upid) = st.upid.clone() {
-        // The clone is over once PVE has written its config (ours, unlocked): the task's
-        // own status is read only when the config does not say so.
-        if let Located::Ours(c) = cx.locate(st)?
+        // The clone is over once its config is at the target node, ours and unlocked
+        // (PVE builds a clone to another node on the template's, and moves its config to
+        // the target last): only the target is read, and the task's status only when
+        // the config there does not say so.
+        if let Ok(c) = cx.get_config(st)
+            && owned_by(&c, cx.uid())
             && !clone_locked(&c)
         {
             st.upid = None;

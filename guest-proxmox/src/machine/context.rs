@@ -67,7 +67,6 @@ impl<'a> Ctx<'a> {
         Ok(self.resources.get_or_init(|| list))
     }
 
-    /// The cluster's VMs (not containers), templates included.
     /// The storages of `node` as `GET /nodes/{node}/storage` lists them (`storage`,
     /// `type`, `content`, `shared`, `active`, `enabled`): taken from the cluster's
     /// resources when this call has read them (one request fewer), else asked for. A
@@ -108,6 +107,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The cluster's VMs (not containers), templates included.
     pub(super) fn qemu_vms(&self) -> Result<impl Iterator<Item = &Value>, PluginError> {
         Ok(self
             .resources()?

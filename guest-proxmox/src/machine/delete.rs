@@ -272,13 +272,41 @@ fn still_running(cx: &Ctx, st: &mut State, stop_task: Option<String>) -> Result<
 /// Gone from its node, and not ours on another one (a migration mid-delete), nor
 /// anywhere else by its marker: "not at the recorded VMID and node" is not proof that
 /// it is gone (the VM may be on its way between nodes), and the finalizer goes next.
-/// The cluster's listing is read first: a VMID it no longer lists needs no config read.
-/// `st.upid` is the destroy task: asked about only while the VM is still there.
+/// The cluster's listing is read first: a VMID it no longer lists needs no config read
+/// (the listing shows every VM the token may audit, and each step before read this VM's
+/// config, which takes that right). `st.upid` is the destroy task: asked about only
+/// while the VM is still listed.
 fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     let vmid = st.vmid.map(u64::from);
     let listed = cx
         .qemu_vms()?
         .any(|v| vmid.is_some() && u64_of(v, "vmid") == vmid);
+    // Still listed while its destroy task is recorded: the task is asked first (woken
+    // before it ended, the VM would be read mid-destroy). Once it ended, the next call
+    // reads a fresh listing.
+    if listed && let Some(upid) = st.upid.take() {
+        return match poll(&cx.pve, &upid, "following the destroy task")? {
+            Ok(false) => {
+                st.upid = Some(upid);
+                wait(cx, st, "Deleting", "destroy task running".into(), SHORT_MS)
+            }
+            Ok(true) => wait(cx, st, "Deleting", "destroyed; confirming".into(), SHORT_MS),
+            Err(msg) => {
+                if let Some(e) = task_failed("destroying the VM", &msg) {
+                    return Err(e);
+                }
+                // Started again meanwhile, locked...: go back to stopping.
+                st.delete = Some(DeleteStep::Stopping);
+                wait(
+                    cx,
+                    st,
+                    "Deleting",
+                    format!("destroy failed ({msg}); retrying"),
+                    RETRY_MS,
+                )
+            }
+        };
+    }
     let ours_at_vmid = listed && matches!(cx.locate(st)?, Located::Ours(_));
     let still_there = ours_at_vmid
         || match cx.find_owned()? {
@@ -289,33 +317,10 @@ fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
             }
             None => false,
         };
+    st.upid = None;
     if !still_there {
-        st.upid = None;
         st.delete = Some(DeleteStep::RemovingIso);
         return Ok(Next::Continue);
-    }
-    if let Some(upid) = st.upid.take() {
-        match poll(&cx.pve, &upid, "following the destroy task")? {
-            Ok(false) => {
-                st.upid = Some(upid);
-                return wait(cx, st, "Deleting", "destroy task running".into(), SHORT_MS);
-            }
-            Ok(true) => {}
-            Err(msg) => {
-                if let Some(e) = task_failed("destroying the VM", &msg) {
-                    return Err(e);
-                }
-                // Started again meanwhile, locked...: go back to stopping.
-                st.delete = Some(DeleteStep::Stopping);
-                return wait(
-                    cx,
-                    st,
-                    "Deleting",
-                    format!("destroy failed ({msg}); retrying"),
-                    RETRY_MS,
-                );
-            }
-        }
     }
     st.delete = Some(DeleteStep::Stopping);
     wait(

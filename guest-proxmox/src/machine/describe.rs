@@ -48,7 +48,12 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
     // state is read without its config; anything but running is looked into in full.
     if st.step == Step::Ready && st.upid.is_some() {
         follow_iso_removal(&cx, &mut st);
-        if power(&cx, &st).ok().as_deref() == Some("running") {
+        // Only once this look saw the removal end: a removal that keeps failing must not
+        // keep describe from checking whose the VM is.
+        if st.upid.is_none()
+            && st.iso.is_none()
+            && power(&cx, &st).ok().as_deref() == Some("running")
+        {
             let mut s = cx.status(&st, phase, ready_message(&st), None);
             s.details.push(("power".into(), "running".into()));
             return Ok(s);

@@ -7,7 +7,8 @@
 //! call checks the task's effect and reads its status only when that is missing.
 //! Create walks `WaitingForAddresses` → `Cloning` → `Configuring` → `Resizing` →
 //! `WaitingForBootstrapData` → `UploadingCloudInit` → `PoweringOn` →
-//! `WaitingForGuestAgent` → `Ready`; delete walks `Stopping` → `Deleting` → `Deleted`.
+//! `WaitingForGuestAgent` → `Ready`; delete walks `Stopping` → `Deleting` → `Confirming` →
+//! `RemovingIso`.
 //! A step whose PVE task failed is retried from its start (the message says why); a
 //! synchronous PVE error is returned as the plugin error it classifies to, and the host
 //! retries with the previous state, so every step is idempotent. PVE's lock timeouts
@@ -33,8 +34,9 @@
 //!
 //! * the VMID is chosen in one call and recorded in the state, and the clone is asked
 //!   for in the next one: a result lost after the clone call (the host replays the state
-//!   before) looks at that VMID first, waits while it is an unreadable clone, and adopts
-//!   it once it shows the marker;
+//!   before) asks for the clone again, which PVE refuses while that VMID holds the first
+//!   one; the refusal makes it look at the VMID, wait while it is an unreadable clone,
+//!   and adopt it once it shows the marker;
 //! * with no state at all (a first call, `clusterctl move`), create lists the cluster's
 //!   VMs and adopts the one named like the machine or tagged with its UID whose marker
 //!   matches; clones of the template still unreadable at that moment are waited for first
@@ -55,9 +57,10 @@
 //! verify it: with `vmIDRange` it starts at an offset derived from the machine UID
 //! (spreading concurrent machines over the range) and walks the IDs the cluster does not
 //! list as used; without a range it asks `nextid` and, after a collision, adds a
-//! UID-derived offset. PVE refuses a taken `newid` at once ("unable to create VM N: config
-//! file already exists"), or, when two clones race for it, accepts both and fails the
-//! loser inside its task (the same words, or a lock timeout on the VMID's config lock).
+//! UID-derived offset. PVE refuses a taken `newid` at once ("VM N already exists on node
+//! 'X'"), or, when two clones race for it, accepts both and fails the loser inside its
+//! task ("unable to create VM N: config file already exists", or a lock timeout on the
+//! VMID's config lock).
 //! Either way the plugin looks at VM N: its own clone is adopted, an unreadable clone is
 //! waited for, anyone else's makes it record another VMID (and clone in the next call).
 //! Two machines can therefore never share a VM, and one machine never gets two.

@@ -22,6 +22,9 @@ pub(super) fn poll(
         Ok(Task::Running) => Ok(Ok(false)),
         Ok(Task::Done) => Ok(Ok(true)),
         Ok(Task::Failed(msg)) => Ok(Err(msg)),
+        // PVE no longer knows the task (it keeps a node's recent ones): it has ended, and
+        // the step judges by its effect.
+        Err(e) if e.is_no_such_task() => Ok(Ok(true)),
         Err(e) => Err(e.classify(context)),
     }
 }
