@@ -28,7 +28,12 @@ struct Held {
     /// The plugin state the API server stored when this was derived.
     stored_state: Option<String>,
     status: InfraMachineStatus,
+    /// When the first step held since the last write was.
     since: Instant,
+    /// When the held status's step (phase and condition reasons) first showed: a phase
+    /// is written once it has lasted [`HOLD_AT_MOST`], not as soon as the wait before
+    /// it has (a clone queued for minutes, then quick steps to ready).
+    step_since: Instant,
 }
 
 /// Unwritten machine statuses, by object UID. At most one per live object: an entry
@@ -70,11 +75,15 @@ impl Coalescer {
     ) -> bool {
         let now = Instant::now();
         let mut held = self.held.lock().expect("coalescer");
-        let since = held
+        let prev = held
             .get(uid)
-            .filter(|h| h.stored_state == stored.progress.plugin_state)
-            .map(|h| h.since);
-        if must_write(stored, next, durable, has_events, deleting, since, now) {
+            .filter(|h| h.stored_state == stored.progress.plugin_state);
+        let since = prev.map(|h| h.since);
+        let step_since = prev
+            .filter(|h| !a_new_step(&h.status, next))
+            .map(|h| h.step_since);
+        let waited = Waited { since, step_since };
+        if must_write(stored, next, durable, has_events, deleting, waited, now) {
             return true;
         }
         held.insert(
@@ -83,6 +92,7 @@ impl Coalescer {
                 stored_state: stored.progress.plugin_state.clone(),
                 status: next.clone(),
                 since: since.unwrap_or(now),
+                step_since: step_since.unwrap_or(now),
             },
         );
         false
@@ -119,11 +129,20 @@ impl Coalescer {
     }
 }
 
+/// How long what is held has waited: since the first step held after the last write,
+/// and since the held step (phase and condition reasons) first showed.
+#[derive(Clone, Copy, Default)]
+struct Waited {
+    since: Option<Instant>,
+    step_since: Option<Instant>,
+}
+
 /// The rule: durable state, events, and what others read (readiness, provisioning,
 /// addresses, failure domain, a changed spec's generation described, any condition
 /// turning True or False, e.g. `Paused`) are written at once; a new phase or condition
-/// reason at most [`HOLD_AT_MOST`] from the first step held (`since`), anything else
-/// users see (message, details) at most [`DETAIL_HOLD_AT_MOST`]; a change of the
+/// reason once it has shown for [`HOLD_AT_MOST`] (`step_since`), anything else users
+/// see (message, details) at most [`DETAIL_HOLD_AT_MOST`] after the first step held
+/// (`since`); a change of the
 /// plugin's state alone waits until one of those is written (it can be recomputed, and
 /// nobody reads it).
 ///
@@ -136,11 +155,13 @@ fn must_write(
     durable: bool,
     has_events: bool,
     deleting: bool,
-    since: Option<Instant>,
+    Waited { since, step_since }: Waited,
     now: Instant,
 ) -> bool {
-    let held_for = |limit: Duration| since.is_some_and(|s| now.duration_since(s) >= limit);
-    if durable || has_events || (held_for(DETAIL_HOLD_AT_MOST) && shows_more(stored, next)) {
+    let held_for = |from: Option<Instant>, limit: Duration| {
+        from.is_some_and(|s| now.duration_since(s) >= limit)
+    };
+    if durable || has_events || (held_for(since, DETAIL_HOLD_AT_MOST) && shows_more(stored, next)) {
         return true;
     }
     if deleting {
@@ -153,7 +174,7 @@ fn must_write(
         || (stored.progress.observed_generation.is_some()
             && next.progress.observed_generation != stored.progress.observed_generation)
         || a_condition_turned(stored, next)
-        || (held_for(HOLD_AT_MOST) && a_new_step(stored, next))
+        || (held_for(step_since, HOLD_AT_MOST) && a_new_step(stored, next))
 }
 
 /// Whether `next` is in another phase than `stored`, or a condition's reason changed.
@@ -260,7 +281,18 @@ mod tests {
         let mut domain = step(&at_rest, "t");
         domain.failure_domain = Some("pve2".into());
         for next in [ready, generation, domain] {
-            assert!(must_write(&at_rest, &next, false, false, false, None, now));
+            assert!(must_write(
+                &at_rest,
+                &next,
+                false,
+                false,
+                false,
+                Waited {
+                    since: None,
+                    step_since: None
+                },
+                now
+            ));
         }
         let paused = |status| crate::status::Condition {
             type_: "Paused".into(),
@@ -287,7 +319,10 @@ mod tests {
             false,
             false,
             false,
-            None,
+            Waited {
+                since: None,
+                step_since: None
+            },
             now
         ));
         let mut now_paused = step(&at_rest, "t");
@@ -301,17 +336,49 @@ mod tests {
             false,
             false,
             false,
-            None,
+            Waited {
+                since: None,
+                step_since: None
+            },
             now
         ));
         // Appearing False (a first step's `Ready`): it can wait.
         assert!(!must_write(
-            &at_rest, &unpaused, false, false, false, None, now
+            &at_rest,
+            &unpaused,
+            false,
+            false,
+            false,
+            Waited {
+                since: None,
+                step_since: None
+            },
+            now
         ));
         let plain = step(&at_rest, "t");
-        assert!(must_write(&at_rest, &plain, false, true, false, None, now));
+        assert!(must_write(
+            &at_rest,
+            &plain,
+            false,
+            true,
+            false,
+            Waited {
+                since: None,
+                step_since: None
+            },
+            now
+        ));
         assert!(!must_write(
-            &at_rest, &plain, false, false, false, None, now
+            &at_rest,
+            &plain,
+            false,
+            false,
+            false,
+            Waited {
+                since: None,
+                step_since: None
+            },
+            now
         ));
     }
 
@@ -323,16 +390,52 @@ mod tests {
         let mut deleting = step(&at_rest, "stopping");
         deleting.ready = Some(false);
         assert!(must_write(
-            &at_rest, &deleting, false, false, false, None, now
+            &at_rest,
+            &deleting,
+            false,
+            false,
+            false,
+            Waited {
+                since: None,
+                step_since: None
+            },
+            now
         ));
         assert!(!must_write(
-            &at_rest, &deleting, false, false, true, None, now
+            &at_rest,
+            &deleting,
+            false,
+            false,
+            true,
+            Waited {
+                since: None,
+                step_since: None
+            },
+            now
         ));
         assert!(must_write(
-            &at_rest, &deleting, true, false, true, None, now
+            &at_rest,
+            &deleting,
+            true,
+            false,
+            true,
+            Waited {
+                since: None,
+                step_since: None
+            },
+            now
         ));
         assert!(must_write(
-            &at_rest, &deleting, false, true, true, None, now
+            &at_rest,
+            &deleting,
+            false,
+            true,
+            true,
+            Waited {
+                since: None,
+                step_since: None
+            },
+            now
         ));
         let later = now + DETAIL_HOLD_AT_MOST;
         assert!(must_write(
@@ -341,8 +444,62 @@ mod tests {
             false,
             false,
             true,
-            Some(now),
+            Waited {
+                since: Some(now),
+                step_since: Some(now)
+            },
             later
+        ));
+    }
+
+    #[test]
+    fn a_new_phase_waits_from_when_it_showed_not_from_the_first_step_held() {
+        let c = Coalescer::default();
+        let at_rest = stored("s");
+        let mut waiting = step(&at_rest, "t1");
+        waiting.progress.phase = Some("Cloning".into());
+        let mut stored_cloning = at_rest.clone();
+        stored_cloning.progress.phase = Some("Cloning".into());
+        assert!(!c.write_now("a", &stored_cloning, &waiting, false, false, false));
+        std::thread::sleep(Duration::from_millis(2));
+        let mut next_phase = step(&at_rest, "t2");
+        next_phase.progress.phase = Some("Configuring".into());
+        assert!(!c.write_now("a", &stored_cloning, &next_phase, false, false, false));
+        let (since, step_since) = {
+            let held = c.held.lock().unwrap();
+            (held["a"].since, held["a"].step_since)
+        };
+        assert!(
+            step_since > since,
+            "the new phase's clock starts when it shows"
+        );
+        // Long after the first step held, but not after the new phase showed: held.
+        let later = since + HOLD_AT_MOST;
+        let waited = Waited {
+            since: Some(since),
+            step_since: None,
+        };
+        assert!(!must_write(
+            &stored_cloning,
+            &next_phase,
+            false,
+            false,
+            false,
+            waited,
+            later
+        ));
+        let shown = Waited {
+            since: Some(since),
+            step_since: Some(step_since),
+        };
+        assert!(must_write(
+            &stored_cloning,
+            &next_phase,
+            false,
+            false,
+            false,
+            shown,
+            step_since + HOLD_AT_MOST
         ));
     }
 
@@ -362,7 +519,10 @@ mod tests {
             false,
             false,
             false,
-            Some(since),
+            Waited {
+                since: Some(since),
+                step_since: Some(since)
+            },
             now
         ));
         let later = since + HOLD_AT_MOST;
@@ -372,7 +532,10 @@ mod tests {
             false,
             false,
             false,
-            Some(since),
+            Waited {
+                since: Some(since),
+                step_since: Some(since)
+            },
             later
         ));
         // A message alone (a long wait in the same phase) waits longer.
@@ -386,7 +549,10 @@ mod tests {
             false,
             false,
             false,
-            Some(since),
+            Waited {
+                since: Some(since),
+                step_since: Some(since)
+            },
             later
         ));
         let much_later = since + DETAIL_HOLD_AT_MOST;
@@ -396,7 +562,10 @@ mod tests {
             false,
             false,
             false,
-            Some(since),
+            Waited {
+                since: Some(since),
+                step_since: Some(since)
+            },
             much_later
         ));
         // So does a deleting object's new phase.
@@ -406,7 +575,10 @@ mod tests {
             false,
             false,
             true,
-            Some(since),
+            Waited {
+                since: Some(since),
+                step_since: Some(since)
+            },
             later
         ));
         assert!(must_write(
@@ -415,7 +587,10 @@ mod tests {
             false,
             false,
             true,
-            Some(since),
+            Waited {
+                since: Some(since),
+                step_since: Some(since)
+            },
             much_later
         ));
         // The plugin's state alone is not worth a write, however long it waits.
@@ -425,7 +600,10 @@ mod tests {
             false,
             false,
             false,
-            Some(since),
+            Waited {
+                since: Some(since),
+                step_since: Some(since)
+            },
             much_later
         ));
     }
