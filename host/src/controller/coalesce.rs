@@ -19,8 +19,9 @@ use crate::status::{ConditionStatus, InfraMachineStatus};
 /// step held.
 pub const HOLD_AT_MOST: Duration = Duration::from_secs(30);
 /// The longest anything else users see (a step's message, its details) stays unwritten:
-/// a machine waiting minutes in its hypervisor's queue shows the phase it waits in, and
-/// a wait that does not end (e.g. "VM is locked (backup)") shows why within this.
+/// a machine waiting minutes in its infrastructure's queue shows the phase it waits in, and
+/// a wait that does not end (the infrastructure refusing a step for hours) shows why
+/// within this.
 pub const DETAIL_HOLD_AT_MOST: Duration = Duration::from_secs(300);
 
 /// A status the API server does not have yet.
@@ -32,7 +33,7 @@ struct Held {
     since: Instant,
     /// When the held status's step (phase and condition reasons) first showed: a phase
     /// is written once it has lasted [`HOLD_AT_MOST`], not as soon as the wait before
-    /// it has (a clone queued for minutes, then quick steps to ready).
+    /// it has (minutes in the infrastructure's queue, then quick steps to ready).
     step_since: Instant,
 }
 
@@ -230,6 +231,14 @@ fn shows_more(stored: &InfraMachineStatus, next: &InfraMachineStatus) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What has been held since `at`, its step showing since then too.
+    fn held_since(at: Instant) -> Waited {
+        Waited {
+            since: Some(at),
+            step_since: Some(at),
+        }
+    }
 
     fn stored(state: &str) -> InfraMachineStatus {
         let mut s = InfraMachineStatus::default();
@@ -444,10 +453,7 @@ mod tests {
             false,
             false,
             true,
-            Waited {
-                since: Some(now),
-                step_since: Some(now)
-            },
+            held_since(now),
             later
         ));
     }
@@ -457,14 +463,14 @@ mod tests {
         let c = Coalescer::default();
         let at_rest = stored("s");
         let mut waiting = step(&at_rest, "t1");
-        waiting.progress.phase = Some("Cloning".into());
-        let mut stored_cloning = at_rest.clone();
-        stored_cloning.progress.phase = Some("Cloning".into());
-        assert!(!c.write_now("a", &stored_cloning, &waiting, false, false, false));
+        waiting.progress.phase = Some("Waiting".into());
+        let mut stored_waiting = at_rest.clone();
+        stored_waiting.progress.phase = Some("Waiting".into());
+        assert!(!c.write_now("a", &stored_waiting, &waiting, false, false, false));
         std::thread::sleep(Duration::from_millis(2));
         let mut next_phase = step(&at_rest, "t2");
         next_phase.progress.phase = Some("Configuring".into());
-        assert!(!c.write_now("a", &stored_cloning, &next_phase, false, false, false));
+        assert!(!c.write_now("a", &stored_waiting, &next_phase, false, false, false));
         let (since, step_since) = {
             let held = c.held.lock().unwrap();
             (held["a"].since, held["a"].step_since)
@@ -480,7 +486,7 @@ mod tests {
             step_since: None,
         };
         assert!(!must_write(
-            &stored_cloning,
+            &stored_waiting,
             &next_phase,
             false,
             false,
@@ -493,7 +499,7 @@ mod tests {
             step_since: Some(step_since),
         };
         assert!(must_write(
-            &stored_cloning,
+            &stored_waiting,
             &next_phase,
             false,
             false,
@@ -519,10 +525,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: Some(since),
-                step_since: Some(since)
-            },
+            held_since(since),
             now
         ));
         let later = since + HOLD_AT_MOST;
@@ -532,10 +535,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: Some(since),
-                step_since: Some(since)
-            },
+            held_since(since),
             later
         ));
         // A message alone (a long wait in the same phase) waits longer.
@@ -549,10 +549,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: Some(since),
-                step_since: Some(since)
-            },
+            held_since(since),
             later
         ));
         let much_later = since + DETAIL_HOLD_AT_MOST;
@@ -562,10 +559,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: Some(since),
-                step_since: Some(since)
-            },
+            held_since(since),
             much_later
         ));
         // So does a deleting object's new phase.
@@ -575,10 +569,7 @@ mod tests {
             false,
             false,
             true,
-            Waited {
-                since: Some(since),
-                step_since: Some(since)
-            },
+            held_since(since),
             later
         ));
         assert!(must_write(
@@ -587,10 +578,7 @@ mod tests {
             false,
             false,
             true,
-            Waited {
-                since: Some(since),
-                step_since: Some(since)
-            },
+            held_since(since),
             much_later
         ));
         // The plugin's state alone is not worth a write, however long it waits.
@@ -600,10 +588,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: Some(since),
-                step_since: Some(since)
-            },
+            held_since(since),
             much_later
         ));
     }
