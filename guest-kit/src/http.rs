@@ -84,6 +84,9 @@ impl std::fmt::Display for HttpError {
 }
 
 const CHUNK: u64 = 64 * 1024;
+/// Most bytes a response buffer is sized for up front from `content-length`; a larger
+/// body grows it as it comes.
+const RESERVE_AT_MOST: usize = 16 << 20;
 /// Connect and first-byte timeouts, in nanoseconds: the host's call deadline is the
 /// real bound; these keep one dead endpoint from eating all of it.
 const CONNECT_TIMEOUT_NS: u64 = 5_000_000_000;
@@ -159,13 +162,22 @@ fn send_wasi(req: Request<'_>) -> Result<Response, HttpError> {
         .get("x-hyperplug-reason-phrase")
         .first()
         .map(|v| String::from_utf8_lossy(v).into_owned());
+    // Sized once from the announced length (bounded: the header is the server's word):
+    // a body of several MB read into a growing buffer held twice its size at a time.
+    let announced = response
+        .headers()
+        .get("content-length")
+        .first()
+        .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(RESERVE_AT_MOST);
     let incoming = response
         .consume()
         .map_err(|_| HttpError::Transport("response body taken".into()))?;
     let stream = incoming
         .stream()
         .map_err(|_| HttpError::Transport("response stream taken".into()))?;
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(announced);
     loop {
         match stream.blocking_read(CHUNK) {
             Ok(chunk) => bytes.extend_from_slice(&chunk),

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use guest_kit::http::{self, HttpError};
 use guest_kit::types::{Credentials, PluginError};
 use guest_kit::{fnv1a, terminal, transient};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::machine::properties::is_drive_key;
@@ -157,6 +159,19 @@ impl Pve {
 
     pub fn get(&self, path: &str) -> PveResult<Value> {
         self.call("GET", path, None)
+    }
+
+    /// GET `path`, its `data` parsed straight into `T` (no tree of JSON values on the
+    /// way: a large listing is parsed once, into what its reader keeps). Not cached.
+    pub fn get_as<T: DeserializeOwned + Default>(&self, path: &str) -> PveResult<T> {
+        let response = http::send(http::Request {
+            method: "GET",
+            url: &format!("{}{path}", self.base),
+            headers: vec![("authorization", self.auth.clone())],
+            body: None,
+        })
+        .map_err(PveError::Http)?;
+        unwrap_envelope(response)
     }
 
     /// POST with form parameters (`application/x-www-form-urlencoded`).
@@ -312,24 +327,27 @@ impl Pve {
     }
 }
 
-/// `{"data": X}` → X; errors keep PVE's message (body `message` since 8.3, else the
-/// reason phrase the host passes along) and the per-parameter `errors`.
-fn unwrap_envelope(response: http::Response) -> PveResult<Value> {
-    let parsed: Option<Value> = serde_json::from_slice(&response.body).ok();
+/// `{"data": X}` → X (absent or `null`: `T`'s default); errors keep PVE's message
+/// (body `message` since 8.3, else the reason phrase the host passes along) and the
+/// per-parameter `errors`.
+fn unwrap_envelope<T: DeserializeOwned + Default>(response: http::Response) -> PveResult<T> {
     if (200..300).contains(&response.status) {
-        let body = parsed.ok_or_else(|| {
-            PveError::BadReply(format!(
-                "status {} with a body that is not JSON",
+        #[derive(Deserialize)]
+        struct Envelope<T> {
+            data: Option<T>,
+        }
+        return match serde_json::from_slice::<Envelope<T>>(&response.body) {
+            Ok(e) => Ok(e.data.unwrap_or_default()),
+            Err(e) if e.is_data() => Err(PveError::BadReply(format!(
+                "expected {{\"data\": ...}} of the usual shape: {e}"
+            ))),
+            Err(e) => Err(PveError::BadReply(format!(
+                "status {} with a body that is not JSON: {e}",
                 response.status
-            ))
-        })?;
-        return match body {
-            Value::Object(mut map) => Ok(map.remove("data").unwrap_or(Value::Null)),
-            other => Err(PveError::BadReply(format!(
-                "expected {{\"data\": ...}}, got {other}"
             ))),
         };
     }
+    let parsed: Option<Value> = serde_json::from_slice(&response.body).ok();
     let message = parsed
         .as_ref()
         .and_then(|b| b.get("message"))

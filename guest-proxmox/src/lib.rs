@@ -9,6 +9,7 @@ mod identity;
 mod machine;
 mod observer;
 mod ranges;
+mod resources;
 pub mod spec;
 
 /// The plugin: implements `identity`, `cluster` (in `cluster.rs`), `machine` (in

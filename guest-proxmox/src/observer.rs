@@ -22,6 +22,7 @@ use guest_kit::types::PluginError;
 use serde_json::Value;
 
 use crate::api::Pve;
+use crate::resources::{self, Resource};
 
 /// What the key of a wait on a task starts with (then the UPID).
 pub const TASK_KEY_PREFIX: &str = "task:";
@@ -42,7 +43,8 @@ pub fn observe(req: ObserveRequest) -> Result<Observation, PluginError> {
         fired.extend(ended(&req.keys, &tasks));
     }
     if req.keys.iter().any(|k| k.starts_with(VM_KEY_PREFIX)) {
-        let vms = list(&pve, "/cluster/resources?type=vm", "the cluster's VMs")?;
+        let vms = resources::list(&pve, "/cluster/resources?type=vm")
+            .map_err(|e| e.classify("listing the cluster's VMs"))?;
         fired.extend(changed(&req.keys, &vms));
     }
     Ok(Observation { fired })
@@ -65,13 +67,13 @@ fn list(pve: &Pve, path: &str, what: &str) -> Result<Vec<Value>, PluginError> {
 /// The VM keys among `keys` whose VM `vms` (a `/cluster/resources?type=vm` reply) does
 /// not show running on the watched node with the watched tag (a key without `#<tag>`
 /// checks no tag).
-fn changed(keys: &[String], vms: &[Value]) -> Vec<String> {
+fn changed(keys: &[String], vms: &[Resource]) -> Vec<String> {
     // By VMID once: every key looks its VM up (10,000 keys against 10,000 VMs would
     // otherwise be 10^8 comparisons, past a call's CPU budget).
-    let by_vmid: HashMap<u64, &Value> = vms
+    let by_vmid: HashMap<u64, &Resource> = vms
         .iter()
-        .filter(|v| v.get("type").and_then(Value::as_str) == Some("qemu"))
-        .filter_map(|v| Some((v.get("vmid")?.as_u64()?, v)))
+        .filter(|v| v.is("qemu"))
+        .filter_map(|v| Some((v.vmid?, v)))
         .collect();
     keys.iter()
         .filter(|k| {
@@ -90,13 +92,9 @@ fn changed(keys: &[String], vms: &[Value]) -> Vec<String> {
             };
             let listed = by_vmid.get(&vmid);
             !listed.is_some_and(|v| {
-                v.get("node").and_then(Value::as_str) == Some(node)
-                    && v.get("status").and_then(Value::as_str) == Some("running")
-                    && tag.is_none_or(|tag| {
-                        v.get("tags")
-                            .and_then(Value::as_str)
-                            .is_some_and(|t| t.split([';', ',', ' ']).any(|x| x == tag))
-                    })
+                v.node.as_deref() == Some(node)
+                    && v.status.as_deref() == Some("running")
+                    && tag.is_none_or(|tag| v.has_tag(tag))
             })
         })
         .cloned()
@@ -125,6 +123,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::resources::parsed;
 
     const RUNNING: &str = "UPID:pve1:00001234:00000001:65000000:qmclone:9000:root@pam:";
     const FINISHED: &str = "UPID:pve2:00001235:00000001:65000001:qmstart:101:root@pam:";
@@ -178,7 +177,7 @@ mod tests {
             &vm_key(106, "pve1", "hp-f"),
         ]);
         assert_eq!(
-            changed(&watched, &vms),
+            changed(&watched, &parsed(Value::Array(vms))),
             keys(&[
                 &vm_key(102, "pve1", "hp-b"),
                 &vm_key(103, "pve1", "hp-c"),

@@ -208,41 +208,8 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     let image = seed(cx, &config, bootstrap, &uuid, &node)?
         .iso()
         .map_err(|e| terminal("CloudInitISO", e.to_string()))?;
-    // An ISO left by an earlier attempt (lost state) is replaced: its content may differ.
-    let content = cx
-        .pve
-        .get(&format!(
-            "/nodes/{}/storage/{}/content?content=iso",
-            percent_encode(&node),
-            percent_encode(&storage)
-        ))
-        .map_err(|e| e.classify("listing ISO images"))?;
-    let exists = content
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|v| str_of(v, "volid").as_deref() == Some(volid.as_str()));
-    if exists {
-        let attached = config
-            .as_object()
-            .into_iter()
-            .flatten()
-            .any(|(_, v)| v.as_str().is_some_and(|s| s.starts_with(&volid)));
-        if attached {
-            st.iso = Some(volid);
-            st.iso_node = Some(node);
-            st.step = Step::Attaching;
-            return Ok(None);
-        }
-        // Its removal is a task: upload once it is gone (a later call sees it gone).
-        delete_volume(&cx.pve, &node, &volid)?;
-        return Ok(Some(cx.status(
-            st,
-            "UploadingCloudInit",
-            format!("removing an earlier {volid} before uploading this one"),
-            Some(SHORT_MS),
-        )));
-    }
+    // An ISO an earlier attempt left (lost state) needs no look first: PVE's upload
+    // writes over a file of the same name.
     st.iso = Some(volid);
     st.iso_node = Some(node.clone());
     let v = cx
@@ -302,11 +269,15 @@ fn remove_untracked_elsewhere(cx: &Ctx, node: &str, name: &str) -> Result<(), Pl
     let iso_storages: Vec<(String, String, bool)> = cx
         .resources()?
         .iter()
-        .filter(|r| str_of(r, "type").as_deref() == Some("storage"))
-        .filter(|r| str_of(r, "content").is_some_and(|c| c.split(',').any(|x| x == "iso")))
+        .filter(|r| r.is("storage"))
+        .filter(|r| (r.content.as_deref()).is_some_and(|c| c.split(',').any(|x| x == "iso")))
         .filter_map(|r| {
-            let shared = u64_of(r, "shared") == Some(1);
-            Some((str_of(r, "node")?, str_of(r, "storage")?, shared))
+            let shared = r.shared == Some(1);
+            Some((
+                r.node.as_deref()?.into(),
+                r.storage.as_deref()?.into(),
+                shared,
+            ))
         })
         .collect();
     // A shared storage the VM's node has too is where this upload goes (and is looked

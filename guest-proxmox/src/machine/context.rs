@@ -12,6 +12,7 @@ use super::tasks::waits_for;
 use super::validate::validate;
 use crate::api::{Pve, PveError, percent_encode};
 use crate::observer::vm_key;
+use crate::resources::{self, Resource};
 use crate::spec::{ClusterSpec, MachineSpec, cluster_spec, machine_spec};
 
 /// What a call works with.
@@ -22,7 +23,7 @@ pub(super) struct Ctx<'a> {
     pub(super) nics: Vec<Nic>,
     pub(super) pve: Pve,
     /// `GET /cluster/resources`, read at most once per call.
-    pub(super) resources: std::cell::OnceCell<Vec<Value>>,
+    pub(super) resources: std::cell::OnceCell<Vec<Resource>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -47,23 +48,12 @@ impl<'a> Ctx<'a> {
 
     /// Every node, VM and storage of the cluster (`GET /cluster/resources`), read once
     /// per call.
-    pub(super) fn resources(&self) -> Result<&[Value], PluginError> {
+    pub(super) fn resources(&self) -> Result<&[Resource], PluginError> {
         if let Some(r) = self.resources.get() {
             return Ok(r);
         }
-        let all = self
-            .pve
-            .get("/cluster/resources")
+        let list = resources::list(&self.pve, "/cluster/resources")
             .map_err(|e| e.classify("reading cluster resources"))?;
-        let list = match all {
-            Value::Array(items) => items,
-            other => {
-                return Err(transient(
-                    format!("unreadable cluster resources: {other}"),
-                    None,
-                ));
-            }
-        };
         Ok(self.resources.get_or_init(|| list))
     }
 
@@ -76,15 +66,14 @@ impl<'a> Ctx<'a> {
         if let Some(all) = self.resources.get() {
             let listed: Vec<Value> = all
                 .iter()
-                .filter(|r| r.get("type").and_then(Value::as_str) == Some("storage"))
-                .filter(|r| r.get("node").and_then(Value::as_str) == Some(node))
+                .filter(|r| r.is("storage") && r.node.as_deref() == Some(node))
                 .map(|r| {
-                    let available = r.get("status").and_then(Value::as_str) == Some("available");
+                    let available = r.status.as_deref() == Some("available");
                     serde_json::json!({
-                        "storage": r.get("storage"),
-                        "type": r.get("plugintype"),
-                        "content": r.get("content"),
-                        "shared": r.get("shared"),
+                        "storage": r.storage,
+                        "type": r.plugintype,
+                        "content": r.content,
+                        "shared": r.shared,
                         "active": u64::from(available),
                         "enabled": 1,
                     })
@@ -108,11 +97,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// The cluster's VMs (not containers), templates included.
-    pub(super) fn qemu_vms(&self) -> Result<impl Iterator<Item = &Value>, PluginError> {
-        Ok(self
-            .resources()?
-            .iter()
-            .filter(|v| v.get("type").and_then(Value::as_str) == Some("qemu")))
+    pub(super) fn qemu_vms(&self) -> Result<impl Iterator<Item = &Resource>, PluginError> {
+        Ok(self.resources()?.iter().filter(|v| v.is("qemu")))
     }
 
     pub(super) fn uid(&self) -> &str {

@@ -9,7 +9,7 @@ use guest_kit::types::{PluginError, Progress};
 use super::cloudinit::{delete_volume, following_iso_removal, untracked_upload};
 use super::context::Ctx;
 use super::ownership::Located;
-use super::properties::{str_of, u64_of};
+use super::properties::str_of;
 use super::state::{DeleteStep, State, Step};
 use super::tasks::{poll, task_failed, upid_of, waits_for};
 use super::{RETRY_MS, SHORT_MS};
@@ -278,9 +278,7 @@ fn still_running(cx: &Ctx, st: &mut State, stop_task: Option<String>) -> Result<
 /// while the VM is still listed.
 fn confirm(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
     let vmid = st.vmid.map(u64::from);
-    let listed = cx
-        .qemu_vms()?
-        .any(|v| vmid.is_some() && u64_of(v, "vmid") == vmid);
+    let listed = cx.qemu_vms()?.any(|v| vmid.is_some() && v.vmid == vmid);
     // Still listed while its destroy task is recorded: the task is asked first (woken
     // before it ended, the VM would be read mid-destroy). Once it ended, the next call
     // reads a fresh listing.

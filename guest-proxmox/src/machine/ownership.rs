@@ -8,7 +8,7 @@ use guest_kit::{log, terminal, transient};
 use serde_json::Value;
 
 use super::context::Ctx;
-use super::properties::{str_of, u64_of};
+use super::properties::str_of;
 use super::state::State;
 use super::{RETRY_MS, SHORT_MS};
 use crate::api::percent_encode;
@@ -113,8 +113,8 @@ impl<'a> Ctx<'a> {
         // (a migration goes both ways), so it is read again where it is listed.
         let listed = self
             .qemu_vms()?
-            .find(|v| u64_of(v, "vmid") == Some(u64::from(vmid)))
-            .and_then(|v| str_of(v, "node"));
+            .find(|v| v.vmid == Some(u64::from(vmid)))
+            .and_then(|v| v.node.as_deref().map(str::to_string));
         let Some(node) = listed else {
             return Ok(Located::Gone);
         };
@@ -178,12 +178,9 @@ impl<'a> Ctx<'a> {
         let name = &self.req.machine.name;
         let candidates: Vec<(String, u32)> = self
             .qemu_vms()?
-            .filter(|v| u64_of(v, "template") != Some(1))
-            .filter(|v| {
-                str_of(v, "name").as_deref() == Some(name.as_str())
-                    || str_of(v, "tags").is_some_and(|t| t.split([';', ',', ' ']).any(|x| x == tag))
-            })
-            .filter_map(|v| Some((str_of(v, "node")?, u64_of(v, "vmid")? as u32)))
+            .filter(|v| !v.is_template())
+            .filter(|v| v.name.as_deref() == Some(name.as_str()) || v.has_tag(&tag))
+            .filter_map(|v| Some((v.node.as_deref()?.to_string(), v.vmid32()?)))
             .collect();
         for (node, vmid) in candidates {
             let path = format!("/nodes/{}/qemu/{vmid}/config", percent_encode(&node));
@@ -201,11 +198,10 @@ impl<'a> Ctx<'a> {
     pub(super) fn unreadable_clones(&self, node: &str) -> Result<BTreeSet<u32>, PluginError> {
         Ok(self
             .qemu_vms()?
-            .filter(|v| str_of(v, "node").as_deref() == Some(node))
-            .filter(|v| str_of(v, "lock").as_deref() == Some("clone"))
+            .filter(|v| v.node.as_deref() == Some(node) && v.lock.as_deref() == Some("clone"))
             .filter_map(|v| {
-                let vmid = u64_of(v, "vmid")? as u32;
-                (str_of(v, "name") == Some(format!("VM {vmid}"))).then_some(vmid)
+                let vmid = v.vmid32()?;
+                (v.name.as_deref() == Some(format!("VM {vmid}").as_str())).then_some(vmid)
             })
             .collect())
     }

@@ -2,12 +2,11 @@
 
 use guest_kit::types::PluginError;
 use guest_kit::{log, terminal, transient};
-use serde_json::Value;
 
 use super::context::Ctx;
-use super::properties::{str_of, u64_of};
 use super::template::Reach;
 use super::{MIB, RETRY_MS};
+use crate::resources::Resource;
 
 /// The template a VM is cloned from, and where PVE lets it be cloned to.
 pub(super) struct Source<'a> {
@@ -46,7 +45,7 @@ pub(super) fn pick_node(cx: &Ctx, source: &Source) -> Result<String, PluginError
 /// configuration error.
 pub(super) fn choose_node(
     cx: &Ctx,
-    resources: &[Value],
+    resources: &[Resource],
     source: &Source,
 ) -> Result<String, PluginError> {
     let allowed: Vec<String> = if !cx.spec.allowed_nodes.is_empty() {
@@ -71,7 +70,7 @@ pub(super) fn choose_node(
             ),
         ));
     }
-    let items: Vec<&Value> = resources.iter().collect();
+    let items = resources;
     let adjustment = cx
         .cluster
         .scheduler_hints
@@ -82,32 +81,28 @@ pub(super) fn choose_node(
     let need_cpu = u64::from(cx.spec.num_sockets.unwrap_or(1) * cx.spec.num_cores.unwrap_or(1));
     let mut best: Option<(i128, String)> = None;
     let mut refused = vec![];
-    for n in items
-        .iter()
-        .filter(|v| v.get("type").and_then(Value::as_str) == Some("node"))
-    {
-        let Some(name) = str_of(n, "node") else {
+    for n in items.iter().filter(|v| v.is("node")) {
+        let Some(name) = n.node.as_deref().map(str::to_string) else {
             continue;
         };
         if !allowed.is_empty() && !allowed.contains(&name) || !reach.allows(&name, template_node) {
             continue;
         }
-        if str_of(n, "status").as_deref() != Some("online") {
+        if n.status.as_deref() != Some("online") {
             refused.push(format!("{name}: offline"));
             continue;
         }
-        let cpus = u64_of(n, "maxcpu").unwrap_or(0);
+        let cpus = n.maxcpu.unwrap_or(0);
         if cpus > 0 && need_cpu > cpus {
             refused.push(format!("{name}: {cpus} CPUs < {need_cpu}"));
             continue;
         }
-        let total = u64_of(n, "maxmem").unwrap_or(0);
+        let total = n.maxmem.unwrap_or(0);
         let used: u64 = items
             .iter()
-            .filter(|v| matches!(v.get("type").and_then(Value::as_str), Some("qemu" | "lxc")))
-            .filter(|v| str_of(v, "node").as_deref() == Some(name.as_str()))
-            .filter(|v| u64_of(v, "template") != Some(1))
-            .filter_map(|v| u64_of(v, "maxmem"))
+            .filter(|v| v.is("qemu") || v.is("lxc"))
+            .filter(|v| v.node.as_deref() == Some(name.as_str()) && !v.is_template())
+            .filter_map(|v| v.maxmem)
             .sum();
         let free = (i128::from(total) * i128::from(adjustment)) / 100 - i128::from(used);
         if adjustment != 0 && free < i128::from(need_mem) {
@@ -145,8 +140,11 @@ pub(super) fn choose_node(
 mod tests {
     use serde_json::json;
 
+    use serde_json::Value;
+
     use super::*;
     use crate::machine::testing::{ctx, request, template_spec};
+    use crate::resources::parsed;
 
     const GIB: u64 = 1 << 30;
 
@@ -169,7 +167,7 @@ mod tests {
             template: 9000,
             reach: &Reach::Anywhere,
         };
-        choose_node(&ctx(&req), resources.as_array().unwrap(), &source)
+        choose_node(&ctx(&req), &parsed(resources), &source)
     }
 
     #[test]
@@ -303,7 +301,7 @@ mod tests {
             template: 9000,
             reach: &reach,
         };
-        let chosen = choose_node(&ctx(&req), resources.as_array().unwrap(), &source);
+        let chosen = choose_node(&ctx(&req), &parsed(resources), &source);
         assert_eq!(chosen.unwrap(), "pve1");
     }
 
@@ -317,7 +315,7 @@ mod tests {
             template: 9000,
             reach: &reach,
         };
-        match choose_node(&ctx(&req), resources.as_array().unwrap(), &source) {
+        match choose_node(&ctx(&req), &parsed(resources), &source) {
             Err(PluginError::Terminal(t)) => {
                 assert_eq!(t.reason, "TemplateOnLocalStorage");
                 for part in [

@@ -11,11 +11,11 @@ use std::collections::BTreeSet;
 
 use guest_kit::terminal;
 use guest_kit::types::PluginError;
-use serde_json::Value;
 
 use super::context::Ctx;
 use super::properties::{is_drive_key, str_of, u64_of};
 use crate::api::percent_encode;
+use crate::resources::Resource;
 use crate::spec::{MatchPolicy, TemplateSelector};
 
 /// (node, VMID) of the template to clone.
@@ -39,7 +39,7 @@ pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
 /// `GET /cluster/resources` lists them), preferring `node`.
 pub(super) fn choose_template<'v>(
     selector: &TemplateSelector,
-    vms: impl IntoIterator<Item = &'v Value>,
+    vms: impl IntoIterator<Item = &'v Resource>,
     node: Option<&str>,
 ) -> Result<(String, u32), PluginError> {
     let want: BTreeSet<String> = selector
@@ -51,9 +51,9 @@ pub(super) fn choose_template<'v>(
     // (extra tags, node, VMID) of every template holding all wanted tags.
     let mut found: Vec<(usize, String, u32)> = vms
         .into_iter()
-        .filter(|v| u64_of(v, "template") == Some(1))
+        .filter(|v| v.is_template())
         .filter_map(|v| {
-            let have: BTreeSet<String> = str_of(v, "tags")
+            let have: BTreeSet<String> = (v.tags.as_deref())
                 .unwrap_or_default()
                 .split([';', ',', ' '])
                 .map(|t| t.trim().to_ascii_lowercase())
@@ -64,8 +64,8 @@ pub(super) fn choose_template<'v>(
             }
             Some((
                 have.len() - want.len(),
-                str_of(v, "node")?,
-                u64_of(v, "vmid")? as u32,
+                v.node.as_deref()?.to_string(),
+                v.vmid32()?,
             ))
         })
         .collect();
@@ -182,6 +182,8 @@ pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reac
 mod tests {
     use serde_json::json;
 
+    use serde_json::Value;
+
     use super::*;
 
     fn template(vmid: u32, node: &str, tags: &str) -> Value {
@@ -198,7 +200,7 @@ mod tests {
             match_tags: tags.iter().map(|t| t.to_string()).collect(),
             match_policy: policy,
         };
-        choose_template(&selector, vms.as_array().unwrap(), node)
+        choose_template(&selector, &crate::resources::parsed(vms), node)
             .map(|(_, id)| id)
             .map_err(|e| match e {
                 PluginError::Terminal(t) => t.reason,

@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use super::RETRY_MS;
 use super::context::Ctx;
-use super::properties::u64_of;
 use crate::api::PveError;
 use crate::spec::VmIdRange;
 
@@ -167,11 +166,7 @@ pub(super) fn after_next_id(base: u32, spread: u64, attempt: u32, tried: &BTreeS
 
 /// VMIDs of every VM and container.
 pub(super) fn used_vmids(cx: &Ctx) -> Result<BTreeSet<u32>, PluginError> {
-    Ok(cx
-        .resources()?
-        .iter()
-        .filter_map(|v| u64_of(v, "vmid").map(|n| n as u32))
-        .collect())
+    Ok(cx.resources()?.iter().filter_map(|v| v.vmid32()).collect())
 }
 
 #[cfg(test)]
