@@ -105,6 +105,18 @@ pub enum CallError {
         call: &'static str,
         message: String,
     },
+    /// The plugin's calls in flight together held all of a budget they share (memory):
+    /// this call alone stays within its own limits, so it is worth retrying once others
+    /// end, not a failure of the plugin.
+    #[error(
+        "plugin {plugin}'s calls in flight held {limit} when `{call}` needed more (retried; {flag} raises it)"
+    )]
+    Crowded {
+        plugin: String,
+        call: &'static str,
+        limit: String,
+        flag: &'static str,
+    },
 }
 
 impl CallError {
@@ -121,6 +133,7 @@ impl CallError {
             CallError::Instantiate { .. } => "instantiate",
             CallError::Credentials { .. } => "credentials",
             CallError::Busy { .. } => "busy",
+            CallError::Crowded { .. } => "crowded",
         }
     }
 }

@@ -35,14 +35,14 @@ pub(super) fn classify(
             limit_ms: limits.cpu_ms,
         };
     }
+    // A call stops at its own memory limit (`--plugin-memory-mib`) before the plugin's:
+    // the plugin's is reached only by calls at once, and frees up as they end.
     if let Some(MemoryCapReached::Plugin(limit)) = err.downcast_ref::<MemoryCapReached>() {
-        return CallError::Limit {
+        return CallError::Crowded {
             plugin,
             call,
-            breach: Breach::new(
-                format!("{} of memory for all its calls at once", size(*limit)),
-                "--plugin-memory-per-plugin-mib",
-            ),
+            limit: format!("{} of memory", size(*limit)),
+            flag: "--plugin-memory-per-plugin-mib",
         };
     }
     if err.downcast_ref::<MemoryCapReached>().is_some()

@@ -15,8 +15,8 @@ pub struct Limits {
     )]
     pub memory_mib: u64,
     /// Linear memory all calls of one plugin in flight at once may hold together, in
-    /// MiB: a plugin's concurrent calls cannot add up past it (a call that would grow
-    /// past it fails).
+    /// MiB (at least --plugin-memory-mib): a plugin's concurrent calls cannot add up past
+    /// it (a call that would grow past it fails, and is retried later).
     #[arg(
         long = "plugin-memory-per-plugin-mib",
         default_value_t = 128,
@@ -162,8 +162,10 @@ impl Limits {
     pub fn memory_bytes(&self) -> usize {
         (self.memory_mib as usize) << 20
     }
+    /// Never below one call's limit: a call alone always fits, so only calls at once
+    /// reach it (and a call refused by it is retried, see `CallError::Crowded`).
     pub fn memory_per_plugin_bytes(&self) -> usize {
-        (self.memory_per_plugin_mib as usize) << 20
+        (self.memory_per_plugin_mib.max(self.memory_mib) as usize) << 20
     }
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms)

@@ -49,6 +49,7 @@ use crate::metrics::Metrics;
 use context::Context;
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
+use watch::Lean;
 
 /// Run every controller until they stop (they do not, unless the API is gone). Fails
 /// at start if the ownership key can be neither read nor created. The plugins' runtime
@@ -84,17 +85,19 @@ pub async fn run(
             let others = (kind.role == KindRole::InfraMachine).then(|| {
                 let ns = &options.namespace;
                 let infra_cluster_ar = cluster_kind.clone().unwrap_or_else(objects::capi_cluster);
-                let watched = |ar: &ApiResource| {
+                let watched = |ar: &ApiResource, lean| {
                     watch::cached(
                         all_or_namespaced(&client, ar, ns),
                         ar,
                         watcher::Config::default(),
+                        lean,
                     )
                 };
                 Others {
-                    machines: watched(&objects::capi_machine()),
-                    clusters: watched(&objects::capi_cluster()),
-                    infra_clusters: watched(&infra_cluster_ar),
+                    machines: watched(&objects::capi_machine(), Lean::Spec),
+                    clusters: watched(&objects::capi_cluster(), Lean::Spec),
+                    // Its readiness wakes its machines.
+                    infra_clusters: watched(&infra_cluster_ar, Lean::SpecAndStatus),
                     infra_cluster_ar,
                 }
             });

@@ -8,7 +8,8 @@
 //! - What machines read of others ([`Caches`]): the Clusters, InfraClusters and
 //!   Machines a machine reconcile reads come from these watches' caches (the watches
 //!   also map their changes to machines) instead of one API read each per reconcile;
-//!   one not cached yet is read from the API server.
+//!   one not cached yet is read from the API server. Cluster API's Clusters and
+//!   Machines are cached without their status, which nothing here reads.
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
@@ -42,15 +43,38 @@ pub type Watched = (
 );
 
 /// Every object of `api`, cached lean; the stream yields each one changed or deleted.
-pub fn cached(api: Api<DynamicObject>, ar: &ApiResource, config: watcher::Config) -> Watched {
+/// `Lean::Spec` also drops the status: for Cluster API's own kinds, whose status (its
+/// conditions above all) is most of the object and is never read here.
+pub fn cached(
+    api: Api<DynamicObject>,
+    ar: &ApiResource,
+    config: watcher::Config,
+    lean: Lean,
+) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
     let stream = watcher(api, config)
         .default_backoff()
-        .modify(strip)
+        .modify(move |obj| {
+            strip(obj);
+            if lean == Lean::Spec
+                && let Some(fields) = obj.data.as_object_mut()
+            {
+                fields.remove("status");
+            }
+        })
         .reflect(writer)
         .touched_objects();
     (stream.boxed(), store)
+}
+
+/// What a cache of another kind keeps besides metadata.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Lean {
+    /// Spec and status.
+    SpecAndStatus,
+    /// The spec only: nothing reads its status.
+    Spec,
 }
 
 /// The caches of what machine reconciles read.
