@@ -1,6 +1,6 @@
 //! Kubernetes writes made by one user, from the API server's audit log (JSON lines, one
 //! event per completed write; see `kube_world::AUDIT_WRITES_POLICY`).
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -12,20 +12,52 @@ pub fn mark(log: &Path) -> u64 {
     std::fs::metadata(log).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Writes by `user` between two marks, by `verb resource[/subresource]`.
-pub fn writes_by(log: &Path, user: &str, from: u64, to: u64) -> Result<BTreeMap<String, u64>> {
+/// The writes by `user` between two marks.
+fn events_of(log: &Path, user: &str, from: u64, to: u64) -> Result<Vec<Value>> {
     let mut f = std::fs::File::open(log)?;
     f.seek(SeekFrom::Start(from))?;
     let mut text = String::new();
     f.take(to.saturating_sub(from)).read_to_string(&mut text)?;
-    let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if ev["stage"] != "ResponseComplete" || ev["user"]["username"] != user {
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|ev| ev["stage"] == "ResponseComplete" && ev["user"]["username"] == user)
+        .collect())
+}
+
+/// When `user` first wrote each object of `resource` itself (not a subresource: for a
+/// machine, the finalizer its first reconcile adds) between two marks: Unix ms by
+/// `namespace/name`.
+pub fn first_writes(
+    log: &Path,
+    user: &str,
+    resource: &str,
+    from: u64,
+    to: u64,
+) -> Result<HashMap<String, u64>> {
+    let mut out = HashMap::new();
+    for ev in events_of(log, user, from, to)? {
+        let r = &ev["objectRef"];
+        if r["resource"] != resource || !r["subresource"].is_null() {
             continue;
         }
+        let at = ev["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        let (Some(ns), Some(name), Some(at)) = (r["namespace"].as_str(), r["name"].as_str(), at)
+        else {
+            continue;
+        };
+        out.entry(format!("{ns}/{name}"))
+            .or_insert(at.as_millisecond() as u64);
+    }
+    Ok(out)
+}
+
+/// Writes by `user` between two marks, by `verb resource[/subresource]`.
+pub fn writes_by(log: &Path, user: &str, from: u64, to: u64) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for ev in events_of(log, user, from, to)? {
         let r = &ev["objectRef"];
         let mut what = r["resource"].as_str().unwrap_or("?").to_string();
         if let Some(sub) = r["subresource"].as_str() {

@@ -295,7 +295,15 @@ async fn run(args: &Args) -> Result<report::Report> {
         let _ = std::fs::write(plane.dir().join("hyperplug-metrics-gone.txt"), m);
     }
     let counters = sim.state().counters();
-    let writes = audit::writes_by(&audit_log, HOST_USER, audit_from, audit::mark(&audit_log))?;
+    let audit_to = audit::mark(&audit_log);
+    let writes = audit::writes_by(&audit_log, HOST_USER, audit_from, audit_to)?;
+    let first_written = audit::first_writes(
+        &audit_log,
+        HOST_USER,
+        &objects::infra_machine().plural,
+        audit_from,
+        audit_to,
+    )?;
     let tasks: Vec<sim::SimTask> = sim
         .state()
         .tasks()
@@ -340,6 +348,7 @@ async fn run(args: &Args) -> Result<report::Report> {
         tasks,
         counters,
         writes,
+        first_written,
         peak_rss,
         peak_heap,
         cpu_lifecycle,

@@ -23,6 +23,9 @@ pub struct Inputs {
     pub tasks: Vec<SimTask>,
     pub counters: BTreeMap<String, u64>,
     pub writes: BTreeMap<String, u64>,
+    /// Per machine: when the host first wrote it (its first reconcile's finalizer), Unix
+    /// ms from the audit log.
+    pub first_written: HashMap<String, u64>,
     pub peak_rss: u64,
     /// The host's counted heap peak (`hyperplug_heap_peak_bytes`), if it exports it.
     pub peak_heap: Option<u64>,
@@ -149,6 +152,23 @@ impl Report {
                 secs(percentile(&gaps[0], 0.5).max(0) as u64),
                 secs(percentile(&gaps[1], 0.5).max(0) as u64),
                 secs(percentile(&gaps[2], 0.5).max(0) as u64)
+            ),
+            "",
+        );
+        // The first task waits for the machine's first reconcile: the controller's queue
+        // (every machine created at once, on the same cores as the API server).
+        let mut queued: Vec<i64> = i
+            .created
+            .iter()
+            .filter_map(|(key, created)| Some(*i.first_written.get(key)? as i64 - *created as i64))
+            .collect();
+        queued.sort();
+        row(
+            "    waiting for a first reconcile (created → finalizer), p50 / p99".into(),
+            format!(
+                "{} / {}",
+                secs(percentile(&queued, 0.5).max(0) as u64),
+                secs(percentile(&queued, 0.99).max(0) as u64)
             ),
             "",
         );
