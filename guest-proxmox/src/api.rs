@@ -163,7 +163,9 @@ impl Pve {
 
     /// GET `path`, its `data` parsed straight into `T` (no tree of JSON values on the
     /// way: a large listing is parsed once, into what its reader keeps). Not cached.
-    pub fn get_as<T: DeserializeOwned + Default>(&self, path: &str) -> PveResult<T> {
+    /// A reply without `data` (or `data: null`) is a bad reply, never an empty `T`: an
+    /// empty listing would read as "no such VM".
+    pub fn get_as<T: DeserializeOwned>(&self, path: &str) -> PveResult<T> {
         let response = http::send(http::Request {
             method: "GET",
             url: &format!("{}{path}", self.base),
@@ -171,7 +173,8 @@ impl Pve {
             body: None,
         })
         .map_err(PveError::Http)?;
-        unwrap_envelope(response)
+        unwrap_envelope(response)?
+            .ok_or_else(|| PveError::BadReply(format!("GET {path} answered without `data`")))
     }
 
     /// POST with form parameters (`application/x-www-form-urlencoded`).
@@ -299,7 +302,7 @@ impl Pve {
             body: form.map(String::into_bytes),
         })
         .map_err(PveError::Http)?;
-        unwrap_envelope(response)
+        Ok(unwrap_envelope(response)?.unwrap_or(Value::Null))
     }
 
     /// Send a prepared request (multipart uploads) through the same auth and envelope.
@@ -323,21 +326,28 @@ impl Pve {
             body: Some(body),
         })
         .map_err(PveError::Http)?;
-        unwrap_envelope(response)
+        Ok(unwrap_envelope(response)?.unwrap_or(Value::Null))
     }
 }
 
-/// `{"data": X}` → X (absent or `null`: `T`'s default); errors keep PVE's message
-/// (body `message` since 8.3, else the reason phrase the host passes along) and the
+/// `{"data": X}` → X (`None` when absent or `null`); errors keep PVE's message (body
+/// `message` since 8.3, else the reason phrase the host passes along) and the
 /// per-parameter `errors`.
-fn unwrap_envelope<T: DeserializeOwned + Default>(response: http::Response) -> PveResult<T> {
+fn unwrap_envelope<T: DeserializeOwned>(response: http::Response) -> PveResult<Option<T>> {
     if (200..300).contains(&response.status) {
         #[derive(Deserialize)]
         struct Envelope<T> {
             data: Option<T>,
         }
+        // Only an object is an envelope (serde would also read `[x]` as one).
+        if response.body.trim_ascii_start().first() != Some(&b'{') {
+            return Err(PveError::BadReply(format!(
+                "status {} with a body that is not a JSON object",
+                response.status
+            )));
+        }
         return match serde_json::from_slice::<Envelope<T>>(&response.body) {
-            Ok(e) => Ok(e.data.unwrap_or_default()),
+            Ok(e) => Ok(e.data),
             Err(e) if e.is_data() => Err(PveError::BadReply(format!(
                 "expected {{\"data\": ...}} of the usual shape: {e}"
             ))),
@@ -426,6 +436,32 @@ fn allocates(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reply(status: u16, body: &str) -> http::Response {
+        http::Response {
+            status,
+            reason: None,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    /// A listing's `data` missing or `null` must not read as an empty cluster (no VMs:
+    /// a delete would take its VM for gone), and only an object is an envelope.
+    #[test]
+    fn an_envelope_without_data_is_told_apart_from_empty_data() {
+        let none = |body| unwrap_envelope::<Vec<u32>>(reply(200, body)).unwrap();
+        assert_eq!(none("{}"), None);
+        assert_eq!(none(r#"{"data": null}"#), None);
+        assert_eq!(none(r#"{"data": []}"#), Some(vec![]));
+        assert!(matches!(
+            unwrap_envelope::<Vec<u32>>(reply(200, "[[1]]")),
+            Err(PveError::BadReply(_))
+        ));
+        assert!(matches!(
+            unwrap_envelope::<Value>(reply(500, r#"{"message": "VM 1 is locked"}"#)),
+            Err(PveError::Status { status: 500, .. })
+        ));
+    }
 
     #[test]
     fn a_config_write_is_applied_to_the_config_read_unless_pve_would_store_other_values() {

@@ -36,8 +36,8 @@ pub struct Resource {
     pub maxmem: Option<u64>,
     #[serde(default, deserialize_with = "number")]
     pub maxcpu: Option<u64>,
-    /// A storage entry's ID, storage type, content types (`,`-joined) and whether
-    /// every node shares it.
+    /// A storage entry's ID, storage type, content types (`,`-joined) and whether it
+    /// is shared between the nodes it is configured on.
     #[serde(default, deserialize_with = "text")]
     pub storage: Option<Box<str>>,
     #[serde(default, deserialize_with = "text")]
@@ -76,16 +76,32 @@ pub fn list(pve: &Pve, path: &str) -> PveResult<Vec<Resource>> {
     pve.get_as(path)
 }
 
+/// An array where a scalar was expected: skipped, read as absent.
+fn ignored<'de, A: de::SeqAccess<'de>, V>(mut seq: A) -> Result<Option<V>, A::Error> {
+    while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+    Ok(None)
+}
+
+/// An object where a scalar was expected: skipped, read as absent.
+fn ignored_map<'de, A: de::MapAccess<'de>, V>(mut map: A) -> Result<Option<V>, A::Error> {
+    while map
+        .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+        .is_some()
+    {}
+    Ok(None)
+}
+
 /// A listing written as JSON (tests).
 #[cfg(test)]
 pub fn parsed(listing: serde_json::Value) -> Vec<Resource> {
     serde_json::from_value(listing).expect("a listing of the usual shape")
 }
 
-/// A string, or a number given where a string is usual (PVE's Perl answers either).
+/// A string, or a number given where a string is usual (PVE's Perl answers either);
+/// anything else is absent: one odd value must not make the whole listing unreadable.
 fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Error> {
     struct Text;
-    impl de::Visitor<'_> for Text {
+    impl<'de> de::Visitor<'de> for Text {
         type Value = Option<Box<str>>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a string or a number")
@@ -108,15 +124,21 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<str>>, D::Error> {
         fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
             Ok(None)
         }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            ignored(seq)
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            ignored_map(map)
+        }
     }
     d.deserialize_any(Text)
 }
 
 /// A whole number, given as a number (possibly with a fraction, cut off) or a numeric
-/// string (`memory` is a string since PVE 8.1); anything else is absent.
+/// string (PVE's Perl may quote numbers); anything else is absent.
 fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     struct Number;
-    impl de::Visitor<'_> for Number {
+    impl<'de> de::Visitor<'de> for Number {
         type Value = Option<u64>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a number or a numeric string")
@@ -138,6 +160,12 @@ fn number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         }
         fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
             Ok(None)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            ignored(seq)
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            ignored_map(map)
         }
     }
     d.deserialize_any(Number)
@@ -172,12 +200,22 @@ mod tests {
     }
 
     #[test]
-    fn a_wrong_shape_is_an_error_not_a_panic() {
-        let bad = serde_json::from_value::<Vec<Resource>>(json!([{"type": ["qemu"]}]));
-        assert!(
-            bad.unwrap_err()
-                .to_string()
-                .contains("a string or a number")
+    fn an_odd_value_is_absent_and_the_rest_is_read() {
+        let listed = parsed(json!([
+            {"type": ["qemu"], "vmid": {"n": 1}, "node": "pve1", "maxmem": [1, 2]},
+            {"type": "qemu", "vmid": 102}
+        ]));
+        assert_eq!((listed[0].kind.as_deref(), listed[0].vmid), (None, None));
+        assert_eq!(
+            (listed[0].node.as_deref(), listed[0].maxmem),
+            (Some("pve1"), None)
         );
+        assert_eq!(listed[1].vmid32(), Some(102));
+    }
+
+    #[test]
+    fn a_listing_of_the_wrong_shape_is_an_error_not_a_panic() {
+        let bad = serde_json::from_value::<Vec<Resource>>(json!({"type": "qemu"}));
+        assert!(bad.is_err());
     }
 }

@@ -105,9 +105,9 @@ pub enum CallError {
         call: &'static str,
         message: String,
     },
-    /// The plugin's calls in flight together held all of a budget they share (memory):
-    /// this call alone stays within its own limits, so it is worth retrying once others
-    /// end, not a failure of the plugin.
+    /// The plugin's calls in flight together held all of a budget they share (memory)
+    /// before this call reached its own limit: worth retrying once others end, not a
+    /// failure of the plugin.
     #[error(
         "plugin {plugin}'s calls in flight held {limit} when `{call}` needed more (retried; {flag} raises it)"
     )]

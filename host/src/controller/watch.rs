@@ -9,7 +9,8 @@
 //!   Machines a machine reconcile reads come from these watches' caches (the watches
 //!   also map their changes to machines) instead of one API read each per reconcile;
 //!   one not cached yet is read from the API server. Cluster API's Clusters and
-//!   Machines are cached without their status, which nothing here reads.
+//!   Machines are cached without their status, which nothing here reads (a Cluster
+//!   standing in for a plugin without an InfraCluster kind keeps it).
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
