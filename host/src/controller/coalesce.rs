@@ -117,11 +117,29 @@ impl Coalescer {
         self.written_at.lock().expect("coalescer").remove(uid);
     }
 
-    /// Whether a cached object is the version our last status write made: then it is
-    /// what the API server has (nobody wrote since), and a fresh read can be skipped.
+    /// `uid`'s object itself (not its status) was written, making `version`: a cached
+    /// object is current from that version on (see [`Self::is_current`]).
+    pub fn wrote(&self, uid: &str, version: Option<String>) {
+        if let Some(v) = version {
+            self.written_at
+                .lock()
+                .expect("coalescer")
+                .insert(uid.to_string(), v);
+        }
+    }
+
+    /// Whether a cached object is current enough to reconcile from, with no fresh read:
+    /// it is the version our last write made (nobody wrote since), or we have not
+    /// written it at all (nothing of ours for the cache to lag behind; the plugin state
+    /// it carries is as the API server has it). A new machine's first reconciles, many
+    /// at once, then read nothing from the API server for it.
     pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
         let at = self.written_at.lock().expect("coalescer");
-        version.is_some() && at.get(uid).map(String::as_str) == version
+        version.is_some()
+            && match at.get(uid) {
+                Some(written) => Some(written.as_str()) == version,
+                None => true,
+            }
     }
 
     /// How many statuses are held (metrics, tests).
@@ -591,5 +609,20 @@ mod tests {
             held_since(since),
             much_later
         ));
+    }
+
+    #[test]
+    fn a_cache_is_current_unless_it_lags_behind_our_last_write() {
+        let c = Coalescer::default();
+        // Never written by us: nothing of ours to lag behind.
+        assert!(c.is_current("a", Some("5")));
+        assert!(!c.is_current("a", None));
+        c.wrote("a", Some("7".into()));
+        assert!(!c.is_current("a", Some("5")));
+        assert!(c.is_current("a", Some("7")));
+        c.written("a", Some("9".into()));
+        assert!(!c.is_current("a", Some("7")));
+        c.forget("a");
+        assert!(c.is_current("a", Some("7")));
     }
 }

@@ -82,13 +82,14 @@ pub async fn spec_field(
 /// Before any plugin call that may create infrastructure: our finalizer, and the
 /// ownership-id annotation (`objects::OWNERSHIP_ID_ANNOTATION`) set to `signed_id`,
 /// the signed id the plugin is about to mark its resources with, when it is not
-/// stored yet. One write; none when both are there.
+/// stored yet. One write; none when both are there. The resource version it made, if
+/// it wrote.
 pub async fn take_ownership(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     finalizer: &str,
     signed_id: Option<&str>,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let mut ops = vec![
         // The version test makes a concurrent writer's change a conflict (retried)
         // rather than lost.
@@ -114,17 +115,18 @@ pub async fn take_ownership(
         }
     }
     if ops.len() == 1 {
-        return Ok(());
+        return Ok(None);
     }
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).expect("valid JSON patch");
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await?;
-    Ok(())
+    let written = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await?;
+    Ok(written.resource_version())
 }
 
 pub async fn remove_finalizer(

@@ -47,13 +47,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return delete::run(&ctx, &o).await;
     }
     // Before any call that may create infrastructure.
-    patch::take_ownership(
+    let owned = patch::take_ownership(
         &o.own,
         &o.obj,
         &finalizer(&ctx.plugin),
         o.write_id.as_deref(),
     )
     .await?;
+    ctx.coalescer.wrote(&o.obj.uid().unwrap_or_default(), owned);
     // A step that asks to go on at once (its state stored first, e.g. a VMID before the
     // clone is asked for) goes on in this reconcile, not after a round through the queue.
     let mut steps = 0;
