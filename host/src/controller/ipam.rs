@@ -189,16 +189,26 @@ impl MachineClaims {
     /// The machine's claims and their bound addresses, from the API server's watch cache
     /// (like every read of a reconcile, `objects::read`). No IPAM installed: none.
     pub async fn read(ctx: &Context, machine: &DynamicObject) -> Result<MachineClaims> {
+        Self::read_as(ctx, machine, true).await
+    }
+
+    /// As [`Self::read`], from the watch cache (`cached`) or as the API server has them
+    /// now (a consistent list: it includes a claim written a moment ago).
+    async fn read_as(
+        ctx: &Context,
+        machine: &DynamicObject,
+        cached: bool,
+    ) -> Result<MachineClaims> {
         let ns = machine.namespace().unwrap_or_default();
+        let mut params = ListParams::default().labels(&format!(
+            "{OWNER_LABEL}={}",
+            owner_label(&machine.name_any())
+        ));
+        if cached {
+            params = params.match_any();
+        }
         let list = match api(&ctx.client, &ip_address_claim(), &ns)
-            .list(
-                &ListParams::default()
-                    .labels(&format!(
-                        "{OWNER_LABEL}={}",
-                        owner_label(&machine.name_any())
-                    ))
-                    .match_any(),
-            )
+            .list(&params)
             .await
         {
             Ok(list) => list.items,
@@ -287,9 +297,19 @@ impl MachineClaims {
         infra_cluster: &str,
         requests: &[AddressRequest],
     ) -> Result<Claimed> {
+        // The watch cache may not show a claim written a moment ago (the reconcile after
+        // a claim is written comes soon): before writing one again, the claims are
+        // listed as the API server has them now.
+        let fresh;
+        let this = if self.to_write(infra_cluster, requests).is_empty() {
+            self
+        } else {
+            fresh = Self::read_as(ctx, machine, false).await?;
+            &fresh
+        };
         let ns = machine.namespace().unwrap_or_default();
         let claims = api(&ctx.client, &ip_address_claim(), &ns);
-        let to_write = self.to_write(infra_cluster, requests);
+        let to_write = this.to_write(infra_cluster, requests);
         let names = claim_names(&machine.name_any(), requests);
         for (req, name) in requests.iter().zip(names) {
             if !to_write.iter().any(|w| std::ptr::eq(*w, req)) {
@@ -297,7 +317,7 @@ impl MachineClaims {
             }
             let pool = PoolRef::of(infra_cluster, &req.pool);
             // A claim made before, under another name, keeps its name.
-            let name = self
+            let name = this
                 .answering(infra_cluster, req)
                 .map_or(name, |c| c.name.clone());
             let body = json!({
@@ -323,7 +343,7 @@ impl MachineClaims {
                 .await?;
         }
         let pending = requests.iter().any(|r| {
-            self.answering(infra_cluster, r)
+            this.answering(infra_cluster, r)
                 .is_none_or(|c| c.address.is_none())
         });
         Ok(Claimed {
