@@ -303,7 +303,7 @@ mod tests {
     }
 
     /// Found at 10,000 machines: 16 first steps at once, each reading a listing of
-    /// 10,000 VMs, held the plugin's memory budget, and the calls refused were failed
+    /// 10,000 resources, held the plugin's memory budget, and the calls refused were failed
     /// for good.
     #[test]
     fn a_call_refused_by_the_plugins_shared_memory_budget_is_retried() {
