@@ -314,10 +314,7 @@ mod tests {
                 false,
                 false,
                 false,
-                Waited {
-                    since: None,
-                    step_since: None
-                },
+                Waited::default(),
                 now
             ));
         }
@@ -346,10 +343,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         let mut now_paused = step(&at_rest, "t");
@@ -363,10 +357,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         // Appearing False (a first step's `Ready`): it can wait.
@@ -376,10 +367,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         let plain = step(&at_rest, "t");
@@ -389,10 +377,7 @@ mod tests {
             false,
             true,
             false,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         assert!(!must_write(
@@ -401,10 +386,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
     }
@@ -422,10 +404,7 @@ mod tests {
             false,
             false,
             false,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         assert!(!must_write(
@@ -434,10 +413,7 @@ mod tests {
             false,
             false,
             true,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         assert!(must_write(
@@ -446,10 +422,7 @@ mod tests {
             true,
             false,
             true,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         assert!(must_write(
@@ -458,10 +431,7 @@ mod tests {
             false,
             true,
             true,
-            Waited {
-                since: None,
-                step_since: None
-            },
+            Waited::default(),
             now
         ));
         let later = now + DETAIL_HOLD_AT_MOST;
