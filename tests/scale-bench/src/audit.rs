@@ -12,8 +12,9 @@ pub fn mark(log: &Path) -> u64 {
     std::fs::metadata(log).map(|m| m.len()).unwrap_or(0)
 }
 
-/// The writes by `user` between two marks.
-fn events_of(log: &Path, user: &str, from: u64, to: u64) -> Result<Vec<Value>> {
+/// The writes by `user` between two marks (read and parsed once; the figures below
+/// are taken from them).
+pub fn events_of(log: &Path, user: &str, from: u64, to: u64) -> Result<Vec<Value>> {
     let mut f = std::fs::File::open(log)?;
     f.seek(SeekFrom::Start(from))?;
     let mut text = String::new();
@@ -28,15 +29,9 @@ fn events_of(log: &Path, user: &str, from: u64, to: u64) -> Result<Vec<Value>> {
 /// When `user` first wrote each object of `resource` itself (not a subresource: for a
 /// machine, the finalizer its first reconcile adds) between two marks: Unix ms by
 /// `namespace/name`.
-pub fn first_writes(
-    log: &Path,
-    user: &str,
-    resource: &str,
-    from: u64,
-    to: u64,
-) -> Result<HashMap<String, u64>> {
+pub fn first_writes(events: &[Value], resource: &str) -> HashMap<String, u64> {
     let mut out = HashMap::new();
-    for ev in events_of(log, user, from, to)? {
+    for ev in events {
         let r = &ev["objectRef"];
         if r["resource"] != resource || !r["subresource"].is_null() {
             continue;
@@ -51,13 +46,13 @@ pub fn first_writes(
         out.entry(format!("{ns}/{name}"))
             .or_insert(at.as_millisecond() as u64);
     }
-    Ok(out)
+    out
 }
 
-/// Writes by `user` between two marks, by `verb resource[/subresource]`.
-pub fn writes_by(log: &Path, user: &str, from: u64, to: u64) -> Result<BTreeMap<String, u64>> {
+/// The writes `events` counted by `verb resource[/subresource]`.
+pub fn writes_by(events: &[Value]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for ev in events_of(log, user, from, to)? {
+    for ev in events {
         let r = &ev["objectRef"];
         let mut what = r["resource"].as_str().unwrap_or("?").to_string();
         if let Some(sub) = r["subresource"].as_str() {
@@ -66,5 +61,5 @@ pub fn writes_by(log: &Path, user: &str, from: u64, to: u64) -> Result<BTreeMap<
         let verb = ev["verb"].as_str().unwrap_or("?");
         *out.entry(format!("{verb} {what}")).or_default() += 1;
     }
-    Ok(out)
+    out
 }

@@ -296,14 +296,9 @@ async fn run(args: &Args) -> Result<report::Report> {
     }
     let counters = sim.state().counters();
     let audit_to = audit::mark(&audit_log);
-    let writes = audit::writes_by(&audit_log, HOST_USER, audit_from, audit_to)?;
-    let first_written = audit::first_writes(
-        &audit_log,
-        HOST_USER,
-        &objects::infra_machine().plural,
-        audit_from,
-        audit_to,
-    )?;
+    let host_writes = audit::events_of(&audit_log, HOST_USER, audit_from, audit_to)?;
+    let writes = audit::writes_by(&host_writes);
+    let first_written = audit::first_writes(&host_writes, &objects::infra_machine().plural);
     let tasks: Vec<sim::SimTask> = sim
         .state()
         .tasks()
