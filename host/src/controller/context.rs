@@ -14,6 +14,7 @@ use super::backoff::Backoff;
 use super::coalesce::Coalescer;
 use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
+use super::turns::Turns;
 use super::waits::Waits;
 use super::watch::Caches;
 use crate::metrics::Metrics;
@@ -72,6 +73,8 @@ pub struct Context {
     pub coalescer: Coalescer,
     /// What machine reconciles read of other kinds (the InfraMachine controller only).
     pub caches: Option<Caches>,
+    /// How many reconciles of this kind run at once, and in which order they wait.
+    pub turns: Turns,
 }
 
 /// The finalizer on every object whose infrastructure we may create.
