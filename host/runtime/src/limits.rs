@@ -126,10 +126,11 @@ pub struct Limits {
     )]
     pub claim_calls: u32,
     /// Most plugin calls in flight at once, all plugins together (instances are pooled up
-    /// to this number); more wait for a slot.
+    /// to this number); more wait for a slot, first come first served. Each call alive
+    /// holds its sandbox's memory, so this bounds the manager's memory for plugins.
     #[arg(
         long = "plugin-concurrency",
-        default_value_t = 256,
+        default_value_t = 32,
         env = "HYPERPLUG_PLUGIN_CONCURRENCY"
     )]
     pub concurrency: u32,
@@ -153,7 +154,7 @@ impl Default for Limits {
             log_kib: 64,
             claims_per_object: 8,
             claim_calls: 1_000,
-            concurrency: 256,
+            concurrency: 32,
         }
     }
 }

@@ -98,10 +98,12 @@ pub struct RunArgs {
     /// holds which bare-metal host). Default: $POD_NAMESPACE, else `default`.
     #[arg(long, env = "HYPERPLUG_CLAIMS_NAMESPACE")]
     pub claims_namespace: Option<String>,
-    /// Reconciles in flight per kind. More cuts the wait of machines created in a burst
-    /// and costs memory (more sandboxes alive at once): at 1,000 machines on 2 cores, 32
-    /// brought the p99 added latency from 50 s to 7 s for 17 MiB (`scripts/bench.sh`).
-    #[arg(long, default_value_t = 16, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
+    /// Reconciles in flight per kind; more wait their turn, first come first served.
+    /// A reconcile mostly waits on the Kubernetes API and the plugin's endpoint, so this
+    /// is set well above the cores: machines created in a burst then wait less for their
+    /// first reconcile. Plugin sandboxes alive at once are bounded by
+    /// --plugin-concurrency, not by this.
+    #[arg(long, default_value_t = 64, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
     pub reconcile_concurrency: u16,
     /// Seconds between drift checks of provisioned objects their plugin does not watch (a
     /// watched one is checked when the plugin's observer reports a change, and hourly),

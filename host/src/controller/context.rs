@@ -10,8 +10,10 @@ use kube::Client;
 use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
 
+use super::asked::AskedAddresses;
 use super::backoff::Backoff;
 use super::coalesce::Coalescer;
+use super::credentials::Recent;
 use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
 use super::turns::Turns;
@@ -45,7 +47,7 @@ impl Default for ManagerOptions {
             credentials_grants: Vec::new(),
             ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
             namespace: None,
-            concurrency: 16,
+            concurrency: 64,
             resync: Duration::from_secs(300),
         }
     }
@@ -75,6 +77,10 @@ pub struct Context {
     pub caches: Option<Caches>,
     /// How many reconciles of this kind run at once, and in which order they wait.
     pub turns: Turns,
+    /// Credentials Secrets read a moment ago (see `credentials::Recent`).
+    pub secrets: Recent,
+    /// Which machines asked for addresses at their last step (see `asked`).
+    pub asked: AskedAddresses,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

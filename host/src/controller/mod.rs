@@ -1,6 +1,7 @@
 //! The controllers: for every kind a loaded plugin declares, a kube-rs controller of the
 //! role that kind plays in the Cluster API contract. Discovered at start, so a new
 //! plugin adds kinds without a rebuild.
+mod asked;
 mod backoff;
 pub mod claims;
 mod cluster;
@@ -116,6 +117,8 @@ pub async fn run(
                 waits,
                 coalescer: Default::default(),
                 turns: turns::Turns::new(options.concurrency),
+                secrets: Default::default(),
+                asked: Default::default(),
                 caches: others.as_ref().map(|o| watch::Caches {
                     clusters: o.clusters.1.clone(),
                     infra_clusters: o.infra_clusters.1.clone(),

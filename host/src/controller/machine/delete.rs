@@ -31,6 +31,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             // if the plugin forgot to give it up.
             let uid = &o.request.machine.uid;
             ctx.coalescer.forget(&o.obj.uid().unwrap_or_default());
+            ctx.asked.forget(&o.obj.uid().unwrap_or_default());
             let runtime = ctx.plugin.runtime();
             runtime.blobs().withdraw_object(uid);
             runtime

@@ -74,6 +74,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         o.follow(next, written);
     };
     // Addresses the plugin needs: claim them now, hand them over on the next call.
+    ctx.asked.record(
+        &o.obj.uid().unwrap_or_default(),
+        !status.address_requests.is_empty(),
+    );
     let claimed = if status.address_requests.is_empty() {
         Claimed::default()
     } else {

@@ -202,8 +202,12 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         };
         Ok::<_, Error>((machine, bootstrap))
     };
+    let may_have_claims = ctx.asked.may_have_claims(
+        obj.uid().as_deref().unwrap_or_default(),
+        obj.finalizers().contains(&finalizer(&ctx.plugin)),
+    );
     let claims = async {
-        if deleting {
+        if deleting || !may_have_claims {
             Ok(MachineClaims::default())
         } else {
             MachineClaims::read(ctx, &obj).await
