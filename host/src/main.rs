@@ -2,6 +2,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    hyperplug::heap::tune();
     let cli = hyperplug::cli::Cli::parse();
     hyperplug::telemetry::init(&cli.log);
     let runtime = tokio::runtime::Builder::new_multi_thread()

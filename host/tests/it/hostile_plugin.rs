@@ -110,6 +110,45 @@ async fn growing_memory_past_the_cap_is_stopped() {
 }
 
 #[tokio::test]
+async fn a_call_that_finds_the_plugins_memory_held_by_others_is_crowded_not_failed() {
+    // Every call may grow to 32 MiB, all of the plugin's calls together too.
+    let limits = Limits {
+        memory_per_plugin_mib: 32,
+        timeout_ms: 10_000,
+        ..limits()
+    };
+    let (_rt, plugin) = load("hostile", limits).await;
+    // Accepts connections (the kernel's backlog) and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let authority = silent.local_addr().unwrap().to_string();
+    let holder = {
+        let (plugin, authority) = (plugin.clone(), authority.clone());
+        tokio::spawn(async move {
+            attack(
+                &plugin,
+                json!({"attack": "hold-memory", "mib": 24, "authority": authority}),
+                &format!("http://{authority}"),
+            )
+            .await
+        })
+    };
+    // Give the holder time to take its 24 MiB and block on its request.
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let err = attack(
+        &plugin,
+        json!({"attack": "grow-memory"}),
+        "https://127.0.0.1:1",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err,
+        "host: plugin hostile's calls in flight held 32 MiB of memory when `machine.create` needed more (retried; --plugin-memory-per-plugin-mib raises it)"
+    );
+    holder.abort();
+}
+
+#[tokio::test]
 async fn looping_forever_is_stopped_by_the_cpu_budget() {
     let (_rt, plugin) = load("hostile", limits()).await;
     let err = attack(&plugin, json!({"attack": "loop"}), "https://127.0.0.1:1")

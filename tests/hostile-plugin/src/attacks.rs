@@ -44,6 +44,17 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
                 },
             }
         }
+        // Hold `mib` MiB while waiting for an answer that may never come: what a
+        // plugin's calls in flight together hold of its memory budget.
+        "hold-memory" => {
+            let hoard = std::hint::black_box(vec![1u8; mib << 20]);
+            let req = request(Method::Get, &spec.str("authority"), "/");
+            let answer = match outgoing_handler::handle(req, None) {
+                Err(code) => format!("{code:?}"),
+                Ok(pending) => format!("{:?}", wait(&pending)),
+            };
+            Ok(status(format!("held {} bytes; {answer}", hoard.len())))
+        }
         "grow-memory" => {
             let mut hoard: Vec<Vec<u8>> = Vec::new();
             loop {
