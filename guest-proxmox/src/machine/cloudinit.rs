@@ -171,6 +171,20 @@ pub(super) fn uploading(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
             }
         }
     }
+    // Static addresses go into the ISO: the clone before it did not need them, so the
+    // IPAM provider's allocation overlapped the clone.
+    let missing = cx.missing_addresses();
+    if !missing.is_empty() {
+        return Ok(Some(cx.status(
+            st,
+            "WaitingForAddresses",
+            format!(
+                "VM cloned and configured; waiting for IPAM addresses: {}",
+                missing.join(", ")
+            ),
+            None,
+        )));
+    }
     let Some(bootstrap) = &cx.req.bootstrap else {
         let mut s = cx.status(
             st,

@@ -19,15 +19,6 @@ use super::state::{State, Step};
 pub(super) fn create(req: &MachineRequest) -> Result<MachineStatus, PluginError> {
     let cx = Ctx::new(req)?;
     let mut st: State = guest_kit::state::load(req.state.as_deref())?;
-    let missing = cx.missing_addresses();
-    if !missing.is_empty() && st.vmid.is_none() {
-        return Ok(cx.status(
-            &st,
-            "WaitingForAddresses",
-            format!("waiting for IPAM addresses: {}", missing.join(", ")),
-            None,
-        ));
-    }
     // Bounded: every arm either advances the step or returns.
     for _ in 0..12 {
         match st.step {

@@ -5,7 +5,7 @@
 //! Every call does a few short API calls and returns; waits (PVE tasks, boots) are
 //! returned as progress with the task's UPID in the state and its wait named; the next
 //! call checks the task's effect and reads its status only when that is missing.
-//! Create walks `WaitingForAddresses` → `Cloning` → `Configuring` → `Resizing` →
+//! Create walks `Cloning` → `Configuring` → `Resizing` → `WaitingForAddresses` →
 //! `WaitingForBootstrapData` → `UploadingCloudInit` → `PoweringOn` →
 //! `WaitingForGuestAgent` → `Ready`; delete walks `Stopping` → `Deleting` → `Confirming` →
 //! `RemovingIso`.
@@ -15,12 +15,12 @@
 //! ("can't lock file '/var/lock/qemu-server/lock-N.conf' - got timeout", in a config write
 //! or inside a task) and "VM is locked (…)" are transient: retried, never terminal.
 //!
-//! The VM is cloned and configured before the bootstrap data exists (cloning is the slow
-//! part); only the NoCloud ISO needs it, so the machine waits in
-//! `WaitingForBootstrapData` with `needs-bootstrap` set. Static addresses, on the other
-//! hand, are needed before anything is created (they go into the same ISO, and a VM
-//! created for a machine that never gets an address would be a leak): until the host
-//! passes one address per request, nothing is touched.
+//! The VM is cloned and configured before the bootstrap data and the static addresses
+//! exist (cloning is the slow part); only the NoCloud ISO needs them, so the machine
+//! waits in `WaitingForAddresses` (its address requests stand from the first call on,
+//! so the host's claims are allocated while the clone runs) and `WaitingForBootstrapData`
+//! (with `needs-bootstrap` set). A VM of a machine whose address never comes is not a
+//! leak: it carries the machine's ownership marker and goes with the machine.
 //!
 //! # Ownership
 //!

@@ -186,9 +186,17 @@ fn must_write(
     if deleting {
         return false;
     }
+    // Cluster API copies addresses from a provisioned machine: before that they go with
+    // the write that provisions it (a static address bound while the clone runs is
+    // not a write of its own).
+    let provisioned = |s: &InfraMachineStatus| {
+        s.initialization
+            .as_ref()
+            .is_some_and(|i| i.provisioned == Some(true))
+    };
     next.ready != stored.ready
         || next.initialization != stored.initialization
-        || next.addresses != stored.addresses
+        || (next.addresses != stored.addresses && (provisioned(stored) || provisioned(next)))
         || next.failure_domain != stored.failure_domain
         || (stored.progress.observed_generation.is_some()
             && next.progress.observed_generation != stored.progress.observed_generation)
@@ -389,6 +397,33 @@ mod tests {
             Waited::default(),
             now
         ));
+    }
+
+    #[test]
+    fn addresses_are_written_at_once_only_for_a_provisioned_machine() {
+        use crate::status::{AddressType, Initialization, MachineAddress};
+        let now = Instant::now();
+        let address = vec![MachineAddress {
+            type_: AddressType::InternalIP,
+            address: "10.0.0.11".into(),
+        }];
+        // Bound while the clone runs: it waits for the write that provisions the machine.
+        let provisioning = stored("s");
+        let mut bound = step(&provisioning, "t");
+        bound.addresses = address.clone();
+        let write = |stored: &InfraMachineStatus, next: &InfraMachineStatus| {
+            must_write(stored, next, false, false, false, Waited::default(), now)
+        };
+        assert!(!write(&provisioning, &bound));
+        // A provisioned machine's new address: Cluster API copies it, written at once.
+        let mut provisioned = stored("s");
+        provisioned.initialization = Some(Initialization {
+            provisioned: Some(true),
+        });
+        let mut renewed = step(&provisioned, "t");
+        renewed.initialization = provisioned.initialization.clone();
+        renewed.addresses = address;
+        assert!(write(&provisioned, &renewed));
     }
 
     #[test]

@@ -190,18 +190,38 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
     let mut req = request(&sim, "m1", "c1", full_spec(), seed_cluster());
 
-    // 1. Nothing happens before the static address exists.
-    let first = plugin.create_machine(&req).await.unwrap().unwrap();
-    assert_eq!(first.progress.phase, "WaitingForAddresses");
-    assert!(!first.ready);
-    let wanted: Vec<(String, String)> = first
-        .address_requests
-        .iter()
-        .map(|r| (r.device.clone(), r.pool.label()))
-        .collect();
-    assert_eq!(wanted, [("net0-00-inet".to_string(), "ipv4".to_string())]);
-    assert!(non_templates(&sim).is_empty(), "no VM before the address");
-    req.state = Some(first.progress.state.clone());
+    // 1. The address is asked for at once, and the clone goes on while it is allocated;
+    //    nothing is booted before it exists (it goes into the ISO).
+    let mut phases = vec![];
+    let without_address = loop {
+        let s = plugin.create_machine(&req).await.unwrap().unwrap();
+        req.state = Some(s.progress.state.clone());
+        if phases.last() != Some(&s.progress.phase) {
+            phases.push(s.progress.phase.clone());
+        }
+        let wanted: Vec<(String, String)> = s
+            .address_requests
+            .iter()
+            .map(|r| (r.device.clone(), r.pool.label()))
+            .collect();
+        assert_eq!(wanted, [("net0-00-inet".to_string(), "ipv4".to_string())]);
+        if s.progress.phase == "WaitingForAddresses" {
+            break s;
+        }
+        assert!(phases.len() < 10 && !s.ready, "{phases:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        phases.first().map(String::as_str),
+        Some("Cloning"),
+        "{phases:?}"
+    );
+    assert!(!without_address.ready && !without_address.needs_bootstrap);
+    assert!(iso_volumes(&sim).is_empty(), "no ISO before the address");
+    assert_eq!(
+        sim.state().vm(vmid_of(&without_address)).unwrap()["status"],
+        "stopped"
+    );
     req.addresses.push(AllocatedAddress {
         device: "net0-00-inet".into(),
         address: "192.168.1.221".into(),
@@ -209,8 +229,7 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
         gateway: Some("192.168.1.1".into()),
     });
 
-    // 2. Clone and configure without bootstrap data, then wait for it.
-    let mut phases = vec![];
+    // 2. Without bootstrap data: wait for it.
     let waiting = loop {
         let s = plugin.create_machine(&req).await.unwrap().unwrap();
         req.state = Some(s.progress.state.clone());
@@ -1078,8 +1097,13 @@ async fn with_pve_task_durations_every_wait_is_a_requeue() {
         .await
         .unwrap();
     assert!(status.ready);
+    // The address is given while the clone runs: nothing waits for it.
+    assert!(
+        !run.phases.iter().any(|p| p == "WaitingForAddresses"),
+        "{:?}",
+        run.phases
+    );
     for phase in [
-        "WaitingForAddresses",
         "Cloning",
         "Resizing",
         "PoweringOn",
