@@ -16,7 +16,6 @@ use super::coalesce::Coalescer;
 use super::credentials::Recent;
 use super::grants::CredentialsGrant;
 use super::ownership::OwnershipKeys;
-use super::turns::Turns;
 use super::waits::Waits;
 use super::watch::Caches;
 use crate::metrics::Metrics;
@@ -75,8 +74,6 @@ pub struct Context {
     pub coalescer: Coalescer,
     /// What machine reconciles read of other kinds (the InfraMachine controller only).
     pub caches: Option<Caches>,
-    /// How many reconciles of this kind run at once, and in which order they wait.
-    pub turns: Turns,
     /// Credentials Secrets read a moment ago (see `credentials::Recent`).
     pub secrets: Recent,
     /// Which machines asked for addresses at their last step (see `asked`).

@@ -24,7 +24,6 @@ mod requeue;
 mod result_properties;
 mod template;
 mod triggers;
-mod turns;
 mod unverified;
 mod waits;
 mod watch;
@@ -116,7 +115,6 @@ pub async fn run(
                 ownership: ownership.clone(),
                 waits,
                 coalescer: Default::default(),
-                turns: turns::Turns::new(options.concurrency),
                 secrets: Default::default(),
                 asked: Default::default(),
                 caches: others.as_ref().map(|o| watch::Caches {
@@ -183,9 +181,8 @@ fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
     }
 }
 
-/// The runner itself is unbounded: `turns` keeps the limit, first come first served.
-fn config() -> ControllerConfig {
-    ControllerConfig::default().concurrency(0)
+fn config(ctx: &Context) -> ControllerConfig {
+    ControllerConfig::default().concurrency(ctx.options.concurrency)
 }
 
 /// The watches of other kinds a machine controller reads (see `watch::Caches`).
@@ -209,7 +206,6 @@ async fn machines(
     let (own, store) = watch::own_kind(all_or_namespaced(&ctx.client, &ar, ns), &ar);
     let controller = Controller::for_stream_with(own, store, ar.clone());
     let store = controller.store();
-    let turn_store = store.clone();
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let machine_ar = ar.clone();
     let cluster_ar = ar.clone();
@@ -226,7 +222,7 @@ async fn machines(
         triggers::Relevant::default(),
     );
     controller
-        .with_config(config())
+        .with_config(config(&ctx))
         .reconcile_on(woken)
         // A Machine's spec changing (bootstrap data named, failure domain) maps to the
         // InfraMachine it references; its status churn does not. The Secret it names is
@@ -285,11 +281,7 @@ async fn machines(
             others.infra_cluster_ar,
         )
         .run(
-            move |o, c| {
-                timed(o, c, turn_store.clone(), |o, c| {
-                    Box::pin(machine::reconcile(o, c))
-                })
-            },
+            |o, c| timed(o, c, |o, c| Box::pin(machine::reconcile(o, c))),
             error_policy,
             ctx.clone(),
         )
@@ -304,9 +296,8 @@ async fn clusters(ctx: Arc<Context>) {
     let mapped = ar.clone();
     let cluster_changes = triggers::Relevant::default();
     let (own, store) = watch::own_kind(all_or_namespaced(&ctx.client, &ar, ns), &ar);
-    let turn_store = store.clone();
     Controller::for_stream_with(own, store, ar.clone())
-        .with_config(config())
+        .with_config(config(&ctx))
         .watches_with(
             all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
             objects::capi_cluster(),
@@ -323,11 +314,7 @@ async fn clusters(ctx: Arc<Context>) {
             },
         )
         .run(
-            move |o, c| {
-                timed(o, c, turn_store.clone(), |o, c| {
-                    Box::pin(cluster::reconcile(o, c))
-                })
-            },
+            |o, c| timed(o, c, |o, c| Box::pin(cluster::reconcile(o, c))),
             error_policy,
             ctx.clone(),
         )
@@ -341,15 +328,10 @@ async fn templates(ctx: Arc<Context>) {
         all_or_namespaced(&ctx.client, &ar, &ctx.options.namespace),
         &ar,
     );
-    let turn_store = store.clone();
     Controller::for_stream_with(own, store, ar)
-        .with_config(config())
+        .with_config(config(&ctx))
         .run(
-            move |o, c| {
-                timed(o, c, turn_store.clone(), |o, c| {
-                    Box::pin(template::reconcile(o, c))
-                })
-            },
+            |o, c| timed(o, c, |o, c| Box::pin(template::reconcile(o, c))),
             error_policy,
             ctx.clone(),
         )
@@ -359,15 +341,8 @@ async fn templates(ctx: Arc<Context>) {
 
 type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Result<Action, Error>>;
 
-/// Wait for its turn, then count and time every reconcile by kind and result.
-async fn timed(
-    obj: Arc<DynamicObject>,
-    ctx: Arc<Context>,
-    store: Store<DynamicObject>,
-    f: Reconcile,
-) -> Result<Action, Error> {
-    let reference = ObjectRef::from_obj_with(obj.as_ref(), ctx.resource.clone());
-    let (_turn, obj) = ctx.turns.take(obj, &store, reference).await;
+/// Count and time every reconcile by kind and result.
+async fn timed(obj: Arc<DynamicObject>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
     let started = Instant::now();
     let result = f(obj, ctx.clone()).await;
     let label = match &result {
