@@ -52,6 +52,10 @@ use meter::{CallMeter, Metered, Stop};
 use reservations::Reservations;
 use state::{CallLog, CallState, Services};
 
+/// Pooled memories and tables per call in flight (see `build`).
+const MEMORIES_PER_CALL: u32 = 2;
+const TABLES_PER_CALL: u32 = 4;
+
 /// Bytes of each pooled memory, table and stack slot kept resident between calls.
 const KEEP_RESIDENT: usize = 512 << 10;
 
@@ -124,9 +128,13 @@ impl RuntimeBuilder {
         config.epoch_interruption(true);
         // A pool of pre-reserved instance slots makes a fresh instance per call cheap.
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(limits.concurrency + 8)
-            .total_memories(limits.concurrency + 8)
-            .total_tables(limits.concurrency + 8)
+        let calls = limits.concurrency + 8;
+        pool.total_component_instances(calls)
+            // One call's component instance holds several core instances, each with its
+            // own tables (the adapter shims' and the module's) and maybe a memory: sized
+            // per call, or a call the concurrency limit admits could find no slot.
+            .total_memories(calls * MEMORIES_PER_CALL)
+            .total_tables(calls * TABLES_PER_CALL)
             .max_memory_size(limits.memory_bytes())
             // Keep the first pages of each slot mapped between calls: resetting them with
             // memset is cheaper than unmapping and faulting them back in every call.

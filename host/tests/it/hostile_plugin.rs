@@ -149,6 +149,40 @@ async fn a_call_that_finds_the_plugins_memory_held_by_others_is_crowded_not_fail
 }
 
 #[tokio::test]
+async fn as_many_calls_as_the_concurrency_limit_all_find_an_instance_slot() {
+    let limits = Limits {
+        concurrency: 32,
+        memory_per_plugin_mib: 32 * 32,
+        timeout_ms: 1_500,
+        ..limits()
+    };
+    let (_rt, plugin) = load("hostile", limits).await;
+    // Accepts connections (the kernel's backlog) and never answers: every call stays in
+    // flight until its deadline.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let authority = silent.local_addr().unwrap().to_string();
+    let calls = (0..32).map(|_| {
+        let (plugin, authority) = (plugin.clone(), authority.clone());
+        tokio::spawn(async move {
+            attack(
+                &plugin,
+                json!({"attack": "connect", "authority": authority}),
+                &format!("http://{authority}"),
+            )
+            .await
+        })
+    });
+    for call in futures::future::join_all(calls).await {
+        let ended = call.unwrap();
+        assert!(
+            !format!("{ended:?}").contains("no free instance slot"),
+            "{ended:?}"
+        );
+    }
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
 async fn looping_forever_is_stopped_by_the_cpu_budget() {
     let (_rt, plugin) = load("hostile", limits()).await;
     let err = attack(&plugin, json!({"attack": "loop"}), "https://127.0.0.1:1")
