@@ -130,7 +130,7 @@ pub struct Limits {
     /// holds its sandbox's memory, so this bounds the manager's memory for plugins.
     #[arg(
         long = "plugin-concurrency",
-        default_value_t = 32,
+        default_value_t = 16,
         env = "HYPERPLUG_PLUGIN_CONCURRENCY"
     )]
     pub concurrency: u32,
@@ -154,7 +154,7 @@ impl Default for Limits {
             log_kib: 64,
             claims_per_object: 8,
             claim_calls: 1_000,
-            concurrency: 32,
+            concurrency: 16,
         }
     }
 }
