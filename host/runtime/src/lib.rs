@@ -56,8 +56,11 @@ use state::{CallLog, CallState, Services};
 const MEMORIES_PER_CALL: u32 = 2;
 const TABLES_PER_CALL: u32 = 4;
 
-/// Bytes of each pooled memory, table and stack slot kept resident between calls.
-const KEEP_RESIDENT: usize = 512 << 10;
+/// Bytes of each pooled memory, table and stack slot kept resident between calls. A
+/// call touches about 1 MiB: keeping 512 KiB of each slot held 7.5 MiB more at 1,000
+/// machines than 64 KiB does, for 18 µs more per call (p50 27 → 45 µs) and the same CPU
+/// per machine.
+const KEEP_RESIDENT: usize = 64 << 10;
 
 /// How often the engine's epoch advances: the resolution of the CPU budget.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -137,7 +140,8 @@ impl RuntimeBuilder {
             .total_tables(calls * TABLES_PER_CALL)
             .max_memory_size(limits.memory_bytes())
             // Keep the first pages of each slot mapped between calls: resetting them with
-            // memset is cheaper than unmapping and faulting them back in every call.
+            // memset is cheaper than unmapping and faulting them back in every call (the
+            // rest is given back: see `KEEP_RESIDENT`).
             .linear_memory_keep_resident(KEEP_RESIDENT)
             .table_keep_resident(KEEP_RESIDENT)
             .async_stack_keep_resident(KEEP_RESIDENT)
