@@ -187,8 +187,8 @@ fn must_write(
         return false;
     }
     // Cluster API copies addresses from a provisioned machine: before that they go with
-    // the write that provisions it (a static address bound while the clone runs is
-    // not a write of its own).
+    // the write that provisions it (a static address bound while the infrastructure is
+    // being made is not a write of its own).
     let provisioned = |s: &InfraMachineStatus| {
         s.initialization
             .as_ref()
@@ -407,7 +407,8 @@ mod tests {
             type_: AddressType::InternalIP,
             address: "10.0.0.11".into(),
         }];
-        // Bound while the clone runs: it waits for the write that provisions the machine.
+        // Bound while the infrastructure is made: it waits for the write that provisions
+        // the machine.
         let provisioning = stored("s");
         let mut bound = step(&provisioning, "t");
         bound.addresses = address.clone();

@@ -154,7 +154,6 @@ fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) ->
     })
 }
 
-/// The credentials of a Secret, and `namespace/name@resourceVersion` it was read at.
 /// Credentials Secrets read in the last few seconds. A burst of new machines of one
 /// cluster reads its Secret once, not once per reconcile (at 10,000 machines, 35,000
 /// Secret reads went to the API server that bounded the run). A changed Secret is seen
@@ -171,7 +170,7 @@ type Read = (Instant, Credentials, String);
 
 impl Recent {
     const FRESH_FOR: Duration = Duration::from_secs(5);
-    /// Bounds the map whatever the number of Secrets named (expired ones go first).
+    /// Bounds the map whatever the number of Secrets read within `FRESH_FOR`.
     const MAX_SECRETS: usize = 4096;
 
     fn get(&self, namespace: &str, name: &str) -> Option<(Credentials, String)> {
@@ -180,13 +179,13 @@ impl Recent {
         (at.elapsed() < Self::FRESH_FOR).then(|| (credentials.clone(), version.clone()))
     }
 
+    /// Expired entries go at every put: a Secret's values stay in memory no longer than
+    /// the next read of any Secret after they expire.
     fn put(&self, namespace: &str, name: &str, credentials: &Credentials, version: &str) {
         let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
+        read.retain(|_, (at, _, _)| at.elapsed() < Self::FRESH_FOR);
         if read.len() >= Self::MAX_SECRETS {
-            read.retain(|_, (at, _, _)| at.elapsed() < Self::FRESH_FOR);
-            if read.len() >= Self::MAX_SECRETS {
-                read.clear();
-            }
+            read.clear();
         }
         read.insert(
             (namespace.to_string(), name.to_string()),
@@ -195,6 +194,7 @@ impl Recent {
     }
 }
 
+/// The credentials of a Secret, and `namespace/name@resourceVersion` it was read at.
 async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<(Credentials, String)> {
     if let Some(recent) = ctx.secrets.get(namespace, name) {
         return Ok(recent);
@@ -231,4 +231,53 @@ pub fn from_secret(secret: &Secret, name: &str) -> Result<Credentials> {
             message,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn credentials(secret: &str) -> Credentials {
+        Credentials {
+            endpoint: "https://endpoint.example".into(),
+            token: "user".into(),
+            secret: secret.into(),
+            ca_bundle: None,
+            fingerprint: None,
+            insecure: false,
+        }
+    }
+
+    #[test]
+    fn a_secret_read_a_moment_ago_is_reused_and_an_expired_one_read_again_and_dropped() {
+        let recent = Recent::default();
+        recent.put("team-a", "pve", &credentials("s1"), "team-a/pve@1");
+        let (got, version) = recent.get("team-a", "pve").expect("fresh");
+        assert_eq!(
+            (got.secret.as_str(), version.as_str()),
+            ("s1", "team-a/pve@1")
+        );
+        assert!(
+            recent.get("team-b", "pve").is_none(),
+            "another namespace's Secret"
+        );
+        // Read longer ago than FRESH_FOR: not served, and gone at the next put.
+        let old = Instant::now() - Recent::FRESH_FOR;
+        recent
+            .read
+            .lock()
+            .unwrap()
+            .get_mut(&("team-a".into(), "pve".into()))
+            .unwrap()
+            .0 = old;
+        assert!(recent.get("team-a", "pve").is_none());
+        recent.put("team-a", "other", &credentials("s2"), "team-a/other@1");
+        assert!(
+            !recent
+                .read
+                .lock()
+                .unwrap()
+                .contains_key(&("team-a".into(), "pve".into()))
+        );
+    }
 }

@@ -118,22 +118,14 @@ async fn a_call_that_finds_the_plugins_memory_held_by_others_is_crowded_not_fail
         ..limits()
     };
     let (_rt, plugin) = load("hostile", limits).await;
-    // Accepts connections (the kernel's backlog) and never answers.
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let authority = silent.local_addr().unwrap().to_string();
-    let holder = {
-        let (plugin, authority) = (plugin.clone(), authority.clone());
-        tokio::spawn(async move {
-            attack(
-                &plugin,
-                json!({"attack": "hold-memory", "mib": 24, "authority": authority}),
-                &format!("http://{authority}"),
-            )
-            .await
-        })
-    };
-    // Give the holder time to take its 24 MiB and block on its request.
-    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let (addr, mut connections) = silent_endpoint().await;
+    let holder = spawn_attack(
+        &plugin,
+        json!({"attack": "hold-memory", "mib": 24, "authority": addr}),
+        format!("http://{addr}"),
+    );
+    // Its request has reached the endpoint: its 24 MiB are taken, and held.
+    connections.recv().await.unwrap();
     let err = attack(
         &plugin,
         json!({"attack": "grow-memory"}),
@@ -157,23 +149,16 @@ async fn as_many_calls_as_the_concurrency_limit_all_find_an_instance_slot() {
         ..limits()
     };
     let (_rt, plugin) = load("hostile", limits).await;
-    // Accepts connections (the kernel's backlog) and never answers: every call stays in
-    // flight until its deadline.
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let authority = silent.local_addr().unwrap().to_string();
+    // Every call stays in flight until its deadline.
+    let (addr, _connections) = silent_endpoint().await;
     let calls = (0..32).map(|_| {
-        let (plugin, authority) = (plugin.clone(), authority.clone());
-        tokio::spawn(async move {
-            attack(
-                &plugin,
-                json!({"attack": "connect", "authority": authority}),
-                &format!("http://{authority}"),
-            )
-            .await
-        })
+        spawn_attack(
+            &plugin,
+            json!({"attack": "connect", "authority": addr}),
+            format!("http://{addr}"),
+        )
     });
-    for call in futures::future::join_all(calls).await {
-        let ended = call.unwrap();
+    for ended in futures_join(calls).await {
         assert!(
             !format!("{ended:?}").contains("no free instance slot"),
             "{ended:?}"
@@ -233,15 +218,7 @@ async fn a_panic_is_reported_with_its_message() {
 
 #[tokio::test]
 async fn a_call_stuck_in_a_host_http_request_hits_the_wall_clock_timeout() {
-    // The endpoint accepts connections and never answers.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
+    let (addr, _connections) = silent_endpoint().await;
     let (_rt, plugin) = load(
         "hostile",
         Limits {
@@ -262,7 +239,6 @@ async fn a_call_stuck_in_a_host_http_request_hits_the_wall_clock_timeout() {
         "host: plugin hostile did not finish `machine.create` within 500 ms (--plugin-timeout-ms)"
     );
     still_serves(&plugin).await;
-    hold.abort();
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -340,6 +316,33 @@ async fn futures_join<T>(handles: impl Iterator<Item = tokio::task::JoinHandle<T
     out
 }
 
+/// `attack` on a task of its own.
+fn spawn_attack(
+    plugin: &Plugin,
+    spec: serde_json::Value,
+    endpoint: String,
+) -> tokio::task::JoinHandle<Result<String, String>> {
+    let plugin = plugin.clone();
+    tokio::spawn(async move { attack(&plugin, spec, &endpoint).await })
+}
+
+/// An endpoint that accepts connections and never answers (so a call that sends it a
+/// request stays in flight until its deadline): its address, and a message per
+/// connection it took. Dropping the receiver does not close the connections.
+async fn silent_endpoint() -> (String, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (took, connections) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+            let _ = took.send(());
+        }
+    });
+    (addr, connections)
+}
+
 /// An HTTP endpoint that answers every request `200 OK` after `delay`.
 async fn slow_endpoint(delay: std::time::Duration) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -375,15 +378,11 @@ async fn calls_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing() {
     )
     .await;
     let calls = (0..24).map(|_| {
-        let (plugin, addr) = (plugin.clone(), addr.clone());
-        tokio::spawn(async move {
-            attack(
-                &plugin,
-                json!({"attack": "connect", "authority": addr}),
-                &format!("http://{addr}"),
-            )
-            .await
-        })
+        spawn_attack(
+            &plugin,
+            json!({"attack": "connect", "authority": addr}),
+            format!("http://{addr}"),
+        )
     });
     for result in futures_join(calls).await {
         assert_eq!(result, Ok("connected: HTTP 200".to_string()));
