@@ -18,6 +18,7 @@ pub mod objects;
 mod outcome;
 mod output;
 pub mod ownership;
+mod packed;
 mod patch;
 mod requeue;
 #[cfg(test)]
@@ -50,6 +51,7 @@ use crate::metrics::Metrics;
 use context::Context;
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
+use packed::Packed;
 use watch::Lean;
 
 /// Run every controller until they stop (they do not, unless the API is gone). Fails
@@ -140,7 +142,10 @@ pub async fn run(
     Ok(())
 }
 
-fn all_or_namespaced(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<DynamicObject> {
+fn all_or_namespaced<K>(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
+{
     match ns {
         Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
         None => Api::all_with(client.clone(), ar),
@@ -149,11 +154,11 @@ fn all_or_namespaced(client: &Client, ar: &ApiResource, ns: &Option<String>) -> 
 
 /// The InfraMachines in the cache that belong to `cluster` in `namespace`.
 fn machines_of(
-    store: &Store<DynamicObject>,
+    store: &Store<Packed>,
     ar: &ApiResource,
     namespace: Option<String>,
     cluster: Option<String>,
-) -> Vec<ObjectRef<DynamicObject>> {
+) -> Vec<ObjectRef<Packed>> {
     let Some(cluster) = cluster else {
         return Vec::new();
     };
@@ -162,7 +167,7 @@ fn machines_of(
         .into_iter()
         .filter(|m| {
             m.namespace() == namespace
-                && objects::cluster_name(m).as_deref() == Some(cluster.as_str())
+                && objects::cluster_name_of(&m.metadata).as_deref() == Some(cluster.as_str())
         })
         .map(|m| ObjectRef::from_obj_with(m.as_ref(), ar.clone()))
         .collect()
@@ -170,8 +175,10 @@ fn machines_of(
 
 /// Whether the cached machine `m` is not provisioned yet (or not cached: then a
 /// reconcile finds out).
-fn provisioning(store: &Store<DynamicObject>, m: &ObjectRef<DynamicObject>) -> bool {
-    store.get(m).is_none_or(|o| !objects::provisioned(&o))
+fn provisioning(store: &Store<Packed>, m: &ObjectRef<Packed>) -> bool {
+    store
+        .get(m)
+        .is_none_or(|o| !objects::provisioned(&o.unpack()))
 }
 
 fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
@@ -206,10 +213,13 @@ async fn machines(
     let (own, store) = watch::own_kind(all_or_namespaced(&ctx.client, &ar, ns), &ar);
     let controller = Controller::for_stream_with(own, store, ar.clone());
     let store = controller.store();
+    let woken_ar = ar.clone();
+    let woken = woken.map(move |r| r.into_kind_unchecked::<Packed>(woken_ar.clone()));
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let machine_ar = ar.clone();
     let cluster_ar = ar.clone();
     let infra_ar = ar.clone();
+    let secret_ar = ar.clone();
     let infra_store = store.clone();
     // A provisioned machine reads neither its Machine's spec nor its bootstrap data
     // again: their changes wake only machines still being provisioned.
@@ -229,12 +239,13 @@ async fn machines(
         // remembered for the Secret watch below.
         .watches_stream_with(
             others.machines.0,
-            move |m: DynamicObject| {
+            move |m: Packed| {
+                let m = m.unpack();
                 let ns = m.namespace().unwrap_or_default();
                 let infra = objects::reference_to(&m, "spec.infrastructureRef", &group, &kind)
                     .map(|name| ObjectRef::new_with(&name, machine_ar.clone()).within(&ns))?;
                 let secret = objects::str_field(&m, "spec.bootstrap.dataSecretName");
-                waiters.record(&m, secret, &infra);
+                waiters.record(&m, secret, &infra.clone().erase());
                 (machine_changes.changed(&m, ()) && provisioning(&machine_store, &infra))
                     .then_some(infra)
             },
@@ -243,7 +254,8 @@ async fn machines(
         // A Cluster's spec changing (paused) or its deletion maps to all its machines.
         .watches_stream_with(
             others.clusters.0,
-            move |c: DynamicObject| {
+            move |c: Packed| {
+                let c = c.unpack();
                 if !cluster_changes.changed(&c, ()) {
                     return Vec::new();
                 }
@@ -260,13 +272,15 @@ async fn machines(
             move |s: Secret| {
                 secret_waiters
                     .waiting_for(&s.namespace().unwrap_or_default(), &s.name_any())
+                    .map(|m| m.into_kind_unchecked::<Packed>(secret_ar.clone()))
                     .filter(|m| provisioning(&secret_store, m))
             },
         )
         // The InfraCluster's spec or readiness changing maps to all machines of its cluster.
         .watches_stream_with(
             others.infra_clusters.0,
-            move |c: DynamicObject| {
+            move |c: Packed| {
+                let c = c.unpack();
                 let ready = objects::field(&c, "status.ready").and_then(Value::as_bool);
                 if !infra_changes.changed(&c, ready) {
                     return Vec::new();
@@ -341,10 +355,10 @@ async fn templates(ctx: Arc<Context>) {
 
 type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Result<Action, Error>>;
 
-/// Count and time every reconcile by kind and result.
-async fn timed(obj: Arc<DynamicObject>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
+/// Count and time every reconcile by kind and result (of the object unpacked).
+async fn timed(obj: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = f(obj, ctx.clone()).await;
+    let result = f(Arc::new(obj.unpack()), ctx.clone()).await;
     let label = match &result {
         Ok(_) => "ok",
         Err(e) => e.metric_label(),
@@ -354,8 +368,8 @@ async fn timed(obj: Arc<DynamicObject>, ctx: Arc<Context>, f: Reconcile) -> Resu
 }
 
 /// Transient failures come back with exponential backoff and jitter, per object.
-fn error_policy(obj: Arc<DynamicObject>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = objects::key(&obj);
+fn error_policy(obj: Arc<Packed>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
     let delay = ctx.backoff.next(&key);
     tracing::warn!(kind = %ctx.kind.kind, object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)

@@ -1,6 +1,6 @@
 //! Reading and addressing the objects of the Cluster API contract, kept dynamic: the
 //! host serves kinds it learns from plugins at start.
-use kube::api::{Api, ApiResource, DynamicObject, GetParams, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject, GetParams, GroupVersionKind, ObjectMeta};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
@@ -86,15 +86,25 @@ pub fn has_annotation(obj: &DynamicObject, key: &str) -> bool {
 
 /// The name of the owner of `kind` in the CAPI group, from ownerReferences.
 pub fn capi_owner(obj: &DynamicObject, kind: &str) -> Option<String> {
-    obj.owner_references()
+    owner_named(&obj.metadata, kind)
+}
+
+fn owner_named(meta: &ObjectMeta, kind: &str) -> Option<String> {
+    meta.owner_references
         .iter()
+        .flatten()
         .find(|o| o.kind == kind && o.api_version.starts_with(&format!("{CAPI_GROUP}/")))
         .map(|o| o.name.clone())
 }
 
 /// The CAPI Cluster an object belongs to: its owner, or the cluster-name label.
 pub fn cluster_name(obj: &DynamicObject) -> Option<String> {
-    capi_owner(obj, "Cluster").or_else(|| obj.labels().get(CLUSTER_NAME_LABEL).cloned())
+    cluster_name_of(&obj.metadata)
+}
+
+/// [`cluster_name`] from an object's metadata.
+pub fn cluster_name_of(meta: &ObjectMeta) -> Option<String> {
+    owner_named(meta, "Cluster").or_else(|| meta.labels.as_ref()?.get(CLUSTER_NAME_LABEL).cloned())
 }
 
 /// A v1beta2 contract reference `{apiGroup, kind, name}` at `path`, if it names `kind`

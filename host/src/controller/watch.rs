@@ -1,5 +1,6 @@
-//! The watches of the controllers, kept lean: caches hold objects without what no
-//! reconcile reads (`managedFields`, the last-applied annotation).
+//! The watches of the controllers, kept lean: caches hold objects packed as JSON text
+//! (`packed`), without what no reconcile reads (`managedFields`, the last-applied
+//! annotation).
 //!
 //! - A controller's own kind ([`own_kind`]): only changes a reconcile acts on trigger
 //!   one. Our own status writes (every step of every machine) come back as watch
@@ -22,15 +23,14 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+use super::packed::Packed;
 
 /// The objects of `api` that need a reconcile, and the store that caches them.
-pub fn own_kind(api: Api<DynamicObject>, ar: &ApiResource) -> Watched {
+pub fn own_kind(api: Api<Packed>, ar: &ApiResource) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(strip)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(acted_on, PredicateConfig::default());
@@ -39,29 +39,21 @@ pub fn own_kind(api: Api<DynamicObject>, ar: &ApiResource) -> Watched {
 
 /// A watch a controller is woken by, and its cache.
 pub type Watched = (
-    BoxStream<'static, Result<DynamicObject, watcher::Error>>,
-    Store<DynamicObject>,
+    BoxStream<'static, Result<Packed, watcher::Error>>,
+    Store<Packed>,
 );
 
 /// Every object of `api`, cached lean; the stream yields each one changed or deleted.
 /// `Lean::Spec` also drops the status: for Cluster API's own kinds, whose status (its
 /// conditions above all) is most of the object and is never read here.
-pub fn cached(
-    api: Api<DynamicObject>,
-    ar: &ApiResource,
-    config: watcher::Config,
-    lean: Lean,
-) -> Watched {
+pub fn cached(api: Api<Packed>, ar: &ApiResource, config: watcher::Config, lean: Lean) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
     let stream = watcher(api, config)
         .default_backoff()
         .modify(move |obj| {
-            strip(obj);
-            if lean == Lean::Spec
-                && let Some(fields) = obj.data.as_object_mut()
-            {
-                fields.remove("status");
+            if lean == Lean::Spec {
+                obj.drop_status();
             }
         })
         .reflect(writer)
@@ -81,15 +73,15 @@ pub enum Lean {
 /// The caches of what machine reconciles read.
 #[derive(Clone)]
 pub struct Caches {
-    pub clusters: Store<DynamicObject>,
-    pub infra_clusters: Store<DynamicObject>,
-    pub machines: Store<DynamicObject>,
+    pub clusters: Store<Packed>,
+    pub infra_clusters: Store<Packed>,
+    pub machines: Store<Packed>,
 }
 
 /// `name` in `ns` of kind `ar` from `store` when cached there, else as the API server
 /// has it (created a moment ago, or the watch still starting).
 pub async fn cached_or_read(
-    store: Option<&Store<DynamicObject>>,
+    store: Option<&Store<Packed>>,
     client: &kube::Client,
     ar: &ApiResource,
     ns: &str,
@@ -97,24 +89,17 @@ pub async fn cached_or_read(
 ) -> kube::Result<Option<DynamicObject>> {
     let key = ObjectRef::new_with(name, ar.clone()).within(ns);
     if let Some(obj) = store.and_then(|s| s.get(&key)) {
-        return Ok(Some(obj.as_ref().clone()));
+        return Ok(Some(obj.unpack()));
     }
     super::objects::read(&Api::namespaced_with(client.clone(), ns, ar), name).await
-}
-
-/// Drops what no reconcile reads (a few KiB per object, most of a cached machine).
-fn strip(obj: &mut DynamicObject) {
-    obj.metadata.managed_fields = None;
-    if let Some(a) = obj.metadata.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-    }
 }
 
 /// A digest of what a reconcile acts on: the object's identity, spec and metadata
 /// (labels, annotations, owners, finalizers, deletion). Its status is the reconciler's
 /// own output, and so is the spec's `providerID` (written once a machine is ready):
 /// both are left out.
-fn acted_on(obj: &DynamicObject) -> Option<u64> {
+fn acted_on(packed: &Packed) -> Option<u64> {
+    let obj = &packed.unpack();
     let m = &obj.metadata;
     let mut h = DefaultHasher::new();
     m.uid.hash(&mut h);
@@ -162,39 +147,35 @@ mod tests {
     fn a_status_or_provider_id_change_wakes_nothing_a_spec_or_metadata_change_does() {
         let a = machine(1, json!({ "phase": "Cloning" }));
         let b = machine(1, json!({ "phase": "Ready" }));
-        assert_eq!(acted_on(&a), acted_on(&b));
+        assert_eq!(
+            acted_on(&Packed::pack(a.clone())),
+            acted_on(&Packed::pack(b.clone()))
+        );
         let mut c = a.clone();
         c.data["spec"]["memoryMiB"] = json!(4096);
-        assert_ne!(acted_on(&a), acted_on(&c));
+        assert_ne!(
+            acted_on(&Packed::pack(a.clone())),
+            acted_on(&Packed::pack(c.clone()))
+        );
         let mut ours = a.clone();
         ours.data["spec"]["providerID"] = json!("proxmox://u");
         ours.metadata.generation = Some(2);
         assert_eq!(
-            acted_on(&a),
-            acted_on(&ours),
+            acted_on(&Packed::pack(a.clone())),
+            acted_on(&Packed::pack(ours.clone())),
             "the providerID is our own write"
         );
         let mut d = a.clone();
         d.metadata.finalizers = Some(vec!["f".into()]);
-        assert_ne!(acted_on(&a), acted_on(&d));
+        assert_ne!(
+            acted_on(&Packed::pack(a.clone())),
+            acted_on(&Packed::pack(d.clone()))
+        );
         let mut e = a.clone();
         e.metadata.uid = Some("u2".into());
-        assert_ne!(acted_on(&a), acted_on(&e));
-    }
-
-    #[test]
-    fn the_cache_keeps_no_managed_fields_or_last_applied_configuration() {
-        let mut o = machine(1, json!({}));
-        o.metadata.managed_fields = Some(vec![Default::default()]);
-        o.metadata.annotations = Some(
-            [
-                (LAST_APPLIED.to_string(), "{}".to_string()),
-                ("keep".into(), "1".into()),
-            ]
-            .into(),
+        assert_ne!(
+            acted_on(&Packed::pack(a.clone())),
+            acted_on(&Packed::pack(e.clone()))
         );
-        strip(&mut o);
-        assert!(o.metadata.managed_fields.is_none());
-        assert_eq!(o.annotations().len(), 1);
     }
 }
