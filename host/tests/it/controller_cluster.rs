@@ -157,8 +157,17 @@ async fn no_secret_appears_in_logs_events_or_status() {
         .dynamic_api("v1", "Event", Some(&world.ns))
         .await
         .unwrap();
-    let events =
-        serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap();
+    // The event is published just after the status that shows the cluster provisioned.
+    let mut tries = 0;
+    let events = loop {
+        let listed =
+            serde_json::to_string(&events.list(&Default::default()).await.unwrap().items).unwrap();
+        tries += 1;
+        if listed.contains(r#""reason":"Ready""#) || tries == 100 {
+            break listed;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert!(
         events.contains(r#""reason":"Ready""#),
         "the Ready phase is published as an event: {events}"
