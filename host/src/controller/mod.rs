@@ -51,8 +51,7 @@ use crate::metrics::Metrics;
 use context::Context;
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
-use packed::Packed;
-use watch::Lean;
+use packed::{Packed, SpecOnly};
 
 /// Run every controller until they stop (they do not, unless the API is gone). Fails
 /// at start if the ownership key can be neither read nor created. The plugins' runtime
@@ -88,19 +87,21 @@ pub async fn run(
             let others = (kind.role == KindRole::InfraMachine).then(|| {
                 let ns = &options.namespace;
                 let infra_cluster_ar = cluster_kind.clone().unwrap_or_else(objects::capi_cluster);
-                let watched = |ar: &ApiResource, lean| {
-                    watch::cached(
-                        all_or_namespaced(&client, ar, ns),
-                        ar,
-                        watcher::Config::default(),
-                        lean,
-                    )
-                };
+                let (machine_ar, cluster_ar) = (objects::capi_machine(), objects::capi_cluster());
                 Others {
-                    machines: watched(&objects::capi_machine(), Lean::Spec),
-                    clusters: watched(&objects::capi_cluster(), Lean::Spec),
+                    machines: watch::cached(
+                        all_or_namespaced(&client, &machine_ar, ns),
+                        &machine_ar,
+                    ),
+                    clusters: watch::cached(
+                        all_or_namespaced(&client, &cluster_ar, ns),
+                        &cluster_ar,
+                    ),
                     // Its readiness wakes its machines.
-                    infra_clusters: watched(&infra_cluster_ar, Lean::SpecAndStatus),
+                    infra_clusters: watch::cached(
+                        all_or_namespaced(&client, &infra_cluster_ar, ns),
+                        &infra_cluster_ar,
+                    ),
                     infra_cluster_ar,
                 }
             });
@@ -194,8 +195,8 @@ fn config(ctx: &Context) -> ControllerConfig {
 
 /// The watches of other kinds a machine controller reads (see `watch::Caches`).
 struct Others {
-    machines: watch::Watched,
-    clusters: watch::Watched,
+    machines: watch::Watched<false>,
+    clusters: watch::Watched<false>,
     infra_clusters: watch::Watched,
     /// The plugin's InfraCluster kind (a plugin without one gets Clusters twice).
     infra_cluster_ar: ApiResource,
@@ -239,7 +240,7 @@ async fn machines(
         // remembered for the Secret watch below.
         .watches_stream_with(
             others.machines.0,
-            move |m: Packed| {
+            move |m: SpecOnly| {
                 let m = m.unpack();
                 let ns = m.namespace().unwrap_or_default();
                 let infra = objects::reference_to(&m, "spec.infrastructureRef", &group, &kind)
@@ -254,7 +255,7 @@ async fn machines(
         // A Cluster's spec changing (paused) or its deletion maps to all its machines.
         .watches_stream_with(
             others.clusters.0,
-            move |c: Packed| {
+            move |c: SpecOnly| {
                 let c = c.unpack();
                 if !cluster_changes.changed(&c, ()) {
                     return Vec::new();
@@ -369,7 +370,7 @@ async fn timed(obj: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Acti
 
 /// Transient failures come back with exponential backoff and jitter, per object.
 fn error_policy(obj: Arc<Packed>, err: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
+    let key = objects::key(obj.as_ref());
     let delay = ctx.backoff.next(&key);
     tracing::warn!(kind = %ctx.kind.kind, object = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)

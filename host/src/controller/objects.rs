@@ -145,7 +145,7 @@ pub fn paused_why(obj: &DynamicObject, cluster: Option<&DynamicObject>) -> Optio
 }
 
 /// `namespace/name`: how logs, backoff and metrics name an object.
-pub fn key(obj: &DynamicObject) -> String {
+pub fn key(obj: &impl ResourceExt) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }
 

@@ -2,7 +2,7 @@
 //!
 //! A `DynamicObject` holds its spec and status as a `serde_json::Value` tree, where every
 //! small object (a condition, a reference) is a B-tree node of its own: at 1,000
-//! machines the caches of ProxmoxMachines and Machines were about 16 KiB per machine,
+//! machines the caches of InfraMachines and Machines were about 16 KiB per machine,
 //! most of the manager's heap. Kept as compact text with typed metadata (what the
 //! caches' lookups and the triggers read), an object costs a few KiB; a reconcile
 //! parses the one it works on (tens of microseconds).
@@ -16,19 +16,27 @@ use serde_json::Value;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// An object of any kind: typed metadata, the rest as JSON text.
+/// An object of any kind: typed metadata, the rest as JSON text; with its status when
+/// `STATUS`, else without ([`SpecOnly`]).
 #[derive(Debug, Clone)]
-pub struct Packed {
+pub struct Packed<const STATUS: bool = true> {
     types: Option<TypeMeta>,
     pub metadata: ObjectMeta,
     /// The object's fields other than `apiVersion`, `kind` and `metadata`, as JSON.
     data: Box<str>,
 }
 
-impl Packed {
+/// An object cached without its status: Cluster API's own kinds, whose status (its
+/// conditions above all) is most of the object and is never read here.
+pub type SpecOnly = Packed<false>;
+
+impl<const STATUS: bool> Packed<STATUS> {
     /// Packs `obj` without what no reconcile reads (`strip`).
-    pub fn pack(mut obj: DynamicObject) -> Packed {
+    pub fn pack(mut obj: DynamicObject) -> Packed<STATUS> {
         strip(&mut obj);
+        if !STATUS && let Some(fields) = obj.data.as_object_mut() {
+            fields.remove("status");
+        }
         Packed {
             types: obj.types,
             metadata: obj.metadata,
@@ -46,23 +54,25 @@ impl Packed {
         }
     }
 
-    /// Drops the status (for kinds whose status nothing here reads).
-    pub fn drop_status(&mut self) {
-        if let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(&self.data)
-            && fields.remove("status").is_some()
-        {
-            self.data = Value::Object(fields).to_string().into_boxed_str();
+    /// The spec alone (the rest of the text is skipped, not built): what the own
+    /// kinds' watch digests on every event, our own status writes included.
+    pub fn spec(&self) -> Value {
+        #[derive(Deserialize)]
+        struct SpecOnly {
+            #[serde(default)]
+            spec: Value,
         }
+        serde_json::from_str::<SpecOnly>(&self.data).map_or(Value::Null, |o| o.spec)
     }
 }
 
-impl<'de> Deserialize<'de> for Packed {
+impl<'de, const STATUS: bool> Deserialize<'de> for Packed<STATUS> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         DynamicObject::deserialize(d).map(Packed::pack)
     }
 }
 
-impl Resource for Packed {
+impl<const STATUS: bool> Resource for Packed<STATUS> {
     type DynamicType = ApiResource;
     type Scope = DynamicResourceScope;
 
@@ -107,13 +117,12 @@ fn strip(obj: &mut DynamicObject) {
 mod tests {
     use super::*;
     use kube::ResourceExt;
-    use kube::api::GroupVersionKind;
     use serde_json::json;
 
     fn object() -> Value {
         json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-            "kind": "ProxmoxMachine",
+            "kind": "ExampleMachine",
             "metadata": {
                 "name": "m", "namespace": "ns", "uid": "u1",
                 "managedFields": [{"manager": "kubectl"}],
@@ -133,22 +142,15 @@ mod tests {
         assert_eq!(obj.annotations().len(), 1);
         assert_eq!(obj.data["spec"]["memoryMiB"], 4096);
         assert_eq!(obj.data["status"]["ready"], true);
-        assert_eq!(obj.types.unwrap().kind, "ProxmoxMachine");
+        assert_eq!(obj.types.unwrap().kind, "ExampleMachine");
+        assert_eq!(packed.spec(), json!({"memoryMiB": 4096}));
     }
 
     #[test]
-    fn a_dropped_status_is_gone_and_the_spec_kept() {
-        let mut packed: Packed = serde_json::from_value(object()).unwrap();
-        packed.drop_status();
+    fn a_spec_only_object_has_no_status_and_keeps_its_spec() {
+        let packed: SpecOnly = serde_json::from_value(object()).unwrap();
         let obj = packed.unpack();
         assert!(obj.data.get("status").is_none());
         assert_eq!(obj.data["spec"]["memoryMiB"], 4096);
-        let gvk = GroupVersionKind::gvk(
-            "infrastructure.cluster.x-k8s.io",
-            "v1alpha1",
-            "ProxmoxMachine",
-        );
-        let ar = ApiResource::from_gvk(&gvk);
-        assert_eq!(Packed::kind(&ar), "ProxmoxMachine");
     }
 }

@@ -23,7 +23,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
-use super::packed::Packed;
+use super::packed::{Packed, SpecOnly};
 
 /// The objects of `api` that need a reconcile, and the store that caches them.
 pub fn own_kind(api: Api<Packed>, ar: &ApiResource) -> Watched {
@@ -37,51 +37,36 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource) -> Watched {
     (stream.boxed(), store)
 }
 
-/// A watch a controller is woken by, and its cache.
-pub type Watched = (
-    BoxStream<'static, Result<Packed, watcher::Error>>,
-    Store<Packed>,
+/// A watch a controller is woken by, and its cache (of objects with their status, or
+/// without: [`SpecOnly`]).
+pub type Watched<const STATUS: bool = true> = (
+    BoxStream<'static, Result<Packed<STATUS>, watcher::Error>>,
+    Store<Packed<STATUS>>,
 );
 
 /// Every object of `api`, cached lean; the stream yields each one changed or deleted.
-/// `Lean::Spec` also drops the status: for Cluster API's own kinds, whose status (its
-/// conditions above all) is most of the object and is never read here.
-pub fn cached(api: Api<Packed>, ar: &ApiResource, config: watcher::Config, lean: Lean) -> Watched {
+pub fn cached<const STATUS: bool>(api: Api<Packed<STATUS>>, ar: &ApiResource) -> Watched<STATUS> {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
-    let stream = watcher(api, config)
+    let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(move |obj| {
-            if lean == Lean::Spec {
-                obj.drop_status();
-            }
-        })
         .reflect(writer)
         .touched_objects();
     (stream.boxed(), store)
 }
 
-/// What a cache of another kind keeps besides metadata.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Lean {
-    /// Spec and status.
-    SpecAndStatus,
-    /// The spec only: nothing reads its status.
-    Spec,
-}
-
 /// The caches of what machine reconciles read.
 #[derive(Clone)]
 pub struct Caches {
-    pub clusters: Store<Packed>,
+    pub clusters: Store<SpecOnly>,
     pub infra_clusters: Store<Packed>,
-    pub machines: Store<Packed>,
+    pub machines: Store<SpecOnly>,
 }
 
 /// `name` in `ns` of kind `ar` from `store` when cached there, else as the API server
 /// has it (created a moment ago, or the watch still starting).
-pub async fn cached_or_read(
-    store: Option<&Store<Packed>>,
+pub async fn cached_or_read<const STATUS: bool>(
+    store: Option<&Store<Packed<STATUS>>>,
     client: &kube::Client,
     ar: &ApiResource,
     ns: &str,
@@ -98,12 +83,11 @@ pub async fn cached_or_read(
 /// (labels, annotations, owners, finalizers, deletion). Its status is the reconciler's
 /// own output, and so is the spec's `providerID` (written once a machine is ready):
 /// both are left out.
-fn acted_on(packed: &Packed) -> Option<u64> {
-    let obj = &packed.unpack();
+fn acted_on(obj: &Packed) -> Option<u64> {
     let m = &obj.metadata;
     let mut h = DefaultHasher::new();
     m.uid.hash(&mut h);
-    let mut spec = obj.data.get("spec").cloned().unwrap_or_default();
+    let mut spec = obj.spec();
     if let Some(fields) = spec.as_object_mut() {
         fields.remove("providerID");
     }
