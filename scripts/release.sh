@@ -3,7 +3,8 @@
 #
 #   OUT/infrastructure-proxmox/VERSION/
 #     infrastructure-components.yaml   Namespace, CRDs (from the bundled plugin), RBAC,
-#                                      credentials Secret, manager Deployment
+#                                      credentials Secret, webhook Service and certificate,
+#                                      manager Deployment
 #     metadata.yaml
 #     cluster-template*.yaml, clusterclass-*.yaml
 #
@@ -65,7 +66,7 @@ grep -q 'cluster.x-k8s.io/v1beta2:' "$crds" || { echo "release.sh: CRDs lack the
 {
   echo "# hyperplug $version: infrastructure provider \"proxmox\" for Cluster API (contract v1beta2)."
   echo "# Rendered by scripts/release.sh from deploy/ and the CRDs of $(basename "$plugin")."
-  for part in deploy/namespace.yaml "$crds" deploy/rbac.yaml deploy/credentials.yaml deploy/manager.yaml; do
+  for part in deploy/namespace.yaml "$crds" deploy/rbac.yaml deploy/credentials.yaml deploy/webhook.yaml deploy/manager.yaml; do
     echo "---"
     # Drop comment-only lines and a leading separator; parts are joined by one `---`.
     sed -e '/^#/d' "$part" | sed -e '1{/^---$/d}'

@@ -4,9 +4,11 @@
 //! conformance kit (`hyperplug-conformance`) drives plugins through the runtime alone.
 pub mod cli;
 pub mod controller;
+pub mod conversion;
 pub mod health;
 pub mod heap;
 pub mod leader;
 pub mod metrics;
 pub mod status;
 pub mod telemetry;
+pub mod webhook;

@@ -6,7 +6,7 @@
 //! `spec.credentialsRefs`), the contract labels and the printer columns.
 use serde_json::{Value, json};
 
-use crate::bindings::identity::{KindInfo, KindRole, PluginInfo};
+use crate::bindings::identity::{KindInfo, KindRole, KindVersion, PluginInfo};
 
 /// The label that tells Cluster API which contract our CRD versions follow.
 pub const CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
@@ -43,12 +43,127 @@ pub fn crds_yaml(info: &PluginInfo) -> Result<String, String> {
     Ok(out)
 }
 
+/// Where the API server reaches the conversion webhook of a kind with several versions:
+/// the manager's webhook Service in the release's namespace (`deploy/webhook.yaml`;
+/// clusterctl moves both to its target namespace), its serving certificate's CA injected
+/// by cert-manager.
+pub const WEBHOOK_NAMESPACE: &str = "hyperplug-system";
+pub const WEBHOOK_SERVICE: &str = "hyperplug-webhook-service";
+pub const CONVERSION_PATH: &str = "/convert";
+/// The cert-manager Certificate whose CA cert-manager's CA injector puts in `caBundle`.
+pub const SERVING_CERTIFICATE: &str = "hyperplug-serving-cert";
+
 fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
-    // One version, the one calls speak, until the CRDs carry every declared version.
-    let mut spec: Value = serde_json::from_str(info.spec_schema(kind))
-        .map_err(|e| format!("kind {}: spec-schema is not JSON: {e}", kind.kind))?;
-    check_structural(&spec, &format!("{}.spec", kind.kind))?;
-    let spec = match kind.role {
+    let plural = plural(&kind.kind);
+    let mut columns = host_columns(kind.role);
+    for c in &kind.columns {
+        columns.insert(columns.len().saturating_sub(1), json!({
+            "name": c.name, "type": c.column_type, "jsonPath": c.json_path, "description": c.description,
+        }));
+    }
+    let versions = kind
+        .versions
+        .iter()
+        .map(|v| version(info, kind, v, &columns))
+        .collect::<Result<Vec<_>, _>>()?;
+    // CAPI reads the contract label to learn which versions follow its contract, and
+    // uses the newest of them.
+    let served: Vec<&str> = kind
+        .versions
+        .iter()
+        .filter(|v| v.served)
+        .map(|v| v.name.as_str())
+        .collect();
+    let mut crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{plural}.{}", info.group),
+            "labels": {
+                CONTRACT_LABEL: served.join("_"),
+                PROVIDER_LABEL: provider_label_value(info),
+            },
+        },
+        "spec": {
+            "group": info.group,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind.kind,
+                "listKind": format!("{}List", kind.kind),
+                "plural": plural,
+                "singular": kind.kind.to_ascii_lowercase(),
+                "categories": ["cluster-api"],
+            },
+            "versions": versions,
+        },
+    });
+    if kind.versions.len() > 1 {
+        crd["metadata"]["annotations"] = json!({
+            "cert-manager.io/inject-ca-from": format!("{WEBHOOK_NAMESPACE}/{SERVING_CERTIFICATE}"),
+        });
+        crd["spec"]["conversion"] = json!({
+            "strategy": "Webhook",
+            "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"service": {
+                    "namespace": WEBHOOK_NAMESPACE,
+                    "name": WEBHOOK_SERVICE,
+                    "path": CONVERSION_PATH,
+                }},
+            },
+        });
+    }
+    Ok(crd)
+}
+
+/// One entry of a CRD's `spec.versions`: the plugin's schemas of this version with the
+/// host's fields added.
+fn version(
+    info: &PluginInfo,
+    kind: &KindInfo,
+    version: &KindVersion,
+    columns: &[Value],
+) -> Result<Value, String> {
+    let at = format!("{} {}", kind.kind, version.name);
+    let mut spec: Value = serde_json::from_str(&version.spec_schema)
+        .map_err(|e| format!("kind {at}: spec-schema is not JSON: {e}"))?;
+    check_structural(&spec, &format!("{}.spec ({})", kind.kind, version.name))?;
+    let spec = host_spec(kind.role, spec.take());
+    let mut status = status_schema(kind.role);
+    if let Some(own) = &version.status_schema {
+        let own: Value = serde_json::from_str(own)
+            .map_err(|e| format!("kind {at}: status-schema is not JSON: {e}"))?;
+        check_structural(&own, &format!("{}.status ({})", kind.kind, version.name))?;
+        merge_status(&mut status, own);
+    }
+    let mut v = json!({
+        "name": version.name,
+        "served": version.served,
+        "storage": version.storage,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": columns,
+        "schema": {"openAPIV3Schema": {
+            "type": "object",
+            "description": format!("{} of the {} infrastructure provider.", kind.kind, info.name),
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+                "spec": spec,
+                "status": status,
+            },
+        }},
+    });
+    if let Some(warning) = &version.deprecation_warning {
+        v["deprecated"] = json!(true);
+        v["deprecationWarning"] = json!(warning);
+    }
+    Ok(v)
+}
+
+/// The plugin's spec schema with what the contract and the host add, per role.
+fn host_spec(role: KindRole, mut spec: Value) -> Value {
+    match role {
         KindRole::InfraMachine => {
             add_property(
                 &mut spec,
@@ -66,7 +181,7 @@ fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
             spec
         }
         KindRole::InfraMachineTemplate | KindRole::InfraClusterTemplate => {
-            if kind.role == KindRole::InfraClusterTemplate {
+            if role == KindRole::InfraClusterTemplate {
                 add_property(&mut spec, "controlPlaneEndpoint", endpoint_schema());
                 add_credentials_refs(&mut spec);
             }
@@ -86,55 +201,20 @@ fn crd(info: &PluginInfo, kind: &KindInfo) -> Result<Value, String> {
                 }},
             })
         }
-    };
-    let plural = plural(&kind.kind);
-    let version = &info.api_version;
-    let mut columns = host_columns(kind.role);
-    for c in &kind.columns {
-        columns.insert(columns.len().saturating_sub(1), json!({
-            "name": c.name, "type": c.column_type, "jsonPath": c.json_path, "description": c.description,
-        }));
     }
-    Ok(json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": format!("{plural}.{}", info.group),
-            "labels": {
-                CONTRACT_LABEL: version,
-                PROVIDER_LABEL: provider_label_value(info),
-            },
-        },
-        "spec": {
-            "group": info.group,
-            "scope": "Namespaced",
-            "names": {
-                "kind": kind.kind,
-                "listKind": format!("{}List", kind.kind),
-                "plural": plural,
-                "singular": kind.kind.to_ascii_lowercase(),
-                "categories": ["cluster-api"],
-            },
-            "versions": [{
-                "name": version,
-                "served": true,
-                "storage": true,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": format!("{} of the {} infrastructure provider.", kind.kind, info.name),
-                    "properties": {
-                        "apiVersion": {"type": "string"},
-                        "kind": {"type": "string"},
-                        "metadata": {"type": "object"},
-                        "spec": spec,
-                        "status": status_schema(kind.role),
-                    },
-                }},
-            }],
-        },
-    }))
+}
+
+/// The plugin's own `status` fields join the host's; the host's win a name clash (it
+/// writes them).
+fn merge_status(status: &mut Value, own: Value) {
+    let Some(own) = own.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    if let Some(props) = properties(status) {
+        for (name, schema) in own {
+            props.entry(name.clone()).or_insert_with(|| schema.clone());
+        }
+    }
 }
 
 /// The `properties` of an object schema (`check_structural` made sure it is one),
@@ -311,7 +391,6 @@ fn check_structural(schema: &Value, path: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::identity::KindVersion;
 
     #[test]
     fn plural_follows_crd_naming() {
@@ -414,6 +493,69 @@ mod tests {
         ] {
             check_structural(&status_schema(role), &format!("{role:?}.status")).unwrap();
         }
+    }
+
+    #[test]
+    fn several_versions_make_one_crd_converted_by_the_webhook() {
+        let mut k = kind(
+            "ExampleMachine",
+            KindRole::InfraMachine,
+            json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+        );
+        k.versions[0].storage = false;
+        k.versions[0].deprecation_warning = Some("use v1alpha2".into());
+        k.versions.push(KindVersion {
+            name: "v1alpha2".into(),
+            spec_schema: json!({"type": "object", "properties": {"b": {"type": "string"}}})
+                .to_string(),
+            status_schema: Some(
+                json!({"type": "object", "properties": {
+                    "node": {"type": "string"},
+                    // The host's own field stays the host's.
+                    "phase": {"type": "integer"},
+                }})
+                .to_string(),
+            ),
+            served: true,
+            storage: true,
+            deprecation_warning: None,
+        });
+        let crd = &crds(&info(vec![k])).unwrap()[0];
+        assert_eq!(
+            crd["metadata"]["labels"][CONTRACT_LABEL],
+            "v1alpha1_v1alpha2"
+        );
+        let versions = crd["spec"]["versions"].as_array().unwrap();
+        let schema = |i: usize| &versions[i]["schema"]["openAPIV3Schema"]["properties"];
+        assert_eq!(versions[0]["name"], "v1alpha1");
+        assert_eq!(versions[0]["storage"], false);
+        assert_eq!(versions[0]["deprecationWarning"], "use v1alpha2");
+        assert_eq!(schema(0)["spec"]["properties"]["a"]["type"], "string");
+        assert_eq!(
+            schema(0)["spec"]["properties"]["providerID"]["type"],
+            "string"
+        );
+        assert_eq!(versions[1]["storage"], true);
+        assert!(schema(1)["spec"]["properties"].get("a").is_none());
+        assert_eq!(schema(1)["status"]["properties"]["node"]["type"], "string");
+        assert_eq!(schema(1)["status"]["properties"]["phase"]["type"], "string");
+        let hook = &crd["spec"]["conversion"]["webhook"];
+        assert_eq!(crd["spec"]["conversion"]["strategy"], "Webhook");
+        assert_eq!(hook["clientConfig"]["service"]["name"], WEBHOOK_SERVICE);
+        assert_eq!(hook["clientConfig"]["service"]["path"], CONVERSION_PATH);
+        assert_eq!(
+            crd["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{WEBHOOK_NAMESPACE}/{SERVING_CERTIFICATE}")
+        );
+        // One version: nothing to convert.
+        let one = &crds(&info(vec![kind(
+            "ExampleMachine",
+            KindRole::InfraMachine,
+            json!({"type": "object"}),
+        )]))
+        .unwrap()[0];
+        assert!(one["spec"].get("conversion").is_none());
+        assert_eq!(one["metadata"]["labels"][CONTRACT_LABEL], "v1alpha1");
     }
 
     #[test]

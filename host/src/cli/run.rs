@@ -14,8 +14,10 @@ use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 use super::{CacheArgs, load_plugins};
 use crate::controller::claims::LeaseClaims;
 use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
+use crate::conversion::Conversions;
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
+use crate::webhook::{self, CertDir};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -94,6 +96,19 @@ pub struct RunArgs {
     pub blob_advertise_url: Option<url::Url>,
     #[command(flatten)]
     pub blob_limits: BlobLimits,
+    /// Address of the HTTPS webhook server: the CRD conversion webhook of kinds a plugin
+    /// declares in several API versions (the release's Service `hyperplug-webhook-service`
+    /// points at it). Not started when every kind has one version.
+    #[arg(long, default_value = "0.0.0.0:9443", env = "HYPERPLUG_WEBHOOK_ADDR")]
+    pub webhook_addr: SocketAddr,
+    /// Directory of the webhook server's certificate (`tls.crt`, `tls.key`; the release
+    /// mounts cert-manager's Secret there). Read again when the files change.
+    #[arg(
+        long,
+        default_value = "/tmp/k8s-webhook-server/serving-certs",
+        env = "HYPERPLUG_WEBHOOK_CERT_DIR"
+    )]
+    pub webhook_cert_dir: PathBuf,
     /// Namespace of the Leases that keep plugins' exclusive claims (e.g. which machine
     /// holds which bare-metal host). Default: $POD_NAMESPACE, else `default`.
     #[arg(long, env = "HYPERPLUG_CLAIMS_NAMESPACE")]
@@ -179,6 +194,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
         tracing::info!(addr = %args.blob_listen_addr, advertised = %advertise, "serving blobs");
         tokio::spawn(log_exit("blobs", blob_server::serve(listener, store)));
+    }
+    // Conversion serves every replica, leader or standby: the API server calls whichever
+    // the Service picks.
+    let conversions = Conversions::new(&plugins);
+    if !conversions.is_empty() {
+        let certs = CertDir {
+            dir: args.webhook_cert_dir.clone(),
+        };
+        let server = webhook::Server::bind(args.webhook_addr, certs, conversions)
+            .await
+            .context("the conversion webhook (--webhook-addr, --webhook-cert-dir)")?;
+        tokio::spawn(log_exit("webhook", server.serve()));
     }
     let ready = Arc::new(AtomicBool::new(false));
     let health = Health {

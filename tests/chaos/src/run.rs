@@ -210,7 +210,8 @@ pub async fn run(args: &Args) -> Result<Outcome> {
     let sim = simulator(args, seed).await?;
     let admin = Arc::new(Admin::new(&sim)?);
     eprintln!("[chaos] starting the management plane");
-    let plane = fleet::plane::start(&args.hyperplug, &args.plugin, PlaneOpts::default()).await?;
+    let (plane, webhook) =
+        fleet::plane::start(&args.hyperplug, &args.plugin, PlaneOpts::default()).await?;
     let client = plane.client();
     eprintln!(
         "[chaos] plane and manager logs in {} (kept with KUBE_WORLD_KEEP=1)",
@@ -224,6 +225,7 @@ pub async fn run(args: &Args) -> Result<Outcome> {
         kubeconfig: plane.kubeconfig_for("hyperplug")?,
         args: host_args,
         env: vec![],
+        webhook,
     };
     let replicas = Replicas::start(&spec, plane.dir().to_path_buf(), client.clone(), started)?;
     let supervisor = Supervisor::start(replicas, sim.state(), args.machines, args.kills, &mut rng);

@@ -102,6 +102,8 @@ impl Management {
 
     async fn start_hyperplug(&mut self, hyperplug: &Path, plugin: &Path) -> Result<()> {
         let health = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let webhook = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let certs = self.plane.webhook_cert_dir("hyperplug-webhook")?;
         let log = self.plane.dir().join("hyperplug.log");
         let mut cmd = Command::new(hyperplug);
         cmd.arg("run")
@@ -113,6 +115,8 @@ impl Management {
             ))
             .arg(format!("--metrics-addr={}", self.metrics))
             .arg(format!("--health-addr={health}"))
+            .arg(format!("--webhook-addr={webhook}"))
+            .arg(format!("--webhook-cert-dir={}", certs.display()))
             .env("KUBECONFIG", self.plane.kubeconfig_path());
         say(format!(
             "{}: starting hyperplug run --plugin {}",
@@ -129,7 +133,22 @@ impl Management {
                     Ok(TcpStream::connect_timeout(&health, Duration::from_millis(200)).is_ok())
                 },
             )
-            .await
+            .await?;
+        // clusterctl installed our CRDs converting through the release's Service, which
+        // nothing backs here: the API server calls this manager on loopback instead.
+        let pointed = self
+            .plane
+            .point_conversion(
+                "cluster.x-k8s.io/provider=infrastructure-proxmox",
+                &format!("https://{webhook}/convert"),
+            )
+            .await?;
+        say(format!(
+            "{}: {} CRDs convert through hyperplug's webhook",
+            self.name,
+            pointed.len()
+        ));
+        Ok(())
     }
 
     /// Let this manager verify ownership ids `source`'s manager signed, as before a

@@ -4,6 +4,8 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
+use crate::webhook::Service;
+
 /// How to start a manager: the same for every start of a replica.
 #[derive(Debug, Clone)]
 pub struct HostSpec {
@@ -16,6 +18,8 @@ pub struct HostSpec {
     pub args: Vec<String>,
     /// Extra environment (e.g. `HOSTNAME`, the leader-election identity).
     pub env: Vec<(String, String)>,
+    /// The webhook Service every start joins with a webhook server of its own.
+    pub webhook: Service,
 }
 
 /// The running host; killed when dropped.
@@ -36,12 +40,18 @@ impl HostSpec {
             .with_context(|| format!("opening {}", log.display()))?;
         let port = |_| kube_world::free_port();
         let (metrics, health) = (port(0)?, port(1)?);
+        let webhook = self.webhook.add_replica()?;
         let child = Command::new(&self.binary)
             .arg("run")
             .arg("--plugin")
             .arg(&self.plugin)
             .arg(format!("--metrics-addr=127.0.0.1:{metrics}"))
             .arg(format!("--health-addr=127.0.0.1:{health}"))
+            .arg(format!("--webhook-addr=127.0.0.1:{webhook}"))
+            .arg(format!(
+                "--webhook-cert-dir={}",
+                self.webhook.cert_dir.display()
+            ))
             .args(&self.args)
             .env("KUBECONFIG", &self.kubeconfig)
             .envs(self.env.iter().map(|(k, v)| (k, v)))

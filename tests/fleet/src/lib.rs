@@ -4,7 +4,8 @@
 //! `scale-bench`, the `chaos` run): `hyperplug run` as its own process ([`host`]),
 //! pve-sim's world of nodes with one template each ([`world`]), the management plane with
 //! Cluster API's CRDs and the plugin's ([`plane`]), the objects Cluster API lays out for
-//! clusters and machines ([`objects`]), waiting for the world ([`wait`]),
+//! clusters and machines ([`objects`]), waiting for the world ([`wait`]), the managers'
+//! conversion webhook behind one address ([`webhook`]),
 //! and finding or building the binaries ([`binaries`]).
 
 pub mod binaries;
@@ -12,6 +13,7 @@ pub mod host;
 pub mod objects;
 pub mod plane;
 pub mod wait;
+pub mod webhook;
 pub mod world;
 
 pub use host::{Host, HostSpec};

@@ -5,10 +5,13 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use kube_world::{Plane, PlaneOpts};
 
+use crate::webhook::Service;
+
 /// Starts the plane with `opts` (its controller manager once the CRDs are in, so the
 /// garbage collector knows them), installs Cluster API's CRDs and those `hyperplug crds`
-/// renders for `plugin`, and starts the Cluster API core manager.
-pub async fn start(hyperplug: &Path, plugin: &Path, opts: PlaneOpts) -> Result<Plane> {
+/// renders for `plugin` (converting through the returned webhook Service, which the
+/// managers join as they start), and starts the Cluster API core manager.
+pub async fn start(hyperplug: &Path, plugin: &Path, opts: PlaneOpts) -> Result<(Plane, Service)> {
     let plane = Plane::start(PlaneOpts {
         controller_manager: false,
         ..opts
@@ -26,10 +29,11 @@ pub async fn start(hyperplug: &Path, plugin: &Path, opts: PlaneOpts) -> Result<P
             String::from_utf8_lossy(&crds.stderr)
         );
     }
+    let webhook = Service::start(&plane).await?;
     plane
-        .install_crds_yaml(&String::from_utf8(crds.stdout)?)
+        .install_crds_yaml_converted_at(&String::from_utf8(crds.stdout)?, &webhook.url)
         .await?;
     plane.start_controller_manager().await?;
     plane.start_capi_core().await?;
-    Ok(plane)
+    Ok((plane, webhook))
 }

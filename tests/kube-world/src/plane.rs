@@ -12,10 +12,11 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::version::Info;
-use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::GroupVersionKind;
 use kube::{Client, Config};
+use serde_json::Value;
 
 use crate::apply;
 use crate::certs::{self, Ca};
@@ -524,19 +525,36 @@ impl Plane {
     /// they are established. Conversion webhooks are dropped (`strategy: None`) until a
     /// manager serving them is started. Returns the CRD names.
     pub async fn install_crds_yaml(&self, yaml: &str) -> Result<Vec<String>> {
-        let names = self.apply_crds_yaml(yaml).await?;
+        let names = self.apply_crds_yaml(yaml, None).await?;
         self.wait_crds_established(&names).await?;
         Ok(names)
     }
-    async fn apply_crds_yaml(&self, yaml: &str) -> Result<Vec<String>> {
+    /// [`Plane::install_crds_yaml`], the conversion webhook of every CRD with several
+    /// versions pointed at `url` (a server with a certificate from
+    /// [`Plane::webhook_cert_dir`]) instead of dropped.
+    pub async fn install_crds_yaml_converted_at(
+        &self,
+        yaml: &str,
+        url: &str,
+    ) -> Result<Vec<String>> {
+        let names = self.apply_crds_yaml(yaml, Some(url)).await?;
+        self.wait_crds_established(&names).await?;
+        Ok(names)
+    }
+    async fn apply_crds_yaml(
+        &self,
+        yaml: &str,
+        conversion_url: Option<&str>,
+    ) -> Result<Vec<String>> {
         let mut names = Vec::new();
         for mut doc in apply::parse_documents(yaml)? {
             if doc.get("kind").and_then(|k| k.as_str()) == Some("CustomResourceDefinition") {
+                let conversion = match conversion_url {
+                    Some(url) => self.conversion_at(&doc, url),
+                    None => serde_json::json!({ "strategy": "None" }),
+                };
                 if let Some(spec) = doc.get_mut("spec").and_then(|s| s.as_object_mut()) {
-                    spec.insert(
-                        "conversion".into(),
-                        serde_json::json!({ "strategy": "None" }),
-                    );
+                    spec.insert("conversion".into(), conversion);
                 }
                 let obj = apply::apply_object(&self.client, None, doc).await?;
                 names.push(obj.metadata.name.unwrap_or_default());
@@ -545,6 +563,58 @@ impl Plane {
             }
         }
         Ok(names)
+    }
+    /// A CRD's `spec.conversion` calling `url` (trusting the plane's CA) when it has
+    /// several versions, else `None`.
+    fn conversion_at(&self, crd: &Value, url: &str) -> Value {
+        let versions = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        if versions < 2 {
+            return serde_json::json!({ "strategy": "None" });
+        }
+        serde_json::json!({
+            "strategy": "Webhook",
+            "webhook": {
+                "clientConfig": {"url": url, "caBundle": b64(self.ca.cert_pem().as_bytes())},
+                "conversionReviewVersions": ["v1"],
+            },
+        })
+    }
+    /// Points the conversion webhook of every installed CRD matching `selector` (a label
+    /// selector) with several versions at `url`, as [`Plane::install_crds_yaml_converted_at`]
+    /// does, e.g. after `clusterctl init` installed them pointing at a Service. Waits a
+    /// moment for the API server to take the change up. Returns the CRDs changed.
+    pub async fn point_conversion(&self, selector: &str, url: &str) -> Result<Vec<String>> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let mut changed = Vec::new();
+        for crd in api.list(&ListParams::default().labels(selector)).await? {
+            let value = serde_json::to_value(&crd)?;
+            let conversion = self.conversion_at(&value, url);
+            if conversion["strategy"] != "Webhook" {
+                continue;
+            }
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let patch = serde_json::json!({"spec": {"conversion": conversion}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("pointing the conversion of CRD {name} at {url}"))?;
+            changed.push(name);
+        }
+        // The API server rebuilds a CRD's handler from an informer.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(changed)
+    }
+    /// A serving certificate for `127.0.0.1`/`localhost` from the plane's CA, as
+    /// `tls.crt` and `tls.key` in a directory of the plane's (what webhook servers read).
+    pub fn webhook_cert_dir(&self, name: &str) -> Result<PathBuf> {
+        let dir = self.path.join(format!("{name}-certs"));
+        std::fs::create_dir_all(&dir)?;
+        let serving = self.ca.server(&["127.0.0.1", "localhost"])?;
+        std::fs::write(dir.join("tls.crt"), &serving.cert)?;
+        std::fs::write(dir.join("tls.key"), &serving.key)?;
+        Ok(dir)
     }
     /// [`Plane::install_crds_yaml`] on a file.
     pub async fn install_crds_file(&self, path: impl AsRef<Path>) -> Result<Vec<String>> {
@@ -558,7 +628,7 @@ impl Plane {
             let yaml = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
             names.extend(
-                self.apply_crds_yaml(&yaml)
+                self.apply_crds_yaml(&yaml, None)
                     .await
                     .with_context(|| format!("installing CRDs from {}", path.display()))?,
             );

@@ -84,8 +84,8 @@ pub fn capmox_var(name: &str) -> String {
         .unwrap_or_else(|| panic!("capmox.env has no {name}"))
 }
 
-/// `hyperplug crds plugins/proxmox.wasm`, rendered in process by the host library.
-pub async fn bundled_plugin_crds() -> Result<String> {
+/// The bundled plugin (`plugins/proxmox.wasm`), loaded by the host library.
+pub async fn bundled_plugin() -> Result<hyperplug_runtime::Plugin> {
     let plugin = repo_root().join("plugins/proxmox.wasm");
     if !plugin.is_file() {
         bail!(
@@ -98,8 +98,32 @@ pub async fn bundled_plugin_crds() -> Result<String> {
         no_plugin_cache: false,
     };
     let runtime = hyperplug_runtime::Runtime::builder(hyperplug_runtime::Limits::default());
-    let plugins = hyperplug::cli::load_plugins(&[plugin], runtime, &cache).await?;
-    hyperplug_runtime::crds::crds_yaml(plugins[0].info()).map_err(|e| anyhow!(e))
+    let mut plugins = hyperplug::cli::load_plugins(&[plugin], runtime, &cache).await?;
+    plugins.pop().context("no plugin loaded")
+}
+
+/// `hyperplug crds plugins/proxmox.wasm`, rendered in process by the host library.
+pub async fn bundled_plugin_crds() -> Result<String> {
+    hyperplug_runtime::crds::crds_yaml(bundled_plugin().await?.info()).map_err(|e| anyhow!(e))
+}
+
+/// The bundled plugin's CRDs on `plane`, converting between their versions through the
+/// manager's webhook server, run in this process (a task of the caller's runtime) with
+/// a certificate from the plane's CA.
+pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
+    use hyperplug::conversion::Conversions;
+    use hyperplug::webhook::{CertDir, Server};
+    let plugin = bundled_plugin().await?;
+    let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).map_err(|e| anyhow!(e))?;
+    let certs = CertDir {
+        dir: plane.webhook_cert_dir("hyperplug-webhook")?,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = Server::on(listener, certs, Conversions::new(&[plugin]))?;
+    let url = server.url()?;
+    tokio::spawn(server.serve());
+    plane.install_crds_yaml_converted_at(&crds, &url).await?;
+    Ok(())
 }
 
 /// A release folder rendered by `scripts/release.sh` into a temporary directory.

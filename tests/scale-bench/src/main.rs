@@ -165,7 +165,7 @@ async fn run(args: &Args) -> Result<report::Report> {
     let pve = objects::Pve::of(&sim, pve_sim::DEFAULT_TOKEN)?;
 
     eprintln!("[bench] starting the management plane");
-    let plane = fleet::plane::start(
+    let (plane, webhook) = fleet::plane::start(
         &args.hyperplug,
         &args.plugin,
         PlaneOpts {
@@ -198,6 +198,7 @@ async fn run(args: &Args) -> Result<report::Report> {
         kubeconfig,
         args: args.host_args.clone(),
         env: vec![],
+        webhook,
     }
     .start(&plane.dir().join("hyperplug.log"))?;
     let timeout = Duration::from_secs(args.timeout_secs);

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use hyperplug::controller::claims::LeaseClaims;
 use hyperplug::controller::{self, ManagerOptions};
+use hyperplug::conversion::Conversions;
 use hyperplug::metrics::Metrics;
+use hyperplug::webhook::{self, CertDir};
 use hyperplug_runtime::{Limits, Runtime};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch};
@@ -60,6 +62,21 @@ impl std::io::Write for LogWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// The conversion webhook of `plugins`' kinds on a free loopback port, as `hyperplug
+/// run` serves it, with a certificate from `plane`'s CA; its URL.
+pub async fn serve_conversion(plane: &Plane, plugins: &[hyperplug_runtime::Plugin]) -> String {
+    let certs = CertDir {
+        dir: plane
+            .webhook_cert_dir("conversion")
+            .expect("webhook certificate"),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = webhook::Server::on(listener, certs, Conversions::new(plugins)).expect("webhook");
+    let url = server.url().unwrap();
+    tokio::spawn(server.serve());
+    url
 }
 
 /// The resync of the tests' manager: drift and recoveries show within seconds.
@@ -116,8 +133,11 @@ impl World {
             .claims(Arc::new(LeaseClaims::new(plane.client(), "default")));
         let (_rt, plugin) = super::load_with("proxmox", runtime).await;
         let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).expect("our CRDs");
+        // The kinds' conversion webhook, served in this process for the whole world (a
+        // manager started as a process serves its own too, unused).
+        let webhook = serve_conversion(&plane, std::slice::from_ref(&plugin)).await;
         plane
-            .install_crds_yaml(&crds)
+            .install_crds_yaml_converted_at(&crds, &webhook)
             .await
             .expect("install our CRDs");
         sim_config.tokens = vec![format!("{TOKEN_ID}={TOKEN_SECRET}")];
@@ -216,8 +236,12 @@ impl World {
         for plugin in plugins {
             run.arg("--plugin").arg(super::plugin_path(plugin));
         }
+        let certs = self.plane.webhook_cert_dir("hyperplug-run").expect("certs");
         run.args(["--health-addr", "127.0.0.1:0"])
             .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(["--webhook-addr", "127.0.0.1:0"])
+            .arg("--webhook-cert-dir")
+            .arg(certs)
             .env("KUBECONFIG", self.plane.kubeconfig_path())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log));

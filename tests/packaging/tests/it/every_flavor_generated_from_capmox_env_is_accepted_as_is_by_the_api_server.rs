@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail, ensure};
 use kube_world::managers::ManagerSpec;
 use kube_world::{Plane, PlaneOpts};
 use packaging::{
-    CLUSTER_CLASS, Clusterctl, FLAVORS, bundled_plugin_crds, capmox_var, kubectl_apply, repo_root,
+    CLUSTER_CLASS, Clusterctl, FLAVORS, capmox_var, install_bundled_crds, kubectl_apply, repo_root,
 };
 use serde_json::{Value, json};
 
@@ -40,9 +40,7 @@ async fn every_flavor_generated_from_capmox_env_is_accepted_as_is_by_the_api_ser
 
 async fn start_managers(plane: &Plane) -> Result<()> {
     plane.install_capi_crds().await?;
-    plane
-        .install_crds_yaml(&bundled_plugin_crds().await?)
-        .await?;
+    install_bundled_crds(plane).await?;
     plane.start_capi_core_with(&[TOPOLOGY_GATE]).await?;
     plane.start_kubeadm_bootstrap().await?;
     // As `start_kubeadm_control_plane`, with the topology gate its template webhook needs.

@@ -1,7 +1,7 @@
 //! What `clusterctl generate provider --infrastructure proxmox` yields from the rendered
 //! release folder (with the seed's `capmox.env`) is accepted as is by a real API server
 //! (`kubectl apply --server-side --validate=strict`): Namespace, CRDs, RBAC, credentials
-//! Secret and Deployment. Nothing runs it (no kubelet here); the schemas are what is
+//! Secret, webhook Service and certificate, and Deployment. Nothing runs it (no kubelet here); the schemas are what is
 //! checked.
 use kube_world::{Plane, PlaneOpts};
 use packaging::{Clusterctl, Release, kubectl_apply};
@@ -24,6 +24,12 @@ async fn the_provider_components_are_accepted_as_is_by_the_api_server() {
     let plane = Plane::start(PlaneOpts::default())
         .await
         .expect("starting the plane");
+    // The webhook's Certificate and Issuer are cert-manager's kinds (`clusterctl init`
+    // installs cert-manager first).
+    plane
+        .install_crds_dir(plane.tools().cert_manager_dir().join("deploy/crds"))
+        .await
+        .expect("cert-manager's CRDs");
     let out = kubectl_apply(&plane, "hyperplug-system", &components).unwrap();
     for applied in [
         "namespace/hyperplug-system",
@@ -34,6 +40,9 @@ async fn the_provider_components_are_accepted_as_is_by_the_api_server() {
         "role.rbac.authorization.k8s.io/hyperplug-manager",
         "rolebinding.rbac.authorization.k8s.io/hyperplug-manager",
         "secret/hyperplug-proxmox-credentials",
+        "service/hyperplug-webhook-service",
+        "issuer.cert-manager.io/hyperplug-selfsigned-issuer",
+        "certificate.cert-manager.io/hyperplug-serving-cert",
         "deployment.apps/hyperplug-controller-manager",
     ] {
         assert!(

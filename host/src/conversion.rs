@@ -1,0 +1,227 @@
+//! The CRD conversion webhook's work: a `ConversionReview` from the API server, each
+//! object converted by the plugin that declares its kind (`conversion.convert`).
+//!
+//! The host keeps what is its own: `apiVersion` becomes the desired one, `metadata` is
+//! untouched except the annotation that carries what the plugin asked to keep for the
+//! way back (`preserved`), and the plugin sees and returns only `spec` and `status`.
+use std::collections::BTreeMap;
+
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::conversion::ConversionRequest;
+use hyperplug_runtime::bindings::types::PluginError;
+use kube::core::Status;
+use kube::core::conversion::{
+    ConversionRequest as ReviewRequest, ConversionResponse, ConversionReview,
+};
+use serde_json::{Map, Value};
+
+/// Where a conversion keeps what the other version cannot say, as Cluster API's own
+/// conversions do.
+pub const PRESERVED_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
+
+/// The plugins whose kinds have several versions, by `(group, kind)`.
+#[derive(Clone, Default)]
+pub struct Conversions {
+    by_kind: BTreeMap<(String, String), Plugin>,
+}
+
+impl Conversions {
+    pub fn new(plugins: &[Plugin]) -> Self {
+        let mut by_kind = BTreeMap::new();
+        for plugin in plugins {
+            let info = plugin.info();
+            for kind in info.kinds.iter().filter(|k| k.versions.len() > 1) {
+                by_kind.insert((info.group.clone(), kind.kind.clone()), plugin.clone());
+            }
+        }
+        Self { by_kind }
+    }
+
+    /// Whether any kind needs the webhook.
+    pub fn is_empty(&self) -> bool {
+        self.by_kind.is_empty()
+    }
+
+    /// The answer to one review: every object converted, or a failure naming the first
+    /// object that could not be (the API server then fails the client's request with
+    /// that message).
+    pub async fn review(&self, review: ConversionReview) -> ConversionReview {
+        let request = match ReviewRequest::from_review(review) {
+            Ok(request) => request,
+            Err(_) => {
+                return ConversionResponse::invalid(failure("the ConversionReview has no request"))
+                    .into_review();
+            }
+        };
+        let desired = request.desired_api_version.clone();
+        let mut converted = Vec::with_capacity(request.objects.len());
+        for object in &request.objects {
+            match self.convert(object, &desired).await {
+                Ok(object) => converted.push(object),
+                Err(message) => {
+                    tracing::warn!(%message, "conversion refused");
+                    return ConversionResponse::for_request(request)
+                        .failure(failure(&message))
+                        .into_review();
+                }
+            }
+        }
+        ConversionResponse::for_request(request)
+            .success(converted)
+            .into_review()
+    }
+
+    /// One object in `desired` (`group/version`).
+    async fn convert(&self, object: &Value, desired: &str) -> Result<Value, String> {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let name = describe(object);
+        let (group, from) = api_version
+            .split_once('/')
+            .ok_or_else(|| format!("{name}: apiVersion `{api_version}` has no group"))?;
+        let (to_group, to) = desired
+            .split_once('/')
+            .ok_or_else(|| format!("desired apiVersion `{desired}` has no group"))?;
+        if to_group != group {
+            return Err(format!(
+                "{name}: cannot convert from group {group} to {to_group}"
+            ));
+        }
+        let plugin = self
+            .by_kind
+            .get(&(group.to_string(), kind.to_string()))
+            .ok_or_else(|| format!("{name}: no loaded plugin converts {kind}.{group}"))?;
+        let mut out = object.clone();
+        out["apiVersion"] = Value::String(desired.to_string());
+        if from == to {
+            return Ok(out);
+        }
+        let mut parts = Map::new();
+        for key in ["spec", "status"] {
+            if let Some(v) = object.get(key) {
+                parts.insert(key.into(), v.clone());
+            }
+        }
+        let annotations = object.pointer("/metadata/annotations");
+        let preserved = annotations
+            .and_then(|a| a.get(PRESERVED_ANNOTATION))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let req = ConversionRequest {
+            kind: kind.to_string(),
+            from_version: from.to_string(),
+            to_version: to.to_string(),
+            object: Value::Object(parts).to_string(),
+            preserved,
+        };
+        let result = match plugin.convert(&req).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => return Err(format!("{name}: {}", plugin_error(&e))),
+            Err(e) => return Err(format!("{name}: plugin {}: {e}", plugin.name())),
+        };
+        let parts: Map<String, Value> = serde_json::from_str(&result.object).map_err(|e| {
+            format!(
+                "{name}: plugin {} returned a conversion that is not a JSON object: {e}",
+                plugin.name()
+            )
+        })?;
+        for key in ["spec", "status"] {
+            match parts.get(key) {
+                Some(v) => out[key] = v.clone(),
+                None => {
+                    if let Some(o) = out.as_object_mut() {
+                        o.remove(key);
+                    }
+                }
+            }
+        }
+        keep_preserved(&mut out, result.preserved);
+        Ok(out)
+    }
+}
+
+/// Store what the plugin kept for the way back, or drop what an earlier conversion kept.
+fn keep_preserved(object: &mut Value, preserved: Option<String>) {
+    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match preserved {
+        Some(data) => {
+            let annotations = metadata
+                .entry("annotations")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(PRESERVED_ANNOTATION.into(), Value::String(data));
+            }
+        }
+        None => {
+            let now_empty = metadata
+                .get_mut("annotations")
+                .and_then(Value::as_object_mut)
+                .map(|a| {
+                    a.remove(PRESERVED_ANNOTATION);
+                    a.is_empty()
+                });
+            if now_empty == Some(true) {
+                metadata.remove("annotations");
+            }
+        }
+    }
+}
+
+/// `Kind namespace/name` for messages.
+fn describe(object: &Value) -> String {
+    let kind = object["kind"].as_str().unwrap_or("object");
+    let name = object.pointer("/metadata/name").and_then(Value::as_str);
+    match (
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str),
+        name,
+    ) {
+        (Some(ns), Some(name)) => format!("{kind} {ns}/{name}"),
+        (None, Some(name)) => format!("{kind} {name}"),
+        _ => kind.to_string(),
+    }
+}
+
+fn plugin_error(e: &PluginError) -> String {
+    match e {
+        PluginError::InvalidSpec(i) if i.field.is_empty() => i.message.clone(),
+        PluginError::InvalidSpec(i) => format!("{}: {}", i.field, i.message),
+        PluginError::Terminal(t) => format!("{} ({})", t.message, t.reason),
+        PluginError::Transient(t) => t.message.clone(),
+    }
+}
+
+fn failure(message: &str) -> Status {
+    Status::failure(message, "ConversionFailed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn preserved_data_is_stored_and_dropped_in_its_annotation() {
+        let mut object = json!({"metadata": {"name": "m"}});
+        keep_preserved(&mut object, Some("{\"a\":1}".into()));
+        assert_eq!(
+            object["metadata"]["annotations"][PRESERVED_ANNOTATION],
+            "{\"a\":1}"
+        );
+        keep_preserved(&mut object, None);
+        assert_eq!(object, json!({"metadata": {"name": "m"}}));
+        let mut other = json!({"metadata": {"annotations": {"x": "y", PRESERVED_ANNOTATION: "z"}}});
+        keep_preserved(&mut other, None);
+        assert_eq!(other, json!({"metadata": {"annotations": {"x": "y"}}}));
+    }
+
+    #[test]
+    fn objects_are_named_in_messages() {
+        let object =
+            json!({"kind": "ExampleMachine", "metadata": {"namespace": "ns", "name": "m"}});
+        assert_eq!(describe(&object), "ExampleMachine ns/m");
+    }
+}
