@@ -220,6 +220,7 @@ fi
 CAPI_DIR="$(mod_dir "sigs.k8s.io/cluster-api@$CAPI_VERSION")"
 IPAM_DIR="$(mod_dir "$IPAM_MOD@$IPAM_VERSION")"
 CM_DIR="$(mod_dir "$CM_MOD@$CERT_MANAGER_VERSION")"
+CAPMOX_DIR="$(mod_dir "github.com/ionos-cloud/cluster-api-provider-proxmox@$CAPMOX_VERSION")"
 
 envf="$CACHE/world.env"
 cat >"$envf.tmp.$$" <<EOF
@@ -242,6 +243,8 @@ CERT_MANAGER_CONTROLLER=$CM_BIN/cert-manager-controller
 CAPI_DIR=$CAPI_DIR
 IPAM_DIR=$IPAM_DIR
 CERT_MANAGER_DIR=$CM_DIR
+CAPMOX_VERSION=$CAPMOX_VERSION
+CAPMOX_DIR=$CAPMOX_DIR
 EOF
 mv -f "$envf.tmp.$$" "$envf"
 log "world env: $envf"

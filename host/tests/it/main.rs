@@ -8,6 +8,7 @@ mod conformance_redfish;
 mod controller_cluster;
 mod controller_crash;
 mod controller_machine;
+mod conversion;
 mod hostile_plugin;
 mod leader_election;
 mod lease_claims;

@@ -189,4 +189,9 @@ impl Tools {
     pub fn cert_manager_dir(&self) -> PathBuf {
         self.path("CERT_MANAGER_DIR")
     }
+    /// `github.com/ionos-cloud/cluster-api-provider-proxmox@<version>` (CAPMOX) in the Go
+    /// module cache: its `templates/` and `docs/`.
+    pub fn capmox_dir(&self) -> PathBuf {
+        self.path("CAPMOX_DIR")
+    }
 }

@@ -10,6 +10,9 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, anyhow, bail};
 use tempfile::TempDir;
 
+mod plane;
+pub use plane::{get, start_managers, wait_class_reconciled};
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -251,6 +251,24 @@ async fn a_target_namespace_and_a_watch_namespace_reach_every_object_and_the_man
     {
         assert_eq!(binding["subjects"][0]["namespace"], "capmox-system");
     }
+    // The conversion webhook follows: the CRDs call the Service there, with the CA of the
+    // certificate there, issued for the Service's name there.
+    for crd in docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+    {
+        let service = &crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"];
+        assert_eq!(service["namespace"], "capmox-system", "{crd}");
+        assert_eq!(
+            crd["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "capmox-system/hyperplug-serving-cert"
+        );
+    }
+    let dns_names = &the_one(&docs, "Certificate")["spec"]["dnsNames"];
+    assert_eq!(
+        dns_names[0], "hyperplug-webhook-service.capmox-system.svc",
+        "{dns_names}"
+    );
     let manager = &the_one(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0];
     let ns_env = manager["env"]
         .as_array()

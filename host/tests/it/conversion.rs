@@ -1,0 +1,162 @@
+//! Both API versions of the Proxmox kinds on a real API server: objects written in one
+//! version read back in the other through the manager's conversion webhook (served as
+//! `hyperplug run` serves it), and round trips lose nothing, the other version's fields
+//! kept in the `cluster.x-k8s.io/conversion-data` annotation.
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use serde_json::{Value, json};
+
+use crate::support::world::World;
+
+const V1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
+const V2: &str = "infrastructure.cluster.x-k8s.io/v1alpha2";
+const PRESERVED: &str = "cluster.x-k8s.io/conversion-data";
+
+/// A `v1alpha1` spec per kind, with fields `v1alpha2` says differently or not at all.
+fn v1alpha1_specs() -> Vec<(&'static str, Value)> {
+    let machine = json!({
+        "sourceNode": "pve1", "templateID": 9000, "target": "pve2", "full": true,
+        "numSockets": 2, "numCores": 4, "memoryMiB": 8192,
+        "disks": {"bootVolume": {"disk": "scsi0", "sizeGb": 40}},
+        "network": {
+            "default": {"bridge": "vmbr0", "model": "virtio", "vlan": 10},
+            "additionalDevices": [{"name": "net1", "bridge": "vmbr1", "model": "virtio", "linkMtu": 9000,
+                "ipv4PoolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "pool-a"}}],
+        },
+    });
+    let cluster = json!({
+        "controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443},
+        "allowedNodes": ["pve1", "pve2"],
+        "ipv4Config": {"addresses": ["10.0.0.10-10.0.0.20"], "prefix": 24, "gateway": "10.0.0.1", "metric": 100},
+        "dnsServers": ["8.8.8.8"],
+        "cloneSpec": {"machineSpec": {"controlPlane": {"sourceNode": "pve1", "templateID": 100}}},
+    });
+    vec![
+        ("ProxmoxMachine", machine.clone()),
+        ("ProxmoxCluster", cluster.clone()),
+        (
+            "ProxmoxMachineTemplate",
+            json!({"template": {"metadata": {"labels": {"tier": "workers"}}, "spec": machine}}),
+        ),
+        (
+            "ProxmoxClusterTemplate",
+            json!({"template": {"spec": cluster}}),
+        ),
+    ]
+}
+
+/// Whether every field of `written` reads back equal in `read` (the API server may add
+/// the schema's defaults).
+fn kept(written: &Value, read: &Value) -> bool {
+    match (written, read) {
+        (Value::Object(w), Value::Object(r)) => w
+            .iter()
+            .all(|(k, v)| r.get(k).is_some_and(|rv| kept(v, rv))),
+        (Value::Array(w), Value::Array(r)) => {
+            w.len() == r.len() && w.iter().zip(r).all(|(a, b)| kept(a, b))
+        }
+        _ => written == read,
+    }
+}
+
+fn object(api_version: &str, kind: &str, name: &str, spec: &Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": api_version, "kind": kind,
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_written_in_v1alpha1_reads_in_v1alpha2_and_comes_back_unchanged() {
+    let world = World::start_with(pve_sim::Config::fast(), false).await;
+    for (kind, spec) in v1alpha1_specs() {
+        let name = kind.to_ascii_lowercase();
+        let v1 = world.api(V1, kind).await;
+        v1.create(&PostParams::default(), &object(V1, kind, &name, &spec))
+            .await
+            .unwrap_or_else(|e| panic!("creating a v1alpha1 {kind}: {e}"));
+        let stored = world.api(V2, kind).await.get(&name).await.unwrap();
+        let v2_spec = &stored.data["spec"];
+        assert!(
+            !kept(&spec, v2_spec),
+            "{kind} reads the same in v1alpha2: {v2_spec}"
+        );
+        let back = v1.get(&name).await.unwrap();
+        assert!(
+            kept(&spec, &back.data["spec"]),
+            "{kind}: written {spec}\nread back {}",
+            back.data["spec"]
+        );
+    }
+    // What v1alpha2 says differently, seen there.
+    let machine = world
+        .api(V2, "ProxmoxMachine")
+        .await
+        .get("proxmoxmachine")
+        .await
+        .unwrap();
+    let devices = machine.data["spec"]["network"]["networkDevices"]
+        .as_array()
+        .expect("networkDevices");
+    let names: Vec<&str> = devices.iter().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(names, ["net0", "net1"], "{devices:?}");
+    assert_eq!(machine.data["spec"]["allowedNodes"], json!(["pve2"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1alpha2_object_edited_through_v1alpha1_keeps_what_v1alpha1_cannot_say() {
+    let world = World::start_with(pve_sim::Config::fast(), false).await;
+    let spec = json!({
+        "sourceNode": "pve1", "templateID": 9000,
+        "numSockets": 1, "numCores": 2, "memoryMiB": 2048,
+        "disks": {"bootVolume": {"disk": "scsi0", "sizeGb": 20}},
+        "network": {
+            "zone": "z1",
+            "networkDevices": [
+                {"name": "net0", "bridge": "vmbr0", "defaultIPv4": true, "queues": 4},
+            ],
+        },
+    });
+    let v2 = world.api(V2, "ProxmoxMachine").await;
+    v2.create(
+        &PostParams::default(),
+        &object(V2, "ProxmoxMachine", "m", &spec),
+    )
+    .await
+    .expect("creating a v1alpha2 ProxmoxMachine");
+    let v1 = world.api(V1, "ProxmoxMachine").await;
+    let old = v1.get("m").await.unwrap();
+    assert!(
+        old.data["spec"]["network"].get("zone").is_none(),
+        "{}",
+        old.data
+    );
+    assert!(
+        old.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(PRESERVED)),
+        "v1alpha1 cannot say zone and queues: they ride in {PRESERVED}"
+    );
+    // A v1alpha1 client edits what it knows; the rest survives.
+    let edit = json!({"spec": {"numCores": 8}});
+    v1.patch("m", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("a merge patch through v1alpha1");
+    let now = v2.get("m").await.unwrap();
+    assert_eq!(now.data["spec"]["numCores"], 8);
+    assert_eq!(now.data["spec"]["network"]["zone"], "z1");
+    assert_eq!(
+        now.data["spec"]["network"]["networkDevices"][0]["queues"],
+        4
+    );
+    assert!(
+        !now.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(PRESERVED)),
+        "stored in v1alpha2, nothing needs keeping: {:?}",
+        now.metadata.annotations
+    );
+}
