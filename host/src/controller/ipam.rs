@@ -139,6 +139,13 @@ pub async fn ensure_pools(
         if let Some(gw) = &pool.gateway {
             spec["gateway"] = json!(gw);
         }
+        // Every reconcile of the InfraCluster names its pools: a read that finds the
+        // pool as wanted spares a write.
+        if let Some(existing) = pools_api.get_opt(&name).await?
+            && pool_is(&existing, &spec, infra_cluster)
+        {
+            continue;
+        }
         let body = json!({
             "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2",
             "kind": "InClusterIPPool",
@@ -154,6 +161,21 @@ pub async fn ensure_pools(
             .await?;
     }
     Ok(())
+}
+
+/// Whether `pool` has the fields we apply as `spec` says (others, e.g. defaults the
+/// IPAM provider adds, are its own) and is owned by `owner`.
+fn pool_is(pool: &DynamicObject, spec: &serde_json::Value, owner: &DynamicObject) -> bool {
+    let has = &pool.data["spec"];
+    let same = ["addresses", "prefix", "gateway"]
+        .iter()
+        .all(|k| has.get(k) == spec.get(k));
+    let owned = owner.uid().is_some_and(|uid| {
+        pool.owner_references()
+            .iter()
+            .any(|r| r.uid == uid && r.block_owner_deletion == Some(true))
+    });
+    same && owned
 }
 
 /// One of a machine's claims as read.
@@ -407,6 +429,33 @@ mod tests {
     use super::*;
 
     use hyperplug_runtime::bindings::machine::PoolRef as WitPoolRef;
+
+    #[test]
+    fn a_pool_as_wanted_and_owned_needs_no_write() {
+        let owner: DynamicObject =
+            serde_json::from_value(json!({"metadata": {"name": "c", "uid": "u1"}})).unwrap();
+        let pool = |spec: serde_json::Value, uid: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "metadata": {"name": "c-ipv4", "ownerReferences": [{
+                    "apiVersion": "v", "kind": "K", "name": "c", "uid": uid, "blockOwnerDeletion": true,
+                }]},
+                "spec": spec,
+            }))
+            .unwrap()
+        };
+        let want =
+            json!({"addresses": ["10.0.0.1-10.0.0.9"], "prefix": 24, "gateway": "10.0.0.254"});
+        // A field the IPAM provider keeps itself does not count.
+        let mut seen = want.clone();
+        seen["allocateReservedIPAddresses"] = json!(false);
+        assert!(pool_is(&pool(seen, "u1"), &want, &owner));
+        assert!(!pool_is(&pool(want.clone(), "u0"), &want, &owner));
+        let mut moved = want.clone();
+        moved["prefix"] = json!(16);
+        assert!(!pool_is(&pool(moved, "u1"), &want, &owner));
+        let no_gateway = json!({"addresses": ["10.0.0.1-10.0.0.9"], "prefix": 24});
+        assert!(!pool_is(&pool(want.clone(), "u1"), &no_gateway, &owner));
+    }
 
     /// A reported pool by name, or `<Kind>/<name>` of an IPAM pool.
     fn pool(p: &str) -> AddressPool {
