@@ -16,7 +16,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use kube::core::conversion::ConversionReview;
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -35,6 +35,11 @@ const MAX_REVIEW_BYTES: usize = 8 << 20;
 const MAX_CONNECTIONS: usize = 64;
 /// A TLS handshake that takes longer is dropped (a client that opens and stalls).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request's headers must arrive within this, and an idle kept-alive connection is
+/// closed after it: a client cannot hold a connection slot by saying nothing.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// No connection lives longer (the API server opens another).
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(300);
 
 /// Where the serving certificate is: `tls.crt` and `tls.key` in `dir`.
 #[derive(Debug, Clone)]
@@ -186,11 +191,14 @@ impl Server {
                     Err(_) => return tracing::debug!(%peer, "webhook TLS handshake timed out"),
                 };
                 let service = TowerToHyperService::new(app);
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await
-                {
-                    tracing::debug!(%peer, error = %e, "webhook connection ended");
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service);
+                match tokio::time::timeout(CONNECTION_LIFETIME, connection).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "webhook connection ended"),
+                    Err(_) => tracing::debug!(%peer, "webhook connection closed at its lifetime"),
                 }
             });
         }

@@ -160,3 +160,54 @@ async fn a_v1alpha2_object_edited_through_v1alpha1_keeps_what_v1alpha1_cannot_sa
         now.metadata.annotations
     );
 }
+
+/// The review as the API server sends it, of one object.
+fn review(object: Value) -> kube::core::conversion::ConversionReview {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": {"uid": "u-1", "desiredAPIVersion": V2, "objects": [object]},
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_review_the_plugin_cannot_answer_fails_naming_the_object_and_the_field() {
+    let (_rt, plugin) = crate::support::load("proxmox", hyperplug_runtime::Limits::default()).await;
+    let conversions = hyperplug::conversion::Conversions::new(&[plugin]);
+    let failed = |answer: kube::core::conversion::ConversionReview| {
+        let response = answer.response.expect("a response");
+        assert_eq!(response.uid, "u-1");
+        assert!(response.converted_objects.is_empty());
+        assert_eq!(response.result.reason, "ConversionFailed");
+        response.result.message
+    };
+    let meta = json!({"name": "m", "namespace": "ns"});
+    let unknown = json!({"apiVersion": V1, "kind": "OtherMachine", "metadata": meta});
+    let message = failed(conversions.review(review(unknown)).await);
+    assert!(
+        message.contains("OtherMachine ns/m") && message.contains("no loaded plugin"),
+        "{message}"
+    );
+    let broken = json!({"apiVersion": V1, "kind": "ProxmoxMachine", "metadata": meta,
+        "spec": {"numCores": "many"}});
+    let message = failed(conversions.review(review(broken)).await);
+    assert!(
+        message.contains("ProxmoxMachine ns/m") && message.contains("numCores"),
+        "{message}"
+    );
+    // What converts keeps its metadata and says what it preserved.
+    let fine = json!({"apiVersion": V1, "kind": "ProxmoxMachine",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "x", "labels": {"a": "b"}},
+        "spec": {"sourceNode": "pve1", "templateID": 100, "target": "pve2"}});
+    let answer = conversions.review(review(fine)).await.response.unwrap();
+    assert_eq!(answer.uid, "u-1");
+    let object = &answer.converted_objects[0];
+    assert_eq!(object["apiVersion"], V2);
+    assert_eq!(object["metadata"]["labels"]["a"], "b");
+    assert_eq!(object["metadata"]["uid"], "x");
+    assert!(
+        object["metadata"]["annotations"][PRESERVED].is_string(),
+        "{object}"
+    );
+}
