@@ -19,6 +19,9 @@ pub struct Tools {
     vars: HashMap<String, String>,
 }
 
+/// The module sources named in `world.env` (manifests, templates), by key.
+const SOURCES: &[&str] = &["CAPI_DIR", "IPAM_DIR", "CERT_MANAGER_DIR", "CAPMOX_DIR"];
+
 /// The binaries named in `world.env`, by key.
 const BINARIES: &[&str] = &[
     "ETCD",
@@ -121,6 +124,9 @@ impl Tools {
             && BINARIES
                 .iter()
                 .all(|k| self.vars.get(*k).is_some_and(|p| Path::new(p).is_file()))
+            && SOURCES
+                .iter()
+                .all(|k| self.vars.get(*k).is_some_and(|p| Path::new(p).is_dir()))
     }
 
     /// A raw value from `world.env` (e.g. `KUBERNETES_VERSION`).

@@ -157,7 +157,37 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
         .collect();
     assert_eq!(
         ports,
-        BTreeSet::from([("metrics", 8080), ("healthz", 8081)])
+        BTreeSet::from([
+            ("metrics", 8080),
+            ("healthz", 8081),
+            ("webhook-server", 9443)
+        ])
+    );
+    // The conversion webhook's certificate, mounted where --webhook-cert-dir reads it.
+    let mount = manager["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "webhook-cert")
+        .expect("the webhook certificate is mounted");
+    assert!(
+        args.contains(
+            &format!(
+                "--webhook-cert-dir={}",
+                mount["mountPath"].as_str().unwrap()
+            )
+            .as_str()
+        )
+    );
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "webhook-cert")
+        .unwrap();
+    assert_eq!(
+        volume["secret"]["secretName"],
+        the_one(&docs, "Certificate")["spec"]["secretName"]
     );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(manager["securityContext"]["readOnlyRootFilesystem"], true);

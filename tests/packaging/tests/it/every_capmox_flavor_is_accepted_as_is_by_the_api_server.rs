@@ -2,10 +2,12 @@
 //! manifests) against our CRDs: rendered by `clusterctl generate cluster` from the seed's
 //! `capmox.env` plus the variables CAPMOX's docs give for the flavor, applied with
 //! `kubectl apply --server-side --validate=strict` (warnings are failures) with the
-//! Cluster API managers' webhooks, read back in both versions. The ClusterClass
-//! flavors: the class, then CAPMOX's example Cluster of it, whose ProxmoxCluster the
-//! topology controller must render. Prints the table of flavors.
+//! Cluster API managers' webhooks (ClusterClass and Ignition gates on, as the flavors'
+//! docs ask), read back in both versions. The ClusterClass flavors: the class, then
+//! CAPMOX's example Cluster of it, whose ProxmoxCluster the topology controller must
+//! render. Prints the table of flavors.
 use anyhow::{Context, Result, ensure};
+use kube::api::ListParams;
 use kube_world::{Plane, PlaneOpts};
 use packaging::{Clusterctl, get, kubectl_apply, start_managers, wait_class_reconciled};
 
@@ -156,10 +158,11 @@ async fn template_is_accepted(plane: &Plane, name: &str, file: &std::path::Path)
     ))
 }
 
+/// As CAPMOX's docs say: `kubectl apply -f templates/<class>` and then the example
+/// Cluster, both in kubectl's default namespace (the calico and cilium class files name
+/// `default` for their ClusterResourceSets).
 async fn class_is_accepted(plane: &Plane, class: &str, example: &str) -> Result<String> {
-    let ns = plane
-        .namespace(&format!("capmox-{}", class.trim_end_matches(".yaml")))
-        .await?;
+    let ns = "default";
     let capmox = plane.tools().capmox_dir();
     let clusterctl = clusterctl()?;
     let class_yaml = clusterctl.run(&[
@@ -168,27 +171,29 @@ async fn class_is_accepted(plane: &Plane, class: &str, example: &str) -> Result<
         "--from",
         &capmox.join("templates").join(class).display().to_string(),
     ])?;
-    kubectl_apply(plane, &ns, &class_yaml).context("applying the ClusterClass")?;
+    kubectl_apply(plane, ns, &class_yaml).context("applying the ClusterClass")?;
     let class_name = packaging::documents(&class_yaml)?
         .into_iter()
         .find(|d| d["kind"] == "ClusterClass")
         .and_then(|d| d["metadata"]["name"].as_str().map(str::to_string))
         .context("no ClusterClass in the file")?;
-    wait_class_reconciled(plane, &ns, &class_name).await?;
+    wait_class_reconciled(plane, ns, &class_name).await?;
     let cluster_yaml = std::fs::read_to_string(capmox.join("examples").join(example))?;
-    kubectl_apply(plane, &ns, &cluster_yaml).context("applying CAPMOX's example Cluster")?;
+    kubectl_apply(plane, ns, &cluster_yaml).context("applying CAPMOX's example Cluster")?;
     let cluster = packaging::documents(&cluster_yaml)?
         .into_iter()
         .find(|d| d["kind"] == "Cluster")
         .and_then(|d| d["metadata"]["name"].as_str().map(str::to_string))
         .context("no Cluster in the example")?;
     // The topology controller renders the ProxmoxCluster from the class's template.
+    let rendered =
+        ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={cluster}"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let infra = plane
-            .dynamic_api(V2, "ProxmoxCluster", Some(&ns))
+            .dynamic_api(V2, "ProxmoxCluster", Some(ns))
             .await?
-            .list(&Default::default())
+            .list(&rendered)
             .await?;
         if let Some(pc) = infra.items.first() {
             return Ok(format!(
@@ -197,7 +202,7 @@ async fn class_is_accepted(plane: &Plane, class: &str, example: &str) -> Result<
             ));
         }
         if std::time::Instant::now() > deadline {
-            let c = get(plane, &ns, "cluster.x-k8s.io/v1beta2", "Cluster", &cluster).await?;
+            let c = get(plane, ns, "cluster.x-k8s.io/v1beta2", "Cluster", &cluster).await?;
             anyhow::bail!(
                 "no ProxmoxCluster rendered within 60 s; Cluster status: {}",
                 c["status"]

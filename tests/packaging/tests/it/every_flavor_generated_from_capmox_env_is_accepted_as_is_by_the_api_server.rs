@@ -111,6 +111,8 @@ async fn objects_carry_the_capmox_values(plane: &Plane, ns: &str, dhcp: bool) ->
                     "addresses": list(&capmox_var("NODE_IP_RANGES")),
                     "prefix": capmox_var("IP_PREFIX").parse::<u8>()?,
                     "gateway": capmox_var("GATEWAY"),
+                    // Stored as v1alpha2, whose schema defaults the route metric.
+                    "metric": 100,
                 }),
             "ipv4Config: {spec}"
         );
