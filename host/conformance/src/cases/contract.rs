@@ -2,8 +2,11 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use hyperplug_runtime::bindings::conversion::ConversionRequest;
 use hyperplug_runtime::bindings::identity::KindRole;
 use hyperplug_runtime::bindings::machine::TemplateRequest;
+
+use serde_json::{Value, json};
 
 use crate::drive::flatten;
 use crate::kit::Kit;
@@ -145,6 +148,73 @@ pub async fn schemas(kit: &mut Kit) -> Verdict {
         return Verdict::Fail(problems.join("; "));
     }
     Verdict::Pass(format!("{} structural CRDs", crds.len()))
+}
+
+/// The given specs (the machine's and the cluster's, bare or templated as the role
+/// says) from the plugin's `api-version` to every other version of their kind and back,
+/// handing back what each conversion preserved: a round trip must be the identity.
+pub async fn conversion_round_trip(kit: &mut Kit) -> Verdict {
+    let from = kit.info.api_version.clone();
+    let mut checked = Vec::new();
+    let mut problems = Vec::new();
+    for kind in kit.info.kinds.iter().filter(|k| k.versions.len() > 1) {
+        let spec = match kind.role {
+            KindRole::InfraMachine | KindRole::InfraMachineTemplate => &kit.spec,
+            KindRole::InfraCluster | KindRole::InfraClusterTemplate => &kit.cluster_spec,
+        };
+        let object = match kind.role {
+            KindRole::InfraMachine | KindRole::InfraCluster => json!({"spec": spec}),
+            _ => json!({"spec": {"template": {"spec": spec}}}),
+        };
+        for to in kind.versions.iter().filter(|v| v.name != from) {
+            match round_trip(kit, &kind.kind, &from, &to.name, &object).await {
+                Ok(()) => checked.push(format!("{} {from}→{}→{from}", kind.kind, to.name)),
+                Err(e) => problems.push(format!("{} {from}→{}: {e}", kind.kind, to.name)),
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Verdict::Fail(problems.join("; "));
+    }
+    if checked.is_empty() {
+        return Verdict::Skip("every kind has one API version".into());
+    }
+    Verdict::Pass(checked.join(", "))
+}
+
+async fn round_trip(
+    kit: &Kit,
+    kind: &str,
+    from: &str,
+    to: &str,
+    object: &Value,
+) -> Result<(), String> {
+    let convert =
+        |from: &str, to: &str, object: String, preserved: Option<String>| ConversionRequest {
+            kind: kind.to_string(),
+            from_version: from.to_string(),
+            to_version: to.to_string(),
+            object,
+            preserved,
+        };
+    let there = flatten(
+        kit.plugin
+            .convert(&convert(from, to, object.to_string(), None))
+            .await,
+    )
+    .map_err(|e| format!("converting there: {e}"))?;
+    let back = flatten(
+        kit.plugin
+            .convert(&convert(to, from, there.object, there.preserved))
+            .await,
+    )
+    .map_err(|e| format!("converting back: {e}"))?;
+    let back: Value = serde_json::from_str(&back.object)
+        .map_err(|e| format!("the object converted back is not JSON: {e}"))?;
+    if &back != object {
+        return Err(format!("came back as {back}, not as {object}"));
+    }
+    Ok(())
 }
 
 pub async fn describe_template(kit: &mut Kit) -> Verdict {

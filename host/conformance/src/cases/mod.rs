@@ -21,6 +21,10 @@ pub const CASES: &[(&str, &str)] = &[
         "every kind's spec schema makes a structural CRD; printer columns are well-formed",
     ),
     (
+        "conversion-round-trip",
+        "every kind of several API versions converts the given specs to each other version and back unchanged",
+    ),
+    (
         "describe-template",
         "describe-template answers for the spec given",
     ),
@@ -124,6 +128,13 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
 
     case(report, opts, "identity", contract::identity(kit)).await;
     case(report, opts, "schemas", contract::schemas(kit)).await;
+    case(
+        report,
+        opts,
+        "conversion-round-trip",
+        contract::conversion_round_trip(kit),
+    )
+    .await;
     case(
         report,
         opts,
