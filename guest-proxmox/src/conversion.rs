@@ -1,34 +1,42 @@
 //! The `conversion` export: the host's request (kind and versions by name, the object
-//! as JSON) checked against what `identity` declares, then `spec::convert`.
+//! as JSON) checked against the names `identity` declares, then `spec::convert`.
 use guest_kit::conversion::{ConversionRequest, Converted};
 use guest_kit::types::PluginError;
 use guest_kit::{convert as kit, invalid, terminal};
 use serde_json::Value;
 
-use crate::identity;
 use crate::spec::convert::{self, Kind, Version};
 
 pub fn convert(req: ConversionRequest) -> Result<Converted, PluginError> {
-    if !kit::check(&identity::info(), &req)? {
+    // The names `identity` declares (every kind in both versions), checked without
+    // building its schemas: the API server calls this for every object it reads or
+    // writes in the other version.
+    let Some(kind) = Kind::from_name(&req.kind) else {
+        return Err(terminal(
+            kit::UNKNOWN_KIND,
+            format!("this plugin serves no kind `{}`", req.kind),
+        ));
+    };
+    let version = |name: &str| {
+        Version::parse(name).ok_or_else(|| {
+            terminal(
+                kit::UNKNOWN_VERSION,
+                format!(
+                    "{} has no version `{name}` (it has {}, {})",
+                    req.kind,
+                    Version::V1alpha1.as_str(),
+                    Version::V1alpha2.as_str()
+                ),
+            )
+        })
+    };
+    let (from, to) = (version(&req.from_version)?, version(&req.to_version)?);
+    if from == to {
         return Ok(Converted {
             object: req.object,
             preserved: req.preserved,
         });
     }
-    let (Some(kind), Some(from), Some(to)) = (
-        Kind::from_name(&req.kind),
-        Version::parse(&req.from_version),
-        Version::parse(&req.to_version),
-    ) else {
-        // `check` accepted what `identity` declares; this is the same list.
-        return Err(terminal(
-            kit::UNKNOWN_VERSION,
-            format!(
-                "no conversion of {} from {} to {}",
-                req.kind, req.from_version, req.to_version
-            ),
-        ));
-    };
     let object: Value = serde_json::from_str(&req.object)
         .map_err(|e| invalid("object", format!("the object is not JSON: {e}")))?;
     let out = convert::convert(kind, from, to, &object, req.preserved.as_deref())?;
@@ -100,6 +108,28 @@ mod tests {
         let e = convert(request("ProxmoxMachine", "v1alpha1", "v1alpha2", bad));
         assert!(
             matches!(e, Err(PluginError::InvalidSpec(InvalidSpec { field, .. })) if field.starts_with("spec.templateID"))
+        );
+    }
+
+    #[test]
+    fn the_names_checked_are_those_identity_declares() {
+        let info = crate::identity::info();
+        for kind in &info.kinds {
+            assert!(Kind::from_name(&kind.kind).is_some(), "{}", kind.kind);
+            let names: Vec<&str> = kind.versions.iter().map(|v| v.name.as_str()).collect();
+            assert_eq!(
+                names,
+                [Version::V1alpha1.as_str(), Version::V1alpha2.as_str()]
+            );
+        }
+        let e = convert(request(
+            "ProxmoxThing",
+            "v1alpha1",
+            "v1alpha2",
+            machine_v1(),
+        ));
+        assert!(
+            matches!(e, Err(PluginError::Terminal(TerminalError { reason, .. })) if reason == "UnknownKind")
         );
     }
 }
