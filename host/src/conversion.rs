@@ -5,6 +5,7 @@
 //! untouched except the annotation that carries what the plugin asked to keep for the
 //! way back (`preserved`), and the plugin sees and returns only `spec` and `status`.
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::conversion::ConversionRequest;
@@ -15,6 +16,8 @@ use kube::core::conversion::{
 };
 use serde_json::{Map, Value};
 
+use crate::metrics::Metrics;
+
 /// Where a conversion keeps what the other version cannot say, as Cluster API's own
 /// conversions do.
 pub const PRESERVED_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
@@ -23,6 +26,8 @@ pub const PRESERVED_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
 #[derive(Clone, Default)]
 pub struct Conversions {
     by_kind: BTreeMap<(String, String), Plugin>,
+    /// Where calls are counted and timed (`hyperplug_plugin_calls{call="conversion.convert"}`).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Conversions {
@@ -34,7 +39,18 @@ impl Conversions {
                 by_kind.insert((info.group.clone(), kind.kind.clone()), plugin.clone());
             }
         }
-        Self { by_kind }
+        Self {
+            by_kind,
+            metrics: None,
+        }
+    }
+
+    /// Count and time the plugin calls in `metrics`.
+    pub fn metered(self, metrics: Arc<Metrics>) -> Self {
+        Self {
+            metrics: Some(metrics),
+            ..self
+        }
     }
 
     /// Whether any kind needs the webhook.
@@ -114,7 +130,15 @@ impl Conversions {
             object: Value::Object(parts).to_string(),
             preserved,
         };
-        let result = match plugin.convert(&req).await {
+        let call = plugin.convert(&req);
+        let result = match &self.metrics {
+            Some(m) => {
+                m.plugin_call(plugin.name(), "conversion.convert", call)
+                    .await
+            }
+            None => call.await,
+        };
+        let result = match result {
             Ok(Ok(result)) => result,
             Ok(Err(e)) => return Err(format!("{name}: {}", plugin_error(&e))),
             Err(e) => return Err(format!("{name}: plugin {}: {e}", plugin.name())),

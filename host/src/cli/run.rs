@@ -197,7 +197,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     // Conversion serves every replica, leader or standby: the API server calls whichever
     // the Service picks.
-    let conversions = Conversions::new(&plugins);
+    let conversions = Conversions::new(&plugins).metered(metrics.clone());
     if !conversions.is_empty() {
         let certs = CertDir {
             dir: args.webhook_cert_dir.clone(),
