@@ -16,7 +16,6 @@
 //! fields) pass through as they are.
 use guest_kit::types::PluginError;
 use guest_kit::{invalid, parse_spec};
-use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
@@ -207,7 +206,7 @@ fn spec_to(kind: Kind, from: Version, spec: &Value, root: &str) -> Result<Value,
         (false, Version::V1alpha1) => to_value(&machine::up(&typed(spec, root)?)),
         (false, Version::V1alpha2) => to_value(&machine::down(&typed(spec, root)?)),
     };
-    Ok(with_unknown_keys(converted, spec, &known_keys(kind, from)))
+    Ok(with_unknown_keys(converted, spec, known_keys(kind, from)))
 }
 
 /// After a naive conversion of `object`, what only version `to` says, from `before`
@@ -252,7 +251,7 @@ fn restore(
                 to_value(&s)
             }
         };
-        let restored = with_unknown_keys(restored, &spec, &known_keys(kind, from.other()));
+        let restored = with_unknown_keys(restored, &spec, known_keys(kind, from.other()));
         if let Some(slot) = out.pointer_mut(path) {
             *slot = restored;
         }
@@ -291,7 +290,7 @@ fn normalize(kind: Kind, version: Version, object: &Value) -> Result<Value, Plug
             (false, Version::V1alpha1) => to_value(&typed::<v1::MachineSpec>(spec, &root)?),
             (false, Version::V1alpha2) => to_value(&typed::<v2::MachineSpec>(spec, &root)?),
         };
-        let typed = with_unknown_keys(typed, spec, &known_keys(kind, version));
+        let typed = with_unknown_keys(typed, spec, known_keys(kind, version));
         if let Some(slot) = out.pointer_mut(path) {
             *slot = typed;
         }
@@ -299,32 +298,94 @@ fn normalize(kind: Kind, version: Version, object: &Value) -> Result<Value, Plug
     Ok(out)
 }
 
-/// The spec's top-level properties the model of `kind` in `version` knows.
-fn known_keys(kind: Kind, version: Version) -> Vec<String> {
+/// The spec's top-level properties the model of `kind` in `version` knows. Spelled
+/// out rather than read from the models' schemas: generating those on every conversion
+/// (a fresh plugin instance per call, nothing cached) cost milliseconds per object. A
+/// test holds them to the schemas.
+pub(super) fn known_keys(kind: Kind, version: Version) -> &'static [&'static str] {
+    const CLUSTER_V1: &[&str] = &[
+        "allowedNodes",
+        "cloneSpec",
+        "controlPlaneEndpoint",
+        "dnsServers",
+        "externalManagedControlPlane",
+        "ipv4Config",
+        "ipv6Config",
+        "schedulerHints",
+    ];
+    const CLUSTER_V2: &[&str] = &[
+        "allowedNodes",
+        "controlPlaneEndpoint",
+        "dnsServers",
+        "externalManagedControlPlane",
+        "ipv4Config",
+        "ipv6Config",
+        "schedulerHints",
+        "zoneConfig",
+    ];
+    const MACHINE_V1: &[&str] = &[
+        "allowedNodes",
+        "checks",
+        "cloudInit",
+        "description",
+        "disks",
+        "format",
+        "full",
+        "memoryMiB",
+        "metadataSettings",
+        "network",
+        "numCores",
+        "numSockets",
+        "pool",
+        "providerID",
+        "snapName",
+        "sourceNode",
+        "storage",
+        "tags",
+        "target",
+        "templateID",
+        "templateSelector",
+        "virtualMachineID",
+        "vmIDRange",
+    ];
+    const MACHINE_V2: &[&str] = &[
+        "allowedNodes",
+        "checks",
+        "cloudInit",
+        "description",
+        "disks",
+        "format",
+        "full",
+        "memoryMiB",
+        "metadataSettings",
+        "network",
+        "numCores",
+        "numSockets",
+        "pool",
+        "providerID",
+        "snapName",
+        "sourceNode",
+        "storage",
+        "tags",
+        "templateID",
+        "templateSelector",
+        "virtualMachineID",
+        "vmIDRange",
+    ];
     match (kind.is_cluster(), version) {
-        (true, Version::V1alpha1) => properties::<v1::ClusterSpec>(),
-        (true, Version::V1alpha2) => properties::<v2::ClusterSpec>(),
-        (false, Version::V1alpha1) => properties::<v1::MachineSpec>(),
-        (false, Version::V1alpha2) => properties::<v2::MachineSpec>(),
+        (true, Version::V1alpha1) => CLUSTER_V1,
+        (true, Version::V1alpha2) => CLUSTER_V2,
+        (false, Version::V1alpha1) => MACHINE_V1,
+        (false, Version::V1alpha2) => MACHINE_V2,
     }
-}
-
-fn properties<T: JsonSchema>() -> Vec<String> {
-    let schema = schemars::schema_for!(T);
-    schema
-        .as_value()
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|p| p.keys().cloned().collect())
-        .unwrap_or_default()
 }
 
 /// `converted` plus the keys of `source` no model knows (e.g. the host's
 /// `credentialsRef`), as they were.
-fn with_unknown_keys(mut converted: Value, source: &Value, known: &[String]) -> Value {
+fn with_unknown_keys(mut converted: Value, source: &Value, known: &[&str]) -> Value {
     if let (Some(out), Some(source)) = (converted.as_object_mut(), source.as_object()) {
         for (k, v) in source {
-            if !known.iter().any(|n| n == k) {
+            if !known.contains(&k.as_str()) {
                 out.insert(k.clone(), v.clone());
             }
         }

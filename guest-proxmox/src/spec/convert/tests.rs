@@ -619,3 +619,45 @@ status:
         json!(["10.1.0.5", "10.1.0.6"])
     );
 }
+
+/// The top-level properties of a model, as its schema says.
+fn properties<T: schemars::JsonSchema>() -> Vec<String> {
+    let schema = schemars::schema_for!(T);
+    let mut keys: Vec<String> = schema
+        .as_value()
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn the_known_keys_are_the_models_properties() {
+    use crate::spec::{v1alpha1 as v1, v1alpha2 as v2};
+    let listed = |kind, version| {
+        let mut keys: Vec<String> = known_keys(kind, version)
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(
+        listed(Kind::Cluster, Version::V1alpha1),
+        properties::<v1::ClusterSpec>()
+    );
+    assert_eq!(
+        listed(Kind::Cluster, Version::V1alpha2),
+        properties::<v2::ClusterSpec>()
+    );
+    assert_eq!(
+        listed(Kind::Machine, Version::V1alpha1),
+        properties::<v1::MachineSpec>()
+    );
+    assert_eq!(
+        listed(Kind::Machine, Version::V1alpha2),
+        properties::<v2::MachineSpec>()
+    );
+}
