@@ -75,7 +75,10 @@ impl Conversions {
             match self.convert(object, &desired).await {
                 Ok(object) => converted.push(object),
                 Err(message) => {
-                    tracing::warn!(%message, "conversion refused");
+                    // Anyone who reaches the port can post reviews: no log line per
+                    // refusal at the default level (the API server reports it to its
+                    // client, and the plugin-call metrics count it).
+                    tracing::debug!(%message, "conversion refused");
                     return ConversionResponse::for_request(request)
                         .failure(failure(&message))
                         .into_review();
