@@ -16,7 +16,7 @@ use super::events::{self, Event, Report};
 use super::objects::{self, api, capi_cluster, str_field};
 use super::outcome::{self, Failed, Outcome};
 use super::ownership::Ownership;
-use super::{credentials, ipam, patch, requeue, unverified};
+use super::{credentials, ipam, patch, requeue, unverified, versions};
 use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
 use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
 use hyperplug_runtime::bindings::types::Progress;
@@ -68,9 +68,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::requeue(ctx.options.resync));
     }
     let version = creds.version.clone();
+    let spec =
+        match versions::spec_for_plugin(&ctx, &ctx.kind.kind, &ctx.resource.version, &obj).await {
+            Ok(spec) => spec,
+            Err(e) => return outcome::fail(&ctx, &own, &obj, e, None).await,
+        };
     let req = ClusterRequest {
         cluster: objects::object_ref(&obj, &cluster_id),
-        spec: objects::spec_json(&obj),
+        spec: spec.to_string(),
         state: str_field(&obj, "status.pluginState").map(str::to_string),
         credentials: creds.primary,
         more_credentials: creds.more,

@@ -26,6 +26,7 @@ mod result_properties;
 mod template;
 mod triggers;
 mod unverified;
+mod versions;
 mod waits;
 mod watch;
 
@@ -73,7 +74,8 @@ pub async fn run(
     for plugin in plugins {
         let info = plugin.info().clone();
         let resource = |k: &KindInfo| {
-            let gvk = GroupVersionKind::gvk(&info.group, &info.api_version, &k.kind);
+            // The stored version: the API server converts nothing for the manager.
+            let gvk = GroupVersionKind::gvk(&info.group, versions::stored(&info, k), &k.kind);
             ApiResource::from_gvk_with_plural(&gvk, &hyperplug_runtime::crds::plural(&k.kind))
         };
         let cluster_kind = info

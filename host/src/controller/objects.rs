@@ -167,13 +167,6 @@ pub fn object_ref(obj: &DynamicObject, id: &str) -> ObjectRef {
     }
 }
 
-/// The object's `spec` as the JSON a plugin parses (`{}` when it has none).
-pub fn spec_json(obj: &DynamicObject) -> String {
-    obj.data
-        .get("spec")
-        .map_or_else(|| "{}".to_string(), Value::to_string)
-}
-
 /// Whether the object's infrastructure was provisioned (`status.initialization.provisioned`).
 pub fn provisioned(obj: &DynamicObject) -> bool {
     field(obj, "status.initialization.provisioned").and_then(Value::as_bool) == Some(true)

@@ -11,7 +11,7 @@ use super::context::Context;
 use super::error::Result;
 use super::objects::{api, object_ref};
 use super::outcome::{self, Outcome};
-use super::{patch, requeue};
+use super::{patch, requeue, versions};
 use crate::status::{InfraMachineTemplateStatus, NodeInfo};
 use hyperplug_runtime::bindings::machine::TemplateRequest;
 
@@ -21,10 +21,17 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &ctx.resource,
         &obj.namespace().unwrap_or_default(),
     );
-    let spec = obj
-        .data
-        .get("spec")
-        .and_then(|s| s.get("template"))
+    let spec = match versions::spec_for_plugin(&ctx, &ctx.kind.kind, &ctx.resource.version, &obj)
+        .await
+    {
+        Ok(spec) => spec,
+        Err(e) => {
+            tracing::warn!(template = %obj.name_any(), error = %e, "cannot convert the template's spec");
+            return Ok(Action::requeue(requeue::TEMPLATE_RETRY));
+        }
+    };
+    let spec = spec
+        .get("template")
         .and_then(|t| t.get("spec"))
         .cloned()
         .unwrap_or(json!({}));

@@ -16,7 +16,7 @@ use super::super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::super::outcome::{self, Failed};
 use super::super::ownership::Ownership;
 use super::super::watch::cached_or_read;
-use super::super::{credentials, patch, requeue, unverified};
+use super::super::{credentials, patch, requeue, unverified, versions};
 use crate::status::{InfraMachineStatus, Progressing, Status};
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
 
@@ -242,6 +242,23 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         }
     };
     let version = creds.version.clone();
+    let specs = tokio::try_join!(
+        versions::spec_for_plugin(ctx, &ctx.kind.kind, &ctx.resource.version, &obj),
+        versions::spec_for_plugin(
+            ctx,
+            &cluster_kind.kind,
+            &cluster_kind.version,
+            &infra_cluster
+        ),
+    );
+    let (spec, cluster_spec) = match specs {
+        Ok(specs) => specs,
+        Err(e) => {
+            return outcome::fail(ctx, &own, &obj, e, None)
+                .await
+                .map(Step::Done);
+        }
+    };
     let stored = InfraMachineStatus::of(&obj);
     let prev = ctx
         .coalescer
@@ -249,8 +266,8 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let request = MachineRequest {
         machine: objects::object_ref(&obj, &machine_id),
         cluster: objects::object_ref(&infra_cluster, &cluster_id),
-        spec: objects::spec_json(&obj),
-        cluster_spec: objects::spec_json(&infra_cluster),
+        spec: spec.to_string(),
+        cluster_spec: cluster_spec.to_string(),
         state: prev.progress.plugin_state.clone(),
         bootstrap,
         failure_domain: machine
