@@ -91,9 +91,9 @@ impl Management {
             "{name}: running the managers as processes (their {} Service-backed webhooks, admission and CRD conversion, now point at loopback)",
             removed.len()
         ));
-        mgmt.plane.start_capi_core().await?;
-        mgmt.plane.start_kubeadm_bootstrap().await?;
-        mgmt.plane.start_kubeadm_control_plane().await?;
+        // With the gates CAPMOX's ClusterClass and Flatcar flavors ask `clusterctl init`
+        // for (CLUSTER_TOPOLOGY, EXP_KUBEADM_BOOTSTRAP_FORMAT_IGNITION).
+        packaging::start_gated_managers(&mgmt.plane).await?;
         mgmt.plane.start_ipam().await?;
         mgmt.plane.start_controller_manager().await?;
         mgmt.start_hyperplug(hyperplug, plugin).await?;

@@ -66,6 +66,9 @@ pub struct Quickstart {
     pub repo: Repo,
     pub management: Management,
     pub namespace: String,
+    /// The name of the Cluster [`Quickstart::apply`] prepares for and
+    /// [`Quickstart::delete_cluster`] deletes ([`CLUSTER`] unless a test changes it).
+    pub cluster: String,
     /// The control-plane endpoint (`CONTROL_PLANE_ENDPOINT_IP`:6443), a loopback address
     /// of its own so several quickstarts can run side by side.
     pub endpoint: SocketAddr,
@@ -111,14 +114,14 @@ impl Quickstart {
             let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
             ns.create(&PostParams::default(), &obj).await?;
         }
-        let b: [u8; 3] = rand::random();
-        let endpoint = SocketAddr::from(([127, b[0].max(1), b[1], b[2].max(1)], 6443));
+        let endpoint = loopback_endpoint();
         Ok(Quickstart {
             sim,
             pve,
             repo,
             management,
             namespace,
+            cluster: CLUSTER.to_string(),
             endpoint,
             workload: None,
             hyperplug,
@@ -149,15 +152,15 @@ impl Quickstart {
             WorkloadSim::prepare(
                 &self.client(),
                 &self.namespace,
-                CLUSTER,
+                &self.cluster,
                 self.endpoint,
                 self.sim.state(),
             )
             .await?,
         );
         say(format!(
-            "kubectl apply -n {} -f capi-quickstart.yaml",
-            self.namespace
+            "kubectl apply -n {} -f {}.yaml",
+            self.namespace, self.cluster
         ));
         let out = packaging::kubectl_apply(&self.management.plane, &self.namespace, yaml)?;
         for line in out.lines() {
@@ -175,7 +178,7 @@ impl Quickstart {
         timeout: Duration,
     ) -> Result<Vec<DynamicObject>> {
         let client = &management.plane.client();
-        let ns = self.namespace.as_str();
+        let (ns, cluster) = (self.namespace.as_str(), self.cluster.as_str());
         let (last, found) = (&Mutex::new(String::new()), &Mutex::new(Vec::new()));
         let waited = management
             .plane
@@ -183,7 +186,7 @@ impl Quickstart {
                 &format!("{count} provisioned Machines"),
                 timeout,
                 || async move {
-                    let machines = cluster_machines(client, ns).await?;
+                    let machines = cluster_machines(client, ns, cluster).await?;
                     let table = capi::describe_machines(&machines);
                     let mut last = last.lock().unwrap();
                     if table != *last {
@@ -215,12 +218,13 @@ impl Quickstart {
     /// Scales the workers' MachineDeployment.
     pub async fn scale_workers(&self, replicas: u32) -> Result<()> {
         say(format!(
-            "kubectl scale machinedeployment {CLUSTER}-workers --replicas={replicas}"
+            "kubectl scale machinedeployment {}-workers --replicas={replicas}",
+            self.cluster
         ));
         capi::api(&self.client(), CAPI, "MachineDeployment", &self.namespace)
             .await?
             .patch(
-                &format!("{CLUSTER}-workers"),
+                &format!("{}-workers", self.cluster),
                 &PatchParams::default(),
                 &Patch::Merge(json!({"spec": {"replicas": replicas}})),
             )
@@ -231,13 +235,13 @@ impl Quickstart {
     /// Deletes the Cluster on `management` and waits until every object of
     /// [`CLUSTER_KINDS`] and every Secret of the cluster is gone.
     pub async fn delete_cluster(&self, management: &Management, timeout: Duration) -> Result<()> {
-        say(format!("kubectl delete cluster {CLUSTER}"));
+        say(format!("kubectl delete cluster {}", self.cluster));
         let client = management.plane.client();
         capi::api(&client, CAPI, "Cluster", &self.namespace)
             .await?
-            .delete(CLUSTER, &Default::default())
+            .delete(&self.cluster, &Default::default())
             .await?;
-        let (client, ns) = (&client, self.namespace.as_str());
+        let (client, ns, cluster) = (&client, self.namespace.as_str(), self.cluster.as_str());
         let left = &Mutex::new(Vec::new());
         let waited = management
             .plane
@@ -245,7 +249,7 @@ impl Quickstart {
                 "every object of the cluster to be gone",
                 timeout,
                 || async move {
-                    let now = leftovers(client, ns).await?;
+                    let now = leftovers(client, ns, cluster).await?;
                     let done = now.is_empty();
                     *left.lock().unwrap() = now;
                     Ok(done)
@@ -272,6 +276,12 @@ impl Quickstart {
     }
 }
 
+/// A control-plane endpoint on a loopback address of its own (`127.x.y.z:6443`).
+pub fn loopback_endpoint() -> SocketAddr {
+    let b: [u8; 3] = rand::random();
+    SocketAddr::from(([127, b[0].max(1), b[1], b[2].max(1)], 6443))
+}
+
 /// pve-sim's default world (three nodes, template 9000 on pve1) with the template's
 /// disks on a storage shared by every node: `ALLOWED_NODES=[pve1,pve2]` only works
 /// when the template can be cloned to either node, and PVE refuses to clone a template
@@ -296,6 +306,9 @@ pub fn pve_world(fast_tasks: bool, token: String) -> Config {
             "scsi0".into(),
             "shared:9000/base-9000-disk-0.raw,size=10G".into(),
         );
+        // The tags CAPMOX's docs give its auto-image flavor (`TEMPLATE_TAGS=tag1,tag2`),
+        // which finds its template by them.
+        t.config.insert("tags".into(), "tag1;tag2".into());
         t.config.insert(
             "ide2".into(),
             "shared:9000/vm-9000-cloudinit.qcow2,media=cdrom".into(),
@@ -304,18 +317,22 @@ pub fn pve_world(fast_tasks: bool, token: String) -> Config {
     config
 }
 
-/// The cluster's Machines in `namespace`.
-pub async fn cluster_machines(client: &Client, namespace: &str) -> Result<Vec<DynamicObject>> {
+/// The Machines of `cluster` in `namespace`.
+pub async fn cluster_machines(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+) -> Result<Vec<DynamicObject>> {
     Ok(capi::api(client, CAPI, "Machine", namespace)
         .await?
-        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={CLUSTER}")))
+        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={cluster}")))
         .await?
         .items)
 }
 
 /// `Kind/name` of every object of [`CLUSTER_KINDS`] in `namespace`, and of the
-/// cluster's Secrets.
-pub async fn leftovers(client: &Client, namespace: &str) -> Result<Vec<String>> {
+/// Secrets of `cluster`.
+pub async fn leftovers(client: &Client, namespace: &str, cluster: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for (api_version, kind) in CLUSTER_KINDS {
         for o in capi::list(client, api_version, kind, namespace).await? {
@@ -324,7 +341,7 @@ pub async fn leftovers(client: &Client, namespace: &str) -> Result<Vec<String>> 
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     for s in secrets
-        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={CLUSTER}")))
+        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={cluster}")))
         .await?
     {
         out.push(format!("Secret/{}", s.name_any()));

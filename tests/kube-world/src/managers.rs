@@ -67,6 +67,10 @@ impl Plane {
     }
     /// Starts the kubeadm bootstrap provider manager with its webhooks.
     pub async fn start_kubeadm_bootstrap(&self) -> Result<Manager> {
+        self.start_kubeadm_bootstrap_with(&[]).await
+    }
+    /// [`Plane::start_kubeadm_bootstrap`] with more arguments, e.g. `--feature-gates=...`.
+    pub async fn start_kubeadm_bootstrap_with(&self, extra_args: &[&str]) -> Result<Manager> {
         let capi = self.tools.capi_dir();
         self.start_manager(ManagerSpec {
             name: "kubeadm-bootstrap".into(),
@@ -74,12 +78,16 @@ impl Plane {
             crd_dirs: vec![capi.join("bootstrap/kubeadm/config/crd/bases")],
             webhook_manifests: Some(capi.join("bootstrap/kubeadm/config/webhook/manifests.yaml")),
             health_flag: "--health-addr".into(),
-            extra_args: vec![],
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         })
         .await
     }
     /// Starts the kubeadm control plane provider manager with its webhooks.
     pub async fn start_kubeadm_control_plane(&self) -> Result<Manager> {
+        self.start_kubeadm_control_plane_with(&[]).await
+    }
+    /// [`Plane::start_kubeadm_control_plane`] with more arguments, e.g. `--feature-gates=...`.
+    pub async fn start_kubeadm_control_plane_with(&self, extra_args: &[&str]) -> Result<Manager> {
         let capi = self.tools.capi_dir();
         self.start_manager(ManagerSpec {
             name: "kubeadm-control-plane".into(),
@@ -89,7 +97,7 @@ impl Plane {
                 capi.join("controlplane/kubeadm/config/webhook/manifests.yaml"),
             ),
             health_flag: "--health-addr".into(),
-            extra_args: vec![],
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         })
         .await
     }

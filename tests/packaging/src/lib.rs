@@ -10,8 +10,11 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, anyhow, bail};
 use tempfile::TempDir;
 
+pub mod capmox;
 mod plane;
-pub use plane::{get, start_managers, wait_class_reconciled};
+pub use plane::{
+    KUBEADM_GATES, TOPOLOGY_GATE, get, start_gated_managers, start_managers, wait_class_reconciled,
+};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {

@@ -5,48 +5,34 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use kube_world::Plane;
-use kube_world::managers::ManagerSpec;
 use serde_json::Value;
 
 use crate::install_bundled_crds;
 
-const TOPOLOGY_GATE: &str = "--feature-gates=ClusterTopology=true";
+/// Cluster API's core with ClusterClass (`clusterctl init` with `CLUSTER_TOPOLOGY=true`).
+pub const TOPOLOGY_GATE: &str = "--feature-gates=ClusterTopology=true";
 /// The kubeadm providers with Ignition bootstrap data as well (`clusterctl init` with
 /// `EXP_KUBEADM_BOOTSTRAP_FORMAT_IGNITION=true`, what Flatcar flavors ask for).
-const KUBEADM_GATES: &str =
+pub const KUBEADM_GATES: &str =
     "--feature-gates=ClusterTopology=true,KubeadmBootstrapFormatIgnition=true";
 
 /// Installs Cluster API's CRDs and ours and starts the managers.
 pub async fn start_managers(plane: &Plane) -> Result<()> {
     plane.install_capi_crds().await?;
     install_bundled_crds(plane).await?;
-    plane.start_capi_core_with(&[TOPOLOGY_GATE]).await?;
-    // As `start_kubeadm_bootstrap` and `start_kubeadm_control_plane`, with the gates
-    // their webhooks check.
-    let capi = plane.tools().capi_dir();
-    plane
-        .start_manager(ManagerSpec {
-            name: "kubeadm-bootstrap".into(),
-            binary: plane.tools().kubeadm_bootstrap_manager(),
-            crd_dirs: vec![capi.join("bootstrap/kubeadm/config/crd/bases")],
-            webhook_manifests: Some(capi.join("bootstrap/kubeadm/config/webhook/manifests.yaml")),
-            health_flag: "--health-addr".into(),
-            extra_args: vec![KUBEADM_GATES.into()],
-        })
-        .await?;
-    plane
-        .start_manager(ManagerSpec {
-            name: "kubeadm-control-plane".into(),
-            binary: plane.tools().kubeadm_control_plane_manager(),
-            crd_dirs: vec![capi.join("controlplane/kubeadm/config/crd/bases")],
-            webhook_manifests: Some(
-                capi.join("controlplane/kubeadm/config/webhook/manifests.yaml"),
-            ),
-            health_flag: "--health-addr".into(),
-            extra_args: vec![KUBEADM_GATES.into()],
-        })
-        .await?;
+    start_gated_managers(plane).await?;
     release_contract_labels(plane)
+}
+
+/// Starts Cluster API's core and kubeadm managers with the gates CAPMOX's flavors ask
+/// for ([`TOPOLOGY_GATE`], [`KUBEADM_GATES`]).
+pub async fn start_gated_managers(plane: &Plane) -> Result<()> {
+    plane.start_capi_core_with(&[TOPOLOGY_GATE]).await?;
+    plane.start_kubeadm_bootstrap_with(&[KUBEADM_GATES]).await?;
+    plane
+        .start_kubeadm_control_plane_with(&[KUBEADM_GATES])
+        .await?;
+    Ok(())
 }
 
 /// kube-world installs the kubeadm CRDs from `config/crd/bases`; released components

@@ -84,7 +84,7 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
     );
     // The source has nothing left of the cluster.
     assert!(
-        e2e::quickstart::leftovers(&qs.client(), &qs.namespace)
+        e2e::quickstart::leftovers(&qs.client(), &qs.namespace, &qs.cluster)
             .await
             .unwrap()
             .is_empty()

@@ -1,6 +1,7 @@
 //! The end-to-end tests, one binary: each module was a test file of its own, and its
 //! tests keep their names (`cargo test -p e2e --test it quickstart_`).
 mod clusterctl_move_to_a_second_management_cluster;
+mod every_capmox_flavor_provisions_on_pve_sim;
 mod quickstart_with_real_cluster_api;
 mod the_demo_driver_brings_up_the_quickstart;
 

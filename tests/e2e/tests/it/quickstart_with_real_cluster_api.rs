@@ -57,7 +57,7 @@ async fn quickstart_provisions_scales_and_deletes_with_nothing_left_behind() {
         .unwrap();
     assert!(qs.vms().is_empty(), "VMs left in pve-sim: {:?}", qs.vms());
     assert!(
-        cluster_machines(&client, &qs.namespace)
+        cluster_machines(&client, &qs.namespace, &qs.cluster)
             .await
             .unwrap()
             .is_empty()

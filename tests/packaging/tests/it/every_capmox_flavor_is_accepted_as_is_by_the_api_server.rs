@@ -9,24 +9,10 @@
 use anyhow::{Context, Result, ensure};
 use kube::api::ListParams;
 use kube_world::{Plane, PlaneOpts};
-use packaging::{Clusterctl, get, kubectl_apply, start_managers, wait_class_reconciled};
+use packaging::{Clusterctl, capmox, get, kubectl_apply, start_managers, wait_class_reconciled};
 
 const V1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
 const V2: &str = "infrastructure.cluster.x-k8s.io/v1alpha2";
-
-/// `cluster-template-<flavor>.yaml` (`""`: `cluster-template.yaml`).
-const FLAVORS: &[&str] = &[
-    "",
-    "auto-image",
-    "calico",
-    "cilium",
-    "cilium-load-balancer",
-    "dual-stack",
-    "external-creds",
-    "flatcar",
-    "multiple-vlans",
-    "proxmox-labels",
-];
 
 /// `(ClusterClass file, CAPMOX's example Cluster of it)`.
 const CLASSES: &[(&str, &str)] = &[
@@ -35,45 +21,9 @@ const CLASSES: &[(&str, &str)] = &[
     ("cluster-class-cilium.yaml", "cluster-cilium.yaml"),
 ];
 
-/// What CAPMOX's docs (`docs/advanced-setups.md`, `docs/Usage.md`) set beyond the seed's
-/// `capmox.env` for its flavors: secondary networks, IPv6, template tags, and the
-/// load-balancer flavor's BGP and MetalLB settings (the docs leave the IPv6 ones blank:
-/// documentation addresses here).
-const FLAVOR_VARIABLES: &[(&str, &str)] = &[
-    ("TEMPLATE_TAGS", "tag1,tag2"),
-    ("SECONDARY_IP_RANGES", "[10.10.10.100-10.10.10.150]"),
-    ("SECONDARY_IP_PREFIX", "24"),
-    ("SECONDARY_GATEWAY", "10.10.10.254"),
-    ("SECONDARY_DNS_SERVERS", "[8.8.8.8, 8.8.4.4]"),
-    ("SECONDARY_BRIDGE", "vmbr2"),
-    ("NODE_IPV6_RANGES", "[2001:db8:1::1-2001:db8:1::10]"),
-    ("IPV6_PREFIX", "64"),
-    ("IPV6_GATEWAY", "2001:db8:1::1"),
-    ("EXT_SERVICE_BRIDGE", "vmbr2"),
-    ("LOAD_BALANCER_MACHINE_COUNT", "1"),
-    ("LB_BGP_IPV4_RANGES", "[172.16.4.10-172.16.4.20]"),
-    ("LB_BGP_IPV4_PREFIX", "24"),
-    ("LB_BGP_IPV6_RANGE", "[2001:db8:4::10-2001:db8:4::20]"),
-    ("LB_BGP_IPV6_PREFIX", "64"),
-    ("METALLB_IPV4_ASN", "65400"),
-    ("METALLB_IPV4_BGP_PEER", "172.16.4.1"),
-    ("METALLB_IPV4_BGP_PEER2", "172.16.4.2"),
-    ("METALLB_IPV4_BGP_SECRET", "REDACTED"),
-    ("METALLB_IPV4_BGP_PEER_ASN", "65500"),
-    ("METALLB_IPV4_BGP_PEER2_ASN", "65500"),
-    ("METALLB_IPV4_RANGE", "7.6.5.0/24"),
-    ("METALLB_IPV6_ASN", "65400"),
-    ("METALLB_IPV6_BGP_PEER", "2001:db8:4::1"),
-    ("METALLB_IPV6_BGP_PEER2", "2001:db8:4::2"),
-    ("METALLB_IPV6_BGP_SECRET", "REDACTED"),
-    ("METALLB_IPV6_BGP_PEER_ASN", "65500"),
-    ("METALLB_IPV6_BGP_PEER2_ASN", "65500"),
-    ("METALLB_IPV6_RANGE", "2001:db8:5::/120"),
-];
-
 fn clusterctl() -> Result<Clusterctl> {
     let mut clusterctl = Clusterctl::with_capmox_env()?;
-    for (name, value) in FLAVOR_VARIABLES {
+    for (name, value) in capmox::FLAVOR_VARIABLES {
         clusterctl = clusterctl.var(name, value);
     }
     Ok(clusterctl)
@@ -90,13 +40,9 @@ async fn every_capmox_flavor_is_accepted_as_is_by_the_api_server() {
     let capmox = plane.tools().capmox_dir().join("templates");
     let mut table = vec![("flavor".to_string(), "accepted as is".to_string())];
     let mut failures = Vec::new();
-    for flavor in FLAVORS {
-        let file = if flavor.is_empty() {
-            "cluster-template.yaml".to_string()
-        } else {
-            format!("cluster-template-{flavor}.yaml")
-        };
-        let name = if flavor.is_empty() { "default" } else { flavor };
+    for flavor in capmox::FLAVORS {
+        let file = capmox::template_file(flavor);
+        let name = capmox::flavor_name(flavor);
         let verdict = template_is_accepted(&plane, name, &capmox.join(&file)).await;
         record(&mut table, &mut failures, &file, verdict);
     }
