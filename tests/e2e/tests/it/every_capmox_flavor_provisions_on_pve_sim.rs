@@ -15,6 +15,9 @@ use kube::api::{Api, PostParams};
 use packaging::{Clusterctl, capmox};
 use serde_json::json;
 
+/// The flavor whose cluster brings its own credentials Secret.
+const EXTERNAL_CREDS: &str = "external-creds";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
     let _one = crate::FLOWS.lock().await;
@@ -76,7 +79,18 @@ async fn provision(qs: &mut Quickstart, flavor: &str) -> Result<String> {
         .capmox_dir()
         .join("templates")
         .join(capmox::template_file(flavor));
-    let yaml = clusterctl.generate_seed_cluster(&qs.cluster, &template, &qs.namespace)?;
+    let mut yaml = clusterctl.generate_seed_cluster(&qs.cluster, &template, &qs.namespace)?;
+    if flavor == EXTERNAL_CREDS {
+        // Its Secret has no way to trust pve-sim's self-signed certificate, which we
+        // verify by default (docs/proxmox.md, Credentials): add its fingerprint, as the
+        // TLSVerificationFailed condition tells users to.
+        ensure!(yaml.contains("stringData:\n"), "no stringData in:\n{yaml}");
+        yaml = yaml.replacen(
+            "stringData:\n",
+            &format!("stringData:\n  fingerprint: \"{}\"\n", qs.pve.fingerprint),
+            1,
+        );
+    }
     let machines = machine_count(&yaml)?;
     qs.apply(&yaml).await?;
 
