@@ -7,7 +7,6 @@
 //! plugin's `api-version`: converted here, in process, by the plugin itself.
 use hyperplug_runtime::bindings::conversion::ConversionRequest;
 use hyperplug_runtime::bindings::identity::{KindInfo, PluginInfo};
-use hyperplug_runtime::{CallError, PluginError};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
@@ -15,6 +14,7 @@ use serde_json::{Value, json};
 use super::conditions::reasons;
 use super::context::Context;
 use super::error::Error;
+use super::outcome::{self, Outcome};
 use crate::conversion::PRESERVED_ANNOTATION;
 
 /// The version objects of `kind` are stored in (the plugin's `api-version` if it marks
@@ -53,7 +53,10 @@ pub async fn spec_for_plugin(
         .metrics
         .plugin_call(name, "conversion.convert", ctx.plugin.convert(&req))
         .await;
-    let converted = failed(name, result)?;
+    let converted = match outcome::of(name, "conversion.convert", result) {
+        Outcome::Done(converted) => converted,
+        Outcome::Failed(e) => return Err(e),
+    };
     let mut object: Value =
         serde_json::from_str(&converted.object).map_err(|e| Error::Terminal {
             reason: reasons::INVALID_PLUGIN_OUTPUT.into(),
@@ -63,27 +66,4 @@ pub async fn spec_for_plugin(
         .get_mut("spec")
         .map(Value::take)
         .unwrap_or_else(|| json!({})))
-}
-
-fn failed<T>(plugin: &str, result: Result<Result<T, PluginError>, CallError>) -> Result<T, Error> {
-    match result {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(PluginError::InvalidSpec(e))) => Err(Error::Terminal {
-            reason: reasons::INVALID_SPEC.into(),
-            message: if e.field.is_empty() {
-                e.message
-            } else {
-                format!("{}: {}", e.field, e.message)
-            },
-        }),
-        Ok(Err(PluginError::Terminal(e))) => Err(Error::Terminal {
-            reason: reasons::PLUGIN_FAILURE.into(),
-            message: format!(
-                "plugin {plugin} could not convert the spec: {} ({})",
-                e.message, e.reason
-            ),
-        }),
-        Ok(Err(PluginError::Transient(e))) => Err(Error::Transient(e.message)),
-        Err(e) => Err(Error::Call(e)),
-    }
 }
