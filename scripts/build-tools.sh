@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the "test world" (etcd, kube-apiserver, kube-controller-manager, kubectl,
-# clusterctl, the Cluster API managers, the in-cluster IPAM provider and the cert-manager
-# controller) from their Go modules, at the versions pinned in scripts/tools.env.
+# clusterctl, the Cluster API managers, the in-cluster IPAM provider, the cert-manager
+# controller and CAPMOX's manager) from their Go modules, at the versions pinned in scripts/tools.env.
 #
 # Binaries and wrapper modules live outside the checkout, keyed by version:
 #   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/bin/<component>-<version>/<name>
@@ -13,7 +13,8 @@
 #
 # Usage: scripts/build-tools.sh [tool...]   (default: all; names: etcd kube-apiserver
 #        kube-controller-manager kubectl clusterctl capi-manager kubeadm-bootstrap-manager
-#        kubeadm-control-plane-manager ipam-manager cert-manager-controller)
+#        kubeadm-control-plane-manager ipam-manager cert-manager-controller; and, only when
+#        named, capmox-manager)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -216,6 +217,36 @@ require $CM_MOD $CERT_MANAGER_VERSION"
         log "WARNING: cert-manager-controller not built; Plane::start_cert_manager will fail"
 fi
 
+# ---------------------------------------------------------------- CAPMOX manager
+# The provider teams switch from (tests/e2e's takeover walk runs it against pve-sim).
+# Its go.mod replaces modules, so `go install` of it fails: a wrapper module requires it
+# and repeats its replace lines, except cluster-api, whose pinned patch release the
+# module proxy here does not serve (CAPMOX_CAPI_VERSION, a patch release of the same
+# minor). Built only when named (`scripts/build-tools.sh capmox-manager`, ~4 min cold):
+# nothing in the default test run needs it yet. A failure is reported, not fatal.
+CAPMOX_MOD=github.com/ionos-cloud/cluster-api-provider-proxmox
+CAPMOX_BIN="$CACHE/bin/capmox-$CAPMOX_VERSION"
+if [[ " ${selected[*]} " == *" capmox-manager "* ]]; then
+    wdir="$CACHE/src/capmox-$CAPMOX_VERSION"
+    if [[ ! -x "$CAPMOX_BIN/capmox-manager" ]]; then
+        gomod="$(mod_gomod "$CAPMOX_MOD@$CAPMOX_VERSION")"
+        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+        replaces="$(sed -n '/^replace (/,/^)/p' "$gomod" | sed '1d;$d' | sed 's#//.*$##' |
+            sed "s#^\([[:space:]]*sigs.k8s.io/cluster-api => sigs.k8s.io/cluster-api\) v.*#\1 $CAPMOX_CAPI_VERSION#")"
+        write_wrapper "$wdir" "module hyperplug.local/tools/capmox
+
+go $gover
+
+require $CAPMOX_MOD $CAPMOX_VERSION
+
+replace (
+$replaces
+)"
+    fi
+    build "$wdir" "$CAPMOX_BIN/capmox-manager" "$CAPMOX_MOD/cmd" "" ||
+        log "WARNING: capmox-manager not built; the CAPMOX takeover walk (tests/e2e) will fail"
+fi
+
 # ---------------------------------------------------------------- manifest sources
 CAPI_DIR="$(mod_dir "sigs.k8s.io/cluster-api@$CAPI_VERSION")"
 IPAM_DIR="$(mod_dir "$IPAM_MOD@$IPAM_VERSION")"
@@ -240,6 +271,7 @@ KUBEADM_BOOTSTRAP_MANAGER=$CAPI_BIN/kubeadm-bootstrap-manager
 KUBEADM_CONTROL_PLANE_MANAGER=$CAPI_BIN/kubeadm-control-plane-manager
 IPAM_MANAGER=$IPAM_BIN/ipam-manager
 CERT_MANAGER_CONTROLLER=$CM_BIN/cert-manager-controller
+CAPMOX_MANAGER=$CAPMOX_BIN/capmox-manager
 CAPI_DIR=$CAPI_DIR
 IPAM_DIR=$IPAM_DIR
 CERT_MANAGER_DIR=$CM_DIR

@@ -84,7 +84,7 @@ fn the_cluster_and_each_zone_report_their_pools() {
         ],
     }));
     let names: Vec<String> = ip_pools(&s).unwrap().into_iter().map(|p| p.name).collect();
-    assert_eq!(names, ["ipv4", "ipv6", "rack-a-ipv4"]);
+    assert_eq!(names, ["v4-icip", "v6-icip", "rack-a-v4-icip"]);
 }
 
 #[test]

@@ -129,8 +129,8 @@ mod tests {
             })
             .collect();
         let expected = [
-            ("net0-00-inet", "ipv4"),
-            ("net0-01-inet", "ipv6"),
+            ("net0-00-inet", "v4-icip"),
+            ("net0-01-inet", "v6-icip"),
             (
                 "net2-00-inet",
                 "ipam.cluster.x-k8s.io/GlobalInClusterIPPool/shared",

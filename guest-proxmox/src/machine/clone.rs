@@ -55,6 +55,21 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         }
         return Ok(None);
     }
+    // A VM another provider made and recorded on the machine: adopted if it proves to
+    // be this machine's, never replaced by a clone.
+    if let Some(claimed) = cx.claimed_by_another_provider() {
+        cx.take_over(&claimed, st)?;
+        return Ok(None);
+    }
+    if let Some(id) = &cx.spec.provider_id {
+        return Err(terminal(
+            "VMNotFound",
+            format!(
+                "spec.providerID is {id}, so this machine was provisioned, but no VM carries its marker ({}); a provisioned machine's VM is never made again: delete the machine to replace it",
+                super::ownership::marker(cx.uid())
+            ),
+        ));
+    }
     let (src_node, template) = resolve_template(cx)?;
     // A clone of this template in its first phase shows no owner yet and may be this
     // machine's (a call whose result was lost): wait for the ones seen now to show theirs,

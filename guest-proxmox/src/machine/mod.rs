@@ -113,6 +113,7 @@ mod ownership;
 pub(crate) mod properties;
 mod scheduler;
 mod state;
+mod takeover;
 mod tasks;
 mod template;
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub(super) struct Nic {
 /// Where one address of a NIC comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Pool {
-    /// A default pool the cluster reports (its name there, e.g. `ipv4`, `z1-ipv6`).
+    /// A default pool the cluster reports (its name there, e.g. `v4-icip`, `z1-v6-icip`).
     Default {
         name: String,
         v6: bool,
@@ -79,10 +79,12 @@ impl Pool {
     }
 }
 
-/// The name of a default pool as the cluster reports it: `ipv4`/`ipv6`, or
-/// `<zone>-ipv4` for a zone (lower-cased, `_` as `-`, to make a Kubernetes name).
+/// The name of a default pool as the cluster reports it: `v4-icip`/`v6-icip`, or
+/// `<zone>-v4-icip` for a zone (lower-cased, `_` as `-`, to make a Kubernetes name).
+/// The host's pool is `<cluster>-<name>`: the InClusterIPPool CAPMOX makes for the same
+/// cluster, so a cluster taken over from it keeps its pools and its machines' claims.
 pub fn default_pool_name(zone: Option<&str>, v6: bool) -> String {
-    let family = if v6 { "ipv6" } else { "ipv4" };
+    let family = if v6 { "v6-icip" } else { "v4-icip" };
     match zone {
         None => family.into(),
         Some(z) => format!("{}-{family}", z.to_ascii_lowercase().replace('_', "-")),
@@ -346,8 +348,8 @@ mod tests {
         assert_eq!(
             summary(&nics),
             [
-                row("net0", &["ipv4"], false, false),
-                row("net1", &["ipv4"], false, false)
+                row("net0", &["v4-icip"], false, false),
+                row("net1", &["v4-icip"], false, false)
             ]
         );
     }
@@ -365,7 +367,7 @@ mod tests {
         assert_eq!(
             summary(&nics),
             [
-                row("net0", &["ipv4", "ipv6"], false, false),
+                row("net0", &["v4-icip", "v6-icip"], false, false),
                 row("net1", &[], true, true)
             ]
         );
@@ -398,7 +400,7 @@ mod tests {
         assert_eq!(
             summary(&nics),
             [
-                row("net0", &["ipv4", "ipv6"], false, false),
+                row("net0", &["v4-icip", "v6-icip"], false, false),
                 row("net1", &[], false, false)
             ]
         );
@@ -421,11 +423,11 @@ mod tests {
         assert_eq!(
             summary(&nics),
             [
-                row("net0", &["ipv4"], false, false),
+                row("net0", &["v4-icip"], false, false),
                 row(
                     "net1",
                     &[
-                        "ipv6",
+                        "v6-icip",
                         "GlobalInClusterIPPool/shared",
                         "InClusterIPPool/extra"
                     ],
@@ -448,7 +450,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             summary(&nics),
-            [row("net0", &["rack-a-ipv4"], false, false)]
+            [row("net0", &["rack-a-v4-icip"], false, false)]
         );
         match plan2(
             json!({"zone": "b", "networkDevices": [{"name": "net0"}]}),
@@ -466,7 +468,7 @@ mod tests {
             json!({"ipv6Config": pool6()}),
         )
         .unwrap();
-        assert_eq!(summary(&nics), [row("net0", &["ipv6"], false, false)]);
+        assert_eq!(summary(&nics), [row("net0", &["v6-icip"], false, false)]);
     }
 
     #[test]

@@ -54,6 +54,13 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub cross_namespace_credentials: Vec<CredentialsGrant>,
+    /// Adopt, in NAMESPACE (`*`: every namespace), machines another provider of the same
+    /// kinds made (a cluster taken over, e.g. from CAPMOX): repeatable. A machine marked
+    /// provisioned that this manager has no record of is left alone elsewhere (condition
+    /// `AdoptionNotGranted`); here the plugin adopts its infrastructure only if it proves
+    /// to be the machine's. Grant it for the takeover, then remove it.
+    #[arg(long, env = "HYPERPLUG_ADOPT_NAMESPACE", value_delimiter = ',')]
+    pub adopt_namespace: Vec<String>,
     /// Secret (`NAMESPACE/NAME`) holding the key that signs ownership ids, created on
     /// first start if absent. Default: `$POD_NAMESPACE/hyperplug-ownership-key` (else
     /// in `default`). A manager that takes objects over by `clusterctl move` needs the
@@ -225,6 +232,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = ManagerOptions {
         default_credentials,
         credentials_grants: args.cross_namespace_credentials.clone(),
+        adopt_namespaces: args.adopt_namespace.clone(),
         ownership_key_secret,
         // An empty value (as a Deployment's env may give) means all namespaces.
         namespace: args.namespace.clone().filter(|n| !n.is_empty()),

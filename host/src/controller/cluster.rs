@@ -16,7 +16,7 @@ use super::events::{self, Event, Report};
 use super::objects::{self, api, capi_cluster, str_field};
 use super::outcome::{self, Failed, Outcome};
 use super::ownership::Ownership;
-use super::{credentials, ipam, patch, requeue, unverified, versions};
+use super::{adoption, credentials, ipam, patch, requeue, unverified, versions};
 use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
 use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
 use hyperplug_runtime::bindings::types::Progress;
@@ -84,7 +84,14 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if deleting {
         return delete(&ctx, &own, &obj, &req, &version).await;
     }
-    patch::take_ownership(&own, &obj, &finalizer(&ctx.plugin), write_id.as_deref()).await?;
+    patch::take_ownership(
+        &own,
+        &obj,
+        &finalizer(&ctx.plugin),
+        &adoption::previous_finalizer(&ctx.resource),
+        write_id.as_deref(),
+    )
+    .await?;
     let call = "cluster.reconcile";
     let result = ctx
         .metrics

@@ -29,6 +29,9 @@ pub struct ManagerOptions {
     /// Secrets in other namespaces InfraClusters may name (by default only their own
     /// namespace's).
     pub credentials_grants: Vec<CredentialsGrant>,
+    /// Namespaces (`*`: all) where machines another provider made may be adopted
+    /// (`adoption`).
+    pub adopt_namespaces: Vec<String>,
     /// `namespace/name` of the Secret with the ownership key (created if absent).
     pub ownership_key_secret: (String, String),
     /// Watch only this namespace.
@@ -44,6 +47,7 @@ impl Default for ManagerOptions {
         ManagerOptions {
             default_credentials: BTreeMap::new(),
             credentials_grants: Vec::new(),
+            adopt_namespaces: Vec::new(),
             ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
             namespace: None,
             concurrency: 64,

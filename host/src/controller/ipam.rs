@@ -356,10 +356,12 @@ impl MachineClaims {
                     "poolRef": {"apiGroup": pool.api_group, "kind": pool.kind, "name": pool.name},
                 },
             });
+            // Forced: a claim another provider made for this machine (taken over, see
+            // `adoption`) is this machine's now, its owner reference included.
             claims
                 .patch(
                     &name,
-                    &PatchParams::apply(FIELD_MANAGER),
+                    &PatchParams::apply(FIELD_MANAGER).force(),
                     &Patch::Apply(&body),
                 )
                 .await?;

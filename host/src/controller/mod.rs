@@ -1,6 +1,7 @@
 //! The controllers: for every kind a loaded plugin declares, a kube-rs controller of the
 //! role that kind plays in the Cluster API contract. Discovered at start, so a new
 //! plugin adds kinds without a rebuild.
+pub mod adoption;
 mod asked;
 mod backoff;
 pub mod claims;

@@ -88,6 +88,7 @@ pub async fn take_ownership(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     finalizer: &str,
+    replaces: &str,
     signed_id: Option<&str>,
 ) -> Result<Option<String>> {
     let mut ops = vec![
@@ -96,7 +97,19 @@ pub async fn take_ownership(
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": obj.resource_version()}),
     ];
     let current = obj.finalizers();
-    if current.is_empty() {
+    if current.iter().any(|f| f == replaces) {
+        // A provider of these kinds that ran before us (taken over): its finalizer
+        // would keep the object forever, as nothing runs to remove it.
+        let mut kept: Vec<&str> = current
+            .iter()
+            .map(String::as_str)
+            .filter(|f| *f != replaces)
+            .collect();
+        if !kept.contains(&finalizer) {
+            kept.push(finalizer);
+        }
+        ops.push(json!({"op": "replace", "path": "/metadata/finalizers", "value": kept}));
+    } else if current.is_empty() {
         ops.push(json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}));
     } else if !current.iter().any(|f| f == finalizer) {
         ops.push(json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}));

@@ -34,16 +34,40 @@ pub async fn spec_for_plugin(
     version: &str,
     obj: &DynamicObject,
 ) -> Result<Value, Error> {
+    for_plugin(ctx, kind, version, obj, false)
+        .await
+        .map(|(spec, _)| spec)
+}
+
+/// As [`spec_for_plugin`], with the plugin's own status fields (those its status schema
+/// of `version` declares, as `plugin-status`) when `with_status` and the object has any:
+/// what another provider left there, for adopting what it made.
+pub async fn for_plugin(
+    ctx: &Context,
+    kind: &str,
+    version: &str,
+    obj: &DynamicObject,
+    with_status: bool,
+) -> Result<(Value, Option<Value>), Error> {
     let spec = obj.data.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let status = if with_status {
+        plugin_status(ctx.plugin.info(), kind, version, obj)
+    } else {
+        None
+    };
     let speaks = &ctx.plugin.info().api_version;
     if version == speaks {
-        return Ok(spec);
+        return Ok((spec, status));
+    }
+    let mut object = json!({ "spec": spec });
+    if let Some(s) = &status {
+        object["status"] = s.clone();
     }
     let req = ConversionRequest {
         kind: kind.to_string(),
         from_version: version.to_string(),
         to_version: speaks.clone(),
-        object: json!({ "spec": spec }).to_string(),
+        object: object.to_string(),
         // What an earlier conversion kept for this version (e.g. a field only the
         // version the user wrote can say).
         preserved: obj.annotations().get(PRESERVED_ANNOTATION).cloned(),
@@ -62,8 +86,38 @@ pub async fn spec_for_plugin(
             reason: reasons::INVALID_PLUGIN_OUTPUT.into(),
             message: format!("plugin {name} converted {kind} to {speaks} as no JSON object: {e}"),
         })?;
-    Ok(object
+    let spec = object
         .get_mut("spec")
         .map(Value::take)
-        .unwrap_or_else(|| json!({})))
+        .unwrap_or_else(|| json!({}));
+    let status = status.and(object.get_mut("status").map(Value::take));
+    Ok((spec, status))
+}
+
+/// The fields of `obj`'s status that the plugin's status schema of `kind` in `version`
+/// declares, as a JSON object; none when it declares none or the object has none.
+fn plugin_status(
+    info: &PluginInfo,
+    kind: &str,
+    version: &str,
+    obj: &DynamicObject,
+) -> Option<Value> {
+    let schema = info
+        .kinds
+        .iter()
+        .find(|k| k.kind == kind)?
+        .versions
+        .iter()
+        .find(|v| v.name == version)?
+        .status_schema
+        .as_deref()?;
+    let schema: Value = serde_json::from_str(schema).ok()?;
+    let declared = schema.get("properties")?.as_object()?;
+    let status = obj.data.get("status")?.as_object()?;
+    let mine: serde_json::Map<String, Value> = status
+        .iter()
+        .filter(|(k, _)| declared.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (!mine.is_empty()).then_some(Value::Object(mine))
 }

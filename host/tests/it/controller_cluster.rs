@@ -87,7 +87,7 @@ async fn a_proxmox_cluster_is_provisioned_with_endpoint_failure_domains_and_pool
         .api("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool")
         .await;
     let pool = world
-        .wait_for(&pools, "demo-ipv4", "pool exists", |_| true)
+        .wait_for(&pools, "demo-v4-icip", "pool exists", |_| true)
         .await;
     assert_eq!(
         pool.data["spec"]["addresses"],

@@ -554,8 +554,8 @@ async fn a_dual_stack_nic_gets_a_claim_per_pool_each_written_once() {
         .api("ipam.cluster.x-k8s.io/v1beta2", "IPAddressClaim")
         .await;
     for (name, pool) in [
-        ("ds-0-net0-00-inet", "demo-ipv4"),
-        ("ds-0-net0-01-inet", "demo-ipv6"),
+        ("ds-0-net0-00-inet", "demo-v4-icip"),
+        ("ds-0-net0-01-inet", "demo-v6-icip"),
     ] {
         let claim = claims.get(name).await.unwrap();
         assert_eq!(claim.owner_references()[0].kind, "ProxmoxMachine");

@@ -18,4 +18,5 @@ mod proxmox_machine;
 mod proxmox_via_runtime;
 mod redfish_machine;
 mod security;
+mod takeover;
 mod two_plugins;

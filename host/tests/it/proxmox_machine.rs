@@ -204,7 +204,10 @@ async fn full_lifecycle_shapes_the_vm_field_by_field() {
             .iter()
             .map(|r| (r.device.clone(), r.pool.label()))
             .collect();
-        assert_eq!(wanted, [("net0-00-inet".to_string(), "ipv4".to_string())]);
+        assert_eq!(
+            wanted,
+            [("net0-00-inet".to_string(), "v4-icip".to_string())]
+        );
         if s.progress.phase == "WaitingForAddresses" {
             break s;
         }
@@ -1067,7 +1070,7 @@ struct FromRange {
 
 impl Answers for FromRange {
     fn address(&mut self, device: &str, pool: &str) -> Result<AllocatedAddress, String> {
-        assert_eq!((device, pool), ("net0-00-inet", "ipv4"));
+        assert_eq!((device, pool), ("net0-00-inet", "v4-icip"));
         self.next += 1;
         Ok(AllocatedAddress {
             device: device.into(),

@@ -195,8 +195,13 @@ impl Tools {
     pub fn cert_manager_dir(&self) -> PathBuf {
         self.path("CERT_MANAGER_DIR")
     }
+    /// CAPMOX's manager, if it was built (only the takeover walk runs it).
+    pub fn capmox_manager(&self) -> Option<PathBuf> {
+        let p = self.path("CAPMOX_MANAGER");
+        p.is_file().then_some(p)
+    }
     /// `github.com/ionos-cloud/cluster-api-provider-proxmox@<version>` (CAPMOX) in the Go
-    /// module cache: its `templates/` and `docs/`.
+    /// module cache: its `templates/`, `docs/` and `config/` (CRDs, webhooks).
     pub fn capmox_dir(&self) -> PathBuf {
         self.path("CAPMOX_DIR")
     }

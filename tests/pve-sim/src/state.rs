@@ -413,6 +413,19 @@ impl World {
                     .unwrap_or(0);
                 w.ensure_volume(&vm.node, &volid, seed.vmid, size);
             }
+            // An ISO a seeded VM has in a CD drive is in its storage (as on a real node,
+            // where PVE refuses to attach one that is not).
+            let isos: Vec<String> = vm
+                .config
+                .iter()
+                .filter(|(k, _)| is_drive_key(k))
+                .map(|(_, v)| drive_options(v))
+                .filter(|o| o.get("media").is_some_and(|m| m == "cdrom"))
+                .filter_map(|o| o.get("file").filter(|f| f.contains(":iso/")).cloned())
+                .collect();
+            for file in isos {
+                w.ensure_iso(&vm.node, &file, 1 << 20);
+            }
             if let Some(p) = &seed.pool {
                 w.pools.entry(p.clone()).or_default().insert(seed.vmid);
             }
@@ -628,6 +641,29 @@ impl World {
                     vmid: Some(vmid),
                     ctime: now,
                     parent: parent.filter(|p| p.starts_with("base-")),
+                    nocloud: None,
+                });
+        }
+    }
+
+    /// Creates the ISO image `volid` (`<storage>:iso/<file>`) if the storage exists and
+    /// it is missing.
+    pub fn ensure_iso(&mut self, node: &str, volid: &str, size: u64) {
+        let Some((sid, name)) = volid.split_once(':') else {
+            return;
+        };
+        let now = unix_now();
+        if let Some(st) = self.storage_mut(node, sid) {
+            st.volumes
+                .entry(name.to_string())
+                .or_insert_with(|| Volume {
+                    name: name.to_string(),
+                    content: "iso".into(),
+                    format: "iso".into(),
+                    size,
+                    vmid: None,
+                    ctime: now,
+                    parent: None,
                     nocloud: None,
                 });
         }

@@ -12,6 +12,7 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::adoption;
 use super::conditions;
 use super::context::{Context, finalizer};
 use super::error::Result;
@@ -51,6 +52,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &o.own,
         &o.obj,
         &finalizer(&ctx.plugin),
+        &adoption::previous_finalizer(&ctx.resource),
         o.write_id.as_deref(),
     )
     .await?;

@@ -16,7 +16,7 @@ use super::super::objects::{self, api, capi_cluster, capi_machine, str_field};
 use super::super::outcome::{self, Failed};
 use super::super::ownership::Ownership;
 use super::super::watch::cached_or_read;
-use super::super::{credentials, patch, requeue, unverified, versions};
+use super::super::{adoption, credentials, patch, requeue, unverified, versions};
 use crate::status::{InfraMachineStatus, Progressing, Status};
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
 
@@ -183,9 +183,23 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         }
     };
 
+    let stored = InfraMachineStatus::of(&obj);
+    let prev = ctx
+        .coalescer
+        .current(obj.uid().as_deref().unwrap_or_default(), &stored);
+    // Made by another provider: only where an administrator granted adoption.
+    let state = prev.progress.plugin_state.as_deref();
+    if !deleting && adoption::made_elsewhere(&obj, state) && !ctx.options.may_adopt(&ns) {
+        return adoption::not_granted(ctx, &own, &obj).await.map(Step::Done);
+    }
+    // Provisioned without a record of ours (taken over, or the state was lost): create
+    // finds the infrastructure again (by our marker, or by what the plugin can prove),
+    // and never makes it again.
+    let unrecorded = adoption::unrecorded(&obj, state);
+    let provisioned = objects::provisioned(&obj) && !unrecorded;
+
     // Independent reads go out together: a reconcile's latency is its chain of API
     // round trips, and every machine is polled while its tasks run.
-    let provisioned = objects::provisioned(&obj);
     let machine = async {
         let machine = cached_or_read(
             caches.map(|c| &c.machines),
@@ -243,7 +257,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     };
     let version = creds.version.clone();
     let specs = tokio::try_join!(
-        versions::spec_for_plugin(ctx, &ctx.kind.kind, &ctx.resource.version, &obj),
+        versions::for_plugin(ctx, &ctx.kind.kind, &ctx.resource.version, &obj, unrecorded),
         versions::spec_for_plugin(
             ctx,
             &cluster_kind.kind,
@@ -251,7 +265,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             &infra_cluster
         ),
     );
-    let (spec, cluster_spec) = match specs {
+    let ((spec, plugin_status), cluster_spec) = match specs {
         Ok(specs) => specs,
         Err(e) => {
             return outcome::fail(ctx, &own, &obj, e, None)
@@ -259,10 +273,6 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
                 .map(Step::Done);
         }
     };
-    let stored = InfraMachineStatus::of(&obj);
-    let prev = ctx
-        .coalescer
-        .current(obj.uid().as_deref().unwrap_or_default(), &stored);
     let request = MachineRequest {
         machine: objects::object_ref(&obj, &machine_id),
         cluster: objects::object_ref(&infra_cluster, &cluster_id),
@@ -277,7 +287,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         addresses: claims.bound(),
         credentials: creds.primary,
         more_credentials: creds.more,
-        plugin_status: None,
+        plugin_status: plugin_status.map(|s| s.to_string()),
     };
     Ok(Step::Call(Box::new(Observed {
         credentials: version,
