@@ -149,15 +149,15 @@ mod tests {
         assert_eq!(
             ctx(&req).missing_addresses(),
             [
-                "net0/ipv4",
-                "net0/ipv6",
+                "net0/v4-icip",
+                "net0/v6-icip",
                 "net2/GlobalInClusterIPPool/shared"
             ]
         );
         req.addresses = vec![allocated("net0-00-inet", "10.0.0.11", 24, None)];
         assert_eq!(
             ctx(&req).missing_addresses(),
-            ["net0/ipv6", "net2/GlobalInClusterIPPool/shared"]
+            ["net0/v6-icip", "net2/GlobalInClusterIPPool/shared"]
         );
     }
 

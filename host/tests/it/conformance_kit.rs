@@ -303,7 +303,7 @@ async fn addresses_come_from_a_file_or_the_failure_says_how_to_give_them() {
     let create = cases.iter().find(|c| c.0 == "create-converges").unwrap();
     assert_eq!(create.1, "fail");
     assert!(
-        create.2.contains("pool `ipv4`") && create.2.contains("--addresses"),
+        create.2.contains("pool `v4-icip`") && create.2.contains("--addresses"),
         "{}",
         create.2
     );
