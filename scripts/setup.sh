@@ -28,6 +28,9 @@ done
 command -v go >/dev/null || { echo "Go is not installed: see https://go.dev/dl" >&2; exit 1; }
 log "building the test world from Go modules (first run: about 10 min on 2 cores; then seconds)"
 bash scripts/build-tools.sh >/dev/null
+# CAPMOX's manager, for the takeover walk (tests/e2e): built only when asked for.
+log "building CAPMOX's manager (first run: about 4 min; then seconds)"
+bash scripts/build-tools.sh capmox-manager >/dev/null
 
 # The Redfish plugin's tests run the real sushy-tools emulator (`sushy-emulator --fake`).
 # shellcheck source=tools.env

@@ -45,6 +45,8 @@ pub struct Management {
     pub config: PathBuf,
     pub hyperplug_log: PathBuf,
     pub metrics: SocketAddr,
+    /// Where hyperplug adopts machines another provider made (`--adopt-namespace`).
+    pub adopt: Option<String>,
 }
 
 impl Management {
@@ -72,6 +74,7 @@ impl Management {
             config: repo.config.clone(),
             hyperplug_log: PathBuf::new(),
             metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+            adopt: None,
         };
         say(format!(
             "{name}: clusterctl init --infrastructure proxmox --ipam in-cluster"
@@ -100,6 +103,70 @@ impl Management {
         Ok(mgmt)
     }
 
+    /// A management cluster running CAPMOX instead, as teams run it before switching:
+    /// `clusterctl init --ipam in-cluster` (Cluster API, kubeadm, IPAM), then CAPMOX's
+    /// CRDs and manager (built from its Go module) with the Proxmox credentials in its
+    /// environment, as its release's Deployment has them.
+    pub async fn start_capmox(name: &str, repo: &Repo, pve: &ProxmoxEndpoint) -> Result<Management> {
+        say(format!("{name}: starting etcd and kube-apiserver"));
+        let plane = Plane::start(PlaneOpts::default()).await?;
+        plane.start_cert_manager().await?;
+        let clusterctl = Clusterctl::with_capmox_env()?
+            .var("PROXMOX_URL", &pve.url)
+            .var("PROXMOX_TOKEN", &pve.token)
+            .var("PROXMOX_SECRET", &pve.secret)
+            .var("PROXMOX_FINGERPRINT", &pve.fingerprint);
+        let mgmt = Management {
+            name: name.to_string(),
+            plane,
+            clusterctl,
+            config: repo.config.clone(),
+            hyperplug_log: PathBuf::new(),
+            metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+            adopt: None,
+        };
+        say(format!("{name}: clusterctl init --ipam in-cluster"));
+        mgmt.clusterctl(&["init", "--ipam", "in-cluster"])?;
+        mgmt.plane.remove_service_webhooks().await?;
+        packaging::start_gated_managers(&mgmt.plane).await?;
+        mgmt.plane.start_ipam().await?;
+        mgmt.plane.start_controller_manager().await?;
+        say(format!("{name}: starting CAPMOX's manager"));
+        mgmt.plane
+            .start_capmox(&[
+                ("PROXMOX_URL", pve.url.as_str()),
+                ("PROXMOX_TOKEN", pve.token.as_str()),
+                ("PROXMOX_SECRET", pve.secret.as_str()),
+                ("PROXMOX_INSECURE", "true"),
+            ])
+            .await?;
+        Ok(mgmt)
+    }
+
+    /// The switch of docs/migrate-from-capmox.md: CAPMOX stopped and its webhooks gone
+    /// (what `clusterctl delete --infrastructure proxmox` does to a provider clusterctl
+    /// installed; its CRDs and objects stay), `clusterctl init --infrastructure proxmox`
+    /// installing hyperplug, whose manager runs with adoption granted in `adopt`.
+    pub async fn switch_from_capmox(
+        &mut self,
+        hyperplug: &Path,
+        plugin: &Path,
+        adopt: &str,
+    ) -> Result<()> {
+        say(format!("{}: stopping CAPMOX, keeping its CRDs and objects", self.name));
+        self.plane.stop_proc("capmox");
+        let hooks = self.plane.remove_named_webhooks("capmox-").await?;
+        say(format!("{}: removed CAPMOX's webhooks {hooks:?}", self.name));
+        say(format!("{}: clusterctl init --infrastructure proxmox", self.name));
+        let out = self.clusterctl(&["init", "--infrastructure", "proxmox"])?;
+        for line in out.lines().filter(|l| l.starts_with("Installing")) {
+            say(format!("{}:   {line}", self.name));
+        }
+        self.plane.remove_service_webhooks().await?;
+        self.adopt = Some(adopt.to_string());
+        self.start_hyperplug(hyperplug, plugin).await
+    }
+
     async fn start_hyperplug(&mut self, hyperplug: &Path, plugin: &Path) -> Result<()> {
         let health = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let webhook = SocketAddr::from(([127, 0, 0, 1], free_port()?));
@@ -118,6 +185,9 @@ impl Management {
             .arg(format!("--webhook-addr={webhook}"))
             .arg(format!("--webhook-cert-dir={}", certs.display()))
             .env("KUBECONFIG", self.plane.kubeconfig_path());
+        if let Some(ns) = &self.adopt {
+            cmd.arg(format!("--adopt-namespace={ns}"));
+        }
         say(format!(
             "{}: starting hyperplug run --plugin {}",
             self.name,

@@ -28,6 +28,6 @@ pub mod plane;
 pub mod process;
 pub mod tools;
 
-pub use managers::{Manager, ManagerSpec};
+pub use managers::{Manager, ManagerSpec, WebhookServer};
 pub use plane::{AUDIT_WRITES_POLICY, Plane, PlaneOpts, free_port};
 pub use tools::Tools;

@@ -21,8 +21,23 @@ use crate::apply;
 use crate::plane::{Plane, b64, free_port, http_status, yaml_files};
 use crate::process::Proc;
 
+/// The webhook port CAPMOX's manager hard-codes.
+pub const CAPMOX_WEBHOOK_PORT: u16 = 9443;
+
+/// How a manager is told where its webhook server listens and finds its certificate.
+#[derive(Debug, Clone, Default)]
+pub enum WebhookServer {
+    /// `--webhook-port`, `--webhook-cert-dir`, `--webhook-cert-name`, `--webhook-key-name`
+    /// (Cluster API's managers and the in-cluster IPAM provider).
+    #[default]
+    Flags,
+    /// A port it hard-codes, and controller-runtime's default certificate directory,
+    /// `$TMPDIR/k8s-webhook-server/serving-certs` (CAPMOX).
+    FixedPortUnderTmpdir(u16),
+}
+
 /// A manager the plane can start.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ManagerSpec {
     /// Process name (log file `<name>.log`, prefix of the webhook configuration names).
     pub name: String,
@@ -35,6 +50,12 @@ pub struct ManagerSpec {
     pub health_flag: String,
     /// More arguments (e.g. `--feature-gates=...`).
     pub extra_args: Vec<String>,
+    pub webhook_server: WebhookServer,
+    /// Environment of the process (e.g. credentials a provider reads from it).
+    pub env: Vec<(String, String)>,
+    /// Labels added to its CRDs (e.g. the contract labels a release's kustomization adds
+    /// and the module's `config/crd/bases` lacks).
+    pub crd_labels: Vec<(String, String)>,
 }
 
 /// A started manager.
@@ -62,6 +83,7 @@ impl Plane {
             webhook_manifests: Some(capi.join("core/config/webhook/manifests.yaml")),
             health_flag: "--health-addr".into(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            ..ManagerSpec::default()
         })
         .await
     }
@@ -79,6 +101,7 @@ impl Plane {
             webhook_manifests: Some(capi.join("bootstrap/kubeadm/config/webhook/manifests.yaml")),
             health_flag: "--health-addr".into(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            ..ManagerSpec::default()
         })
         .await
     }
@@ -98,6 +121,7 @@ impl Plane {
             ),
             health_flag: "--health-addr".into(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            ..ManagerSpec::default()
         })
         .await
     }
@@ -110,7 +134,37 @@ impl Plane {
             crd_dirs: vec![ipam.join("config/crd/bases")],
             webhook_manifests: Some(ipam.join("config/webhook/manifests.yaml")),
             health_flag: "--health-probe-bind-address".into(),
-            extra_args: vec![],
+            ..ManagerSpec::default()
+        })
+        .await
+    }
+
+    /// Starts CAPMOX's manager (built only on request: `scripts/build-tools.sh
+    /// capmox-manager`) with its webhooks, as its release installs it: its CRDs carry the
+    /// contract labels its kustomization adds; it reads the Proxmox credentials from
+    /// `env` (`PROXMOX_URL`, `PROXMOX_TOKEN`, `PROXMOX_SECRET`, `PROXMOX_INSECURE`); its
+    /// webhook server is on the port it hard-codes, 9443.
+    pub async fn start_capmox(&self, env: &[(&str, &str)]) -> Result<Manager> {
+        let dir = self.tools.capmox_dir();
+        let binary = self.tools.capmox_manager().context(
+            "CAPMOX's manager is not built: run scripts/build-tools.sh capmox-manager",
+        )?;
+        self.start_manager(ManagerSpec {
+            name: "capmox".into(),
+            binary,
+            crd_dirs: vec![dir.join("config/crd/bases")],
+            webhook_manifests: Some(dir.join("config/webhook/manifests.yaml")),
+            health_flag: "--health-probe-bind-address".into(),
+            webhook_server: WebhookServer::FixedPortUnderTmpdir(CAPMOX_WEBHOOK_PORT),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            crd_labels: ["cluster.x-k8s.io/v1beta1", "cluster.x-k8s.io/v1beta2"]
+                .into_iter()
+                .map(|k| (k.to_string(), "v1alpha2".to_string()))
+                .collect(),
+            ..ManagerSpec::default()
         })
         .await
     }
@@ -119,14 +173,23 @@ impl Plane {
     /// with conversion pointed at its webhook server, starts it, waits for its readiness
     /// endpoint and webhook port, then installs its rewritten webhook configurations.
     pub async fn start_manager(&self, spec: ManagerSpec) -> Result<Manager> {
-        let webhook_port = free_port()?;
+        let webhook_port = match spec.webhook_server {
+            WebhookServer::Flags => free_port()?,
+            WebhookServer::FixedPortUnderTmpdir(port) => port,
+        };
         let health_port = free_port()?;
         let diag_port = free_port()?;
         let webhook_base = format!("https://127.0.0.1:{webhook_port}");
         let ca_bundle = b64(self.ca.cert_pem().as_bytes());
 
         // Serving certificate.
-        let cert_dir = self.path.join(format!("{}-certs", spec.name));
+        let tmpdir = self.path.join(format!("{}-tmp", spec.name));
+        let cert_dir = match spec.webhook_server {
+            WebhookServer::Flags => self.path.join(format!("{}-certs", spec.name)),
+            WebhookServer::FixedPortUnderTmpdir(_) => {
+                tmpdir.join("k8s-webhook-server/serving-certs")
+            }
+        };
         std::fs::create_dir_all(&cert_dir)?;
         let serving = self.ca.server(&["127.0.0.1", "localhost"])?;
         std::fs::write(cert_dir.join("tls.crt"), &serving.cert)?;
@@ -139,6 +202,9 @@ impl Plane {
                 let yaml = std::fs::read_to_string(&file)?;
                 for mut doc in apply::parse_documents(&yaml)? {
                     if doc.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
+                        for (k, v) in &spec.crd_labels {
+                            doc["metadata"]["labels"][k] = json!(v);
+                        }
                         let multi_version = doc
                             .pointer("/spec/versions")
                             .and_then(Value::as_array)
@@ -174,11 +240,19 @@ impl Plane {
         let log = self.path.join(format!("{}.log", spec.name));
         let mut cmd = Command::new(&spec.binary);
         cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .arg("--leader-elect=false")
-            .arg(format!("--webhook-port={webhook_port}"))
-            .arg(format!("--webhook-cert-dir={}", cert_dir.display()))
-            .arg("--webhook-cert-name=tls.crt")
-            .arg("--webhook-key-name=tls.key")
+            .arg("--leader-elect=false");
+        match spec.webhook_server {
+            WebhookServer::Flags => {
+                cmd.arg(format!("--webhook-port={webhook_port}"))
+                    .arg(format!("--webhook-cert-dir={}", cert_dir.display()))
+                    .arg("--webhook-cert-name=tls.crt")
+                    .arg("--webhook-key-name=tls.key");
+            }
+            WebhookServer::FixedPortUnderTmpdir(_) => {
+                cmd.env("TMPDIR", &tmpdir);
+            }
+        }
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
             .arg(format!("{}=127.0.0.1:{health_port}", spec.health_flag))
             .arg(format!("--diagnostics-address=127.0.0.1:{diag_port}"))
             .arg("--insecure-diagnostics=true")
@@ -296,6 +370,29 @@ impl Plane {
                 crds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?;
                 removed.push(name);
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Deletes the admission webhook configurations whose name starts with `prefix` (a
+    /// manager's, as [`Plane::start_manager`] names them `<manager>-<name>`), as removing
+    /// that manager removes them. Returns their names.
+    pub async fn remove_named_webhooks(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        for kind in [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ] {
+            let api = self
+                .dynamic_api("admissionregistration.k8s.io/v1", kind, None)
+                .await?;
+            for cfg in api.list(&Default::default()).await? {
+                let name = cfg.metadata.name.clone().unwrap_or_default();
+                if name.starts_with(prefix) {
+                    api.delete(&name, &Default::default()).await?;
+                    removed.push(name);
+                }
             }
         }
         Ok(removed)

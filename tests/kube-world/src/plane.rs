@@ -338,6 +338,22 @@ impl Plane {
         self.procs.lock().unwrap().push(p);
     }
 
+    /// Kills the plane's processes named `name` (e.g. a manager being replaced) and
+    /// forgets them; whether there was one.
+    pub fn stop_proc(&self, name: &str) -> bool {
+        let mut procs = self.procs.lock().unwrap();
+        let before = procs.len();
+        procs.retain_mut(|p| {
+            if p.name() == name {
+                p.kill();
+                false
+            } else {
+                true
+            }
+        });
+        procs.len() != before
+    }
+
     /// Starts kube-controller-manager with the garbage collector and namespace controllers.
     pub async fn start_controller_manager(&self) -> Result<()> {
         let health = free_port()?;
