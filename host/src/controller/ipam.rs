@@ -13,7 +13,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::context::Context;
-use super::error::Result;
+use super::error::{Error, Result};
 use super::objects::{
     self, api, field, in_cluster_ip_pool, ip_address, ip_address_claim, str_field,
 };
@@ -342,6 +342,16 @@ impl MachineClaims {
             let name = this
                 .answering(infra_cluster, req)
                 .map_or(name, |c| c.name.clone());
+            let wanted = json!({
+                "clusterName": cluster_name,
+                "poolRef": {"apiGroup": pool.api_group, "kind": pool.kind, "name": pool.name},
+            });
+            // A claim's spec is immutable: one that exists (moved, or made by another
+            // provider and taken over) keeps its spec as written.
+            let spec = match claims.get_opt(&name).await? {
+                Some(existing) => kept_spec(&existing, &wanted)?,
+                None => wanted,
+            };
             let body = json!({
                 "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
                 "kind": "IPAddressClaim",
@@ -351,10 +361,7 @@ impl MachineClaims {
                     "annotations": {DEVICE_ANNOTATION: req.device},
                     "ownerReferences": [owner_ref(machine, ctx)],
                 },
-                "spec": {
-                    "clusterName": cluster_name,
-                    "poolRef": {"apiGroup": pool.api_group, "kind": pool.kind, "name": pool.name},
-                },
+                "spec": spec,
             });
             // Forced: a claim another provider made for this machine (taken over, see
             // `adoption`) is this machine's now, its owner reference included.
@@ -375,6 +382,28 @@ impl MachineClaims {
             pending,
         })
     }
+}
+
+/// The spec to apply to an existing claim `existing`: its own (a claim's spec is
+/// immutable), provided it asks the pool `wanted` names.
+fn kept_spec(existing: &DynamicObject, wanted: &serde_json::Value) -> Result<serde_json::Value> {
+    let spec = existing.data.get("spec").cloned().unwrap_or_default();
+    let pool =
+        |v: &serde_json::Value, f: &str| v["poolRef"][f].as_str().unwrap_or_default().to_string();
+    let same_pool = ["kind", "name"]
+        .iter()
+        .all(|f| pool(&spec, f) == pool(wanted, f));
+    if !same_pool {
+        return Err(Error::Dependency(format!(
+            "IPAddressClaim {} exists for pool {} {}, not {} {}: delete it, or give the device that pool",
+            existing.name_any(),
+            pool(&spec, "kind"),
+            pool(&spec, "name"),
+            pool(wanted, "kind"),
+            pool(wanted, "name"),
+        )));
+    }
+    Ok(spec)
 }
 
 /// The address an IPAddress holds, for `device`.

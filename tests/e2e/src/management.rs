@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube_world::process::Proc;
-use kube_world::{Plane, PlaneOpts, free_port};
+use kube_world::{Manager, Plane, PlaneOpts, free_port};
 use packaging::Clusterctl;
 
 use crate::progress::say;
@@ -47,6 +47,8 @@ pub struct Management {
     pub metrics: SocketAddr,
     /// Where hyperplug adopts machines another provider made (`--adopt-namespace`).
     pub adopt: Option<String>,
+    /// CAPMOX's manager, while it runs ([`Management::start_capmox`]).
+    pub capmox: Option<Manager>,
 }
 
 impl Management {
@@ -75,6 +77,7 @@ impl Management {
             hyperplug_log: PathBuf::new(),
             metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
             adopt: None,
+            capmox: None,
         };
         say(format!(
             "{name}: clusterctl init --infrastructure proxmox --ipam in-cluster"
@@ -107,7 +110,11 @@ impl Management {
     /// `clusterctl init --ipam in-cluster` (Cluster API, kubeadm, IPAM), then CAPMOX's
     /// CRDs and manager (built from its Go module) with the Proxmox credentials in its
     /// environment, as its release's Deployment has them.
-    pub async fn start_capmox(name: &str, repo: &Repo, pve: &ProxmoxEndpoint) -> Result<Management> {
+    pub async fn start_capmox(
+        name: &str,
+        repo: &Repo,
+        pve: &ProxmoxEndpoint,
+    ) -> Result<Management> {
         say(format!("{name}: starting etcd and kube-apiserver"));
         let plane = Plane::start(PlaneOpts::default()).await?;
         plane.start_cert_manager().await?;
@@ -124,6 +131,7 @@ impl Management {
             hyperplug_log: PathBuf::new(),
             metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
             adopt: None,
+            capmox: None,
         };
         say(format!("{name}: clusterctl init --ipam in-cluster"));
         mgmt.clusterctl(&["init", "--ipam", "in-cluster"])?;
@@ -132,7 +140,8 @@ impl Management {
         mgmt.plane.start_ipam().await?;
         mgmt.plane.start_controller_manager().await?;
         say(format!("{name}: starting CAPMOX's manager"));
-        mgmt.plane
+        let capmox = mgmt
+            .plane
             .start_capmox(&[
                 ("PROXMOX_URL", pve.url.as_str()),
                 ("PROXMOX_TOKEN", pve.token.as_str()),
@@ -140,7 +149,10 @@ impl Management {
                 ("PROXMOX_INSECURE", "true"),
             ])
             .await?;
-        Ok(mgmt)
+        Ok(Management {
+            capmox: Some(capmox),
+            ..mgmt
+        })
     }
 
     /// The switch of docs/migrate-from-capmox.md: CAPMOX stopped and its webhooks gone
@@ -153,11 +165,21 @@ impl Management {
         plugin: &Path,
         adopt: &str,
     ) -> Result<()> {
-        say(format!("{}: stopping CAPMOX, keeping its CRDs and objects", self.name));
-        self.plane.stop_proc("capmox");
-        let hooks = self.plane.remove_named_webhooks("capmox-").await?;
-        say(format!("{}: removed CAPMOX's webhooks {hooks:?}", self.name));
-        say(format!("{}: clusterctl init --infrastructure proxmox", self.name));
+        say(format!(
+            "{}: stopping CAPMOX, keeping its CRDs and objects",
+            self.name
+        ));
+        let capmox = self.capmox.take().context("CAPMOX is not running")?;
+        self.plane.stop_proc(&capmox.name);
+        let hooks = self.plane.remove_manager_webhooks(&capmox).await?;
+        say(format!(
+            "{}: removed CAPMOX's webhooks {hooks:?}",
+            self.name
+        ));
+        say(format!(
+            "{}: clusterctl init --infrastructure proxmox",
+            self.name
+        ));
         let out = self.clusterctl(&["init", "--infrastructure", "proxmox"])?;
         for line in out.lines().filter(|l| l.starts_with("Installing")) {
             say(format!("{}:   {line}", self.name));

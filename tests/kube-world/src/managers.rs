@@ -12,9 +12,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, WebhookClientConfig,
+};
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::apply;
@@ -146,9 +148,10 @@ impl Plane {
     /// webhook server is on the port it hard-codes, 9443.
     pub async fn start_capmox(&self, env: &[(&str, &str)]) -> Result<Manager> {
         let dir = self.tools.capmox_dir();
-        let binary = self.tools.capmox_manager().context(
-            "CAPMOX's manager is not built: run scripts/build-tools.sh capmox-manager",
-        )?;
+        let binary = self
+            .tools
+            .capmox_manager()
+            .context("CAPMOX's manager is not built: run scripts/build-tools.sh capmox-manager")?;
         self.start_manager(ManagerSpec {
             name: "capmox".into(),
             binary,
@@ -334,6 +337,45 @@ impl Plane {
     /// managers started by this crate register their own, pointed at loopback. Returns
     /// the names of the objects changed.
     pub async fn remove_service_webhooks(&self) -> Result<Vec<String>> {
+        self.remove_webhooks(
+            |cfg| {
+                cfg.data["webhooks"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|w| w["clientConfig"].get("service").is_some())
+            },
+            |client| client.service.is_some(),
+        )
+        .await
+    }
+
+    /// Removes the webhooks of a stopped `manager`, as uninstalling it does: the admission
+    /// webhook configurations named `<manager>-...` are deleted and the CRDs converting
+    /// through its server get conversion `None` (its CRDs and objects stay). Returns the
+    /// names of the objects changed.
+    pub async fn remove_manager_webhooks(&self, manager: &Manager) -> Result<Vec<String>> {
+        let prefix = format!("{}-", manager.name);
+        let server = format!("https://127.0.0.1:{}/", manager.webhook_port);
+        self.remove_webhooks(
+            |cfg| cfg.name_any().starts_with(&prefix),
+            |client| {
+                client
+                    .url
+                    .as_deref()
+                    .is_some_and(|u| u.starts_with(&server))
+            },
+        )
+        .await
+    }
+
+    /// Deletes the admission webhook configurations `config` selects and resets to `None`
+    /// the CRD conversions whose webhook `conversion` selects; the names changed.
+    async fn remove_webhooks(
+        &self,
+        config: impl Fn(&DynamicObject) -> bool,
+        conversion: impl Fn(&WebhookClientConfig) -> bool,
+    ) -> Result<Vec<String>> {
         let mut removed = Vec::new();
         for kind in [
             "ValidatingWebhookConfiguration",
@@ -343,56 +385,30 @@ impl Plane {
                 .dynamic_api("admissionregistration.k8s.io/v1", kind, None)
                 .await?;
             for cfg in api.list(&Default::default()).await? {
-                let via_service = cfg.data["webhooks"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|w| w["clientConfig"].get("service").is_some());
-                if via_service {
-                    let name = cfg.metadata.name.clone().unwrap_or_default();
-                    api.delete(&name, &Default::default()).await?;
-                    removed.push(name);
+                if config(&cfg) {
+                    api.delete(&cfg.name_any(), &Default::default()).await?;
+                    removed.push(cfg.name_any());
                 }
             }
         }
         let crds: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for crd in crds.list(&Default::default()).await? {
-            let via_service = crd
+            let selected = crd
                 .spec
                 .conversion
                 .as_ref()
                 .and_then(|c| c.webhook.as_ref())
                 .and_then(|w| w.client_config.as_ref())
-                .is_some_and(|c| c.service.is_some());
-            if via_service {
-                let name = crd.metadata.name.clone().unwrap_or_default();
+                .is_some_and(&conversion);
+            if selected {
                 let patch = json!({"spec": {"conversion": {"strategy": "None", "webhook": null}}});
-                crds.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
-                removed.push(name);
-            }
-        }
-        Ok(removed)
-    }
-
-    /// Deletes the admission webhook configurations whose name starts with `prefix` (a
-    /// manager's, as [`Plane::start_manager`] names them `<manager>-<name>`), as removing
-    /// that manager removes them. Returns their names.
-    pub async fn remove_named_webhooks(&self, prefix: &str) -> Result<Vec<String>> {
-        let mut removed = Vec::new();
-        for kind in [
-            "ValidatingWebhookConfiguration",
-            "MutatingWebhookConfiguration",
-        ] {
-            let api = self
-                .dynamic_api("admissionregistration.k8s.io/v1", kind, None)
+                crds.patch(
+                    &crd.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await?;
-            for cfg in api.list(&Default::default()).await? {
-                let name = cfg.metadata.name.clone().unwrap_or_default();
-                if name.starts_with(prefix) {
-                    api.delete(&name, &Default::default()).await?;
-                    removed.push(name);
-                }
+                removed.push(crd.name_any());
             }
         }
         Ok(removed)

@@ -24,6 +24,9 @@ use serde_json::json;
 const NAMESPACE: &str = "team-a";
 const CLUSTER: &str = "capmox-cluster";
 const OUR_FINALIZER: &str = "proxmox.infrastructure.hyperplug.dev";
+/// The label hyperplug gives the IPAddressClaims it keeps for a machine.
+const CLAIM_OWNER_LABEL: &str = "infrastructure.hyperplug.dev/owner";
+const IPAM: &str = "ipam.cluster.x-k8s.io/v1beta2";
 
 /// pve-sim requests that change a VM's existence or power.
 const LIFECYCLE: &[&str] = &[
@@ -36,14 +39,21 @@ const LIFECYCLE: &[&str] = &[
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_capmox_management_cluster_is_taken_over_without_touching_a_vm() {
     let _one = crate::FLOWS.lock().await;
-    if kube_world::tools::Tools::get().unwrap().capmox_manager().is_none() {
+    if kube_world::tools::Tools::get()
+        .unwrap()
+        .capmox_manager()
+        .is_none()
+    {
         // scripts/setup.sh builds it; a bare `cargo test` on a fresh machine may not have.
         let built = std::process::Command::new("bash")
             .arg(packaging::repo_root().join("scripts/build-tools.sh"))
             .arg("capmox-manager")
             .status()
             .unwrap();
-        assert!(built.success(), "scripts/build-tools.sh capmox-manager failed");
+        assert!(
+            built.success(),
+            "scripts/build-tools.sh capmox-manager failed"
+        );
     }
     walk().await.unwrap();
 }
@@ -106,7 +116,11 @@ async fn walk() -> Result<()> {
     ensure!(!claims_before.is_empty(), "CAPMOX made no IPAddressClaims");
     let provider_ids: Vec<String> = machines
         .iter()
-        .filter_map(|m| capi::field(m, "spec.providerID")?.as_str().map(String::from))
+        .filter_map(|m| {
+            capi::field(m, "spec.providerID")?
+                .as_str()
+                .map(String::from)
+        })
         .collect();
 
     // The switch.
@@ -115,15 +129,18 @@ async fn walk() -> Result<()> {
         .switch_from_capmox(&hyperplug, &plugin, NAMESPACE)
         .await?;
     let client = qs.client();
+    // Adopted: every ProxmoxMachine ready with hyperplug's finalizer only, every claim
+    // labelled as hyperplug's.
     qs.management
         .plane
         .wait_for(
-            "every ProxmoxMachine adopted",
+            "every ProxmoxMachine and IPAddressClaim taken over",
             Duration::from_secs(120),
             || {
                 let client = client.clone();
                 async move {
                     let pms = capi::list(&client, INFRA, "ProxmoxMachine", NAMESPACE).await?;
+                    let claims = capi::list(&client, IPAM, "IPAddressClaim", NAMESPACE).await?;
                     Ok(pms.len() == 2
                         && pms.iter().all(|m| {
                             m.finalizers() == [OUR_FINALIZER]
@@ -132,7 +149,10 @@ async fn walk() -> Result<()> {
                                     .into_iter()
                                     .flatten()
                                     .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                        }))
+                        })
+                        && claims
+                            .iter()
+                            .all(|c| c.labels().contains_key(CLAIM_OWNER_LABEL)))
                 }
             },
         )
@@ -198,27 +218,22 @@ fn vms_of(qs: &Quickstart) -> BTreeMap<u64, (String, String)> {
 
 /// The namespace's IPAddressClaims: name → (UID, bound address name).
 async fn claims(qs: &Quickstart) -> Result<BTreeMap<String, (String, String)>> {
-    Ok(capi::list(
-        &qs.client(),
-        "ipam.cluster.x-k8s.io/v1beta2",
-        "IPAddressClaim",
-        NAMESPACE,
-    )
-    .await?
-    .iter()
-    .map(|c| {
-        (
-            c.name_any(),
+    Ok(capi::list(&qs.client(), IPAM, "IPAddressClaim", NAMESPACE)
+        .await?
+        .iter()
+        .map(|c| {
             (
-                c.uid().unwrap_or_default(),
-                c.data["status"]["addressRef"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            ),
-        )
-    })
-    .collect())
+                c.name_any(),
+                (
+                    c.uid().unwrap_or_default(),
+                    c.data["status"]["addressRef"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+            )
+        })
+        .collect())
 }
 
 fn lifecycle_requests(qs: &Quickstart) -> Vec<u64> {

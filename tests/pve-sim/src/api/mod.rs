@@ -330,6 +330,13 @@ fn json_to_params(body: &[u8]) -> Result<Params, ApiError> {
             let s = match v {
                 Value::String(s) => s.clone(),
                 Value::Bool(b) => if *b { "1" } else { "0" }.to_string(),
+                // An array parameter (e.g. agent/exec's `command`, as go-proxmox sends
+                // it): the same values as repeated form fields.
+                Value::Array(items) => items
+                    .iter()
+                    .map(|i| i.as_str().map_or_else(|| i.to_string(), String::from))
+                    .collect::<Vec<_>>()
+                    .join("\0"),
                 other => other.to_string(),
             };
             (k.clone(), s)

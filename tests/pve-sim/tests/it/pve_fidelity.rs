@@ -318,6 +318,16 @@ async fn cloud_init_status_runs_through_agent_exec_and_exec_status() {
     assert_eq!(done["out-data"], "status: done\n");
     let again = exec(&["cloud-init", "status"]).await.data();
     assert_eq!(status(&again["pid"]).await["out-data"], "status: done\n");
+    // a JSON body carries `command` as an array (go-proxmox sends it so)
+    let r = s
+        .send(
+            s.http
+                .post(s.url("/nodes/pve1/qemu/100/agent/exec"))
+                .header("Authorization", TOKEN)
+                .json(&json!({"command": ["cloud-init", "status"], "input-data": ""})),
+        )
+        .await;
+    assert_eq!(status(&r.data()["pid"]).await["out-data"], "status: done\n");
     // what the agent answers for a program that does not exist, and an unknown PID
     let r = exec(&["nope"]).await;
     assert_eq!(
