@@ -8,7 +8,7 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::context::Context;
-use super::error::Result;
+use super::error::{Error, Result};
 use super::objects::{api, object_ref};
 use super::outcome::{self, Outcome};
 use super::{patch, requeue, versions};
@@ -66,6 +66,12 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 },
             };
             patch::status(&own, &obj, &next).await?;
+            Ok(Action::await_change())
+        }
+        // A ClusterClass's templates are often incomplete until its patches fill them in
+        // per cluster: what the plugin refuses waits for a change of the spec.
+        Outcome::Failed(e @ Error::Terminal { .. }) => {
+            tracing::debug!(template = %obj.name_any(), error = %e, "template not described until its spec changes");
             Ok(Action::await_change())
         }
         Outcome::Failed(e) => {

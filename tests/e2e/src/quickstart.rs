@@ -330,12 +330,19 @@ pub async fn cluster_machines(
         .items)
 }
 
-/// `Kind/name` of every object of [`CLUSTER_KINDS`] in `namespace`, and of the
-/// Secrets of `cluster`.
+/// `Kind/name` of every object of [`CLUSTER_KINDS`] in `namespace` but a ClusterClass's
+/// templates (the class owns them, and they stay with it), and of the Secrets of
+/// `cluster`.
 pub async fn leftovers(client: &Client, namespace: &str, cluster: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for (api_version, kind) in CLUSTER_KINDS {
         for o in capi::list(client, api_version, kind, namespace).await? {
+            if o.owner_references()
+                .iter()
+                .any(|r| r.kind == "ClusterClass")
+            {
+                continue;
+            }
             out.push(format!("{kind}/{}", o.name_any()));
         }
     }

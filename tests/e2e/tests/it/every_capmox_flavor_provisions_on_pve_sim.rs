@@ -4,7 +4,9 @@
 //! cluster --from <CAPMOX's template>` with the seed's `capmox.env` plus the variables
 //! CAPMOX's docs give it, `kubectl apply`, every Machine provisioned with its VM in
 //! pve-sim, the Cluster deleted and its VMs gone. One flavor after another, each in a
-//! namespace of its own. Prints the table of flavors.
+//! namespace of its own. Then the three ClusterClasses, each with CAPMOX's example Cluster
+//! of it (a topology of one control-plane machine, three workers and no load balancer).
+//! Prints the table of flavors.
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -14,6 +16,13 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 use packaging::{Clusterctl, capmox};
 use serde_json::json;
+
+/// `(ClusterClass file, CAPMOX's example Cluster of it in examples/)`.
+const CLASSES: &[(&str, &str)] = &[
+    ("cluster-class.yaml", "cluster.yaml"),
+    ("cluster-class-calico.yaml", "cluster-calico.yaml"),
+    ("cluster-class-cilium.yaml", "cluster-cilium.yaml"),
+];
 
 /// The flavor whose cluster brings its own credentials Secret.
 const EXTERNAL_CREDS: &str = "external-creds";
@@ -37,13 +46,27 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
     .unwrap();
     let mut table = Vec::new();
     let mut failures = Vec::new();
+    // `E2E_FLAVOR=<part of a file name>` runs only the flavors and classes it names.
+    let chosen = |file: &str| std::env::var("E2E_FLAVOR").map_or(true, |f| file.contains(&f));
     for flavor in capmox::FLAVORS {
         let file = capmox::template_file(flavor);
+        if !chosen(&file) {
+            continue;
+        }
         match provision(&mut qs, flavor).await {
             Ok(what) => table.push((file, format!("yes: {what}"))),
             Err(e) => {
                 table.push((file.clone(), "NO".into()));
                 failures.push(format!("{file}: {e:#}"));
+            }
+        }
+    }
+    for (class, example) in CLASSES.iter().filter(|(class, _)| chosen(class)) {
+        match provision_class(&mut qs, class, example).await {
+            Ok(what) => table.push((class.to_string(), format!("yes: {what}"))),
+            Err(e) => {
+                table.push((class.to_string(), "NO".into()));
+                failures.push(format!("{class}: {e:#}"));
             }
         }
     }
@@ -56,13 +79,8 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
 
 /// One flavor's cluster, from `clusterctl generate cluster` to deleted; what it made.
 async fn provision(qs: &mut Quickstart, flavor: &str) -> Result<String> {
-    if let Some(previous) = qs.workload.take() {
-        previous.stop().await;
-    }
     let name = capmox::flavor_name(flavor);
-    qs.namespace = format!("flavor-{name}");
-    qs.cluster = format!("capmox-{name}");
-    qs.endpoint = loopback_endpoint();
+    next_cluster(qs, &format!("flavor-{name}"), &format!("capmox-{name}")).await?;
     let namespaces: Api<Namespace> = Api::all(qs.client());
     let ns = serde_json::from_value(json!({"metadata": {"name": qs.namespace}}))?;
     namespaces.create(&PostParams::default(), &ns).await?;
@@ -93,7 +111,106 @@ async fn provision(qs: &mut Quickstart, flavor: &str) -> Result<String> {
     }
     let machines = machine_count(&yaml)?;
     qs.apply(&yaml).await?;
+    provisioned_then_deleted(qs, machines).await
+}
 
+/// Stops the previous cluster's workload simulation and points `qs` at the next cluster.
+async fn next_cluster(qs: &mut Quickstart, namespace: &str, cluster: &str) -> Result<()> {
+    if let Some(previous) = qs.workload.take() {
+        previous.stop().await;
+    }
+    qs.namespace = namespace.to_string();
+    qs.cluster = cluster.to_string();
+    qs.endpoint = loopback_endpoint();
+    Ok(())
+}
+
+/// As CAPMOX's docs say: `kubectl apply -f templates/<class>`, then its example Cluster of
+/// the class (in kubectl's default namespace: the calico and cilium classes name `default`
+/// for their ClusterResourceSets) with this world's values where the example has its
+/// own (endpoint, addresses, DNS, template VMID, source and allowed nodes), every Machine
+/// of the topology provisioned, then the Cluster deleted with its VMs.
+async fn provision_class(qs: &mut Quickstart, class: &str, example: &str) -> Result<String> {
+    let capmox = kube_world::tools::Tools::get()?.capmox_dir();
+    let example_yaml = std::fs::read_to_string(capmox.join("examples").join(example))?;
+    let mut cluster = packaging::documents(&example_yaml)?
+        .into_iter()
+        .find(|d| d["kind"] == "Cluster")
+        .context("no Cluster in the example")?;
+    let name = cluster["metadata"]["name"]
+        .as_str()
+        .context("the example Cluster has no name")?
+        .to_string();
+    next_cluster(qs, "default", &name).await?;
+    let class_yaml = Clusterctl::with_capmox_env()?.run(&[
+        "generate",
+        "yaml",
+        "--from",
+        &capmox.join("templates").join(class).display().to_string(),
+    ])?;
+    packaging::kubectl_apply(&qs.management.plane, "default", &class_yaml)
+        .context("applying the ClusterClass")?;
+    let class_name = cluster["spec"]["topology"]["classRef"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    packaging::wait_class_reconciled(&qs.management.plane, "default", &class_name).await?;
+    let machines = in_this_world(&mut cluster, qs)?;
+    qs.apply(&serde_json::to_string(&cluster)?).await?;
+    let what = provisioned_then_deleted(qs, machines).await?;
+    Ok(format!("class {class_name}, Cluster {name}: {what}"))
+}
+
+/// Gives CAPMOX's example Cluster this world's endpoint and the seed's `capmox.env`
+/// values for its addresses, DNS servers, template and nodes; the Machines it asks for.
+fn in_this_world(cluster: &mut serde_json::Value, qs: &Quickstart) -> Result<usize> {
+    let var = packaging::capmox_var;
+    let list = |v: &str| -> Vec<String> {
+        v.trim_matches(['[', ']'])
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect()
+    };
+    let topology = &mut cluster["spec"]["topology"];
+    for v in topology["variables"]
+        .as_array_mut()
+        .context("the example has no variables")?
+    {
+        let name = v["name"].as_str().unwrap_or_default().to_string();
+        let value = &mut v["value"];
+        match name.as_str() {
+            "allowedNodes" => *value = json!(list(&var("ALLOWED_NODES"))),
+            "controlPlaneEndpoint" => value["host"] = json!(qs.endpoint.ip().to_string()),
+            "dnsServers" => *value = json!(list(&var("DNS_SERVERS"))),
+            "ipv4Config" => {
+                *value = json!({
+                    "addresses": list(&var("NODE_IP_RANGES")),
+                    "gateway": var("GATEWAY"),
+                    "prefix": var("IP_PREFIX").parse::<u32>()?,
+                })
+            }
+            "cloneSpec" => {
+                for m in value["machineSpec"].as_array_mut().into_iter().flatten() {
+                    m["sourceNode"] = json!(var("PROXMOX_SOURCENODE"));
+                    m["templateID"] = json!(var("TEMPLATE_VMID").parse::<u64>()?);
+                }
+            }
+            _ => {}
+        }
+    }
+    let replicas = |v: &serde_json::Value| v["replicas"].as_u64().unwrap_or(1) as usize;
+    Ok(replicas(&topology["controlPlane"])
+        + topology["workers"]["machineDeployments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(replicas)
+            .sum::<usize>())
+}
+
+/// Waits for `machines` provisioned Machines with their VMs, then deletes the cluster
+/// (whatever came up, so the next one starts from an empty pve-sim); what it made.
+async fn provisioned_then_deleted(qs: &Quickstart, machines: usize) -> Result<String> {
     let result = async {
         qs.wait_provisioned(&qs.management, machines, Duration::from_secs(180))
             .await?;
@@ -106,7 +223,6 @@ async fn provision(qs: &mut Quickstart, flavor: &str) -> Result<String> {
         Ok(())
     }
     .await;
-    // Delete whatever came up, so the next flavor starts from an empty pve-sim.
     let deleted = qs
         .delete_cluster(&qs.management, Duration::from_secs(180))
         .await;
