@@ -385,7 +385,8 @@ impl MachineClaims {
 }
 
 /// The spec to apply to an existing claim `existing`: its own (a claim's spec is
-/// immutable), provided it asks the pool `wanted` names.
+/// immutable), provided it asks the pool `wanted` names for no other cluster (a claim
+/// another provider made may name none).
 fn kept_spec(existing: &DynamicObject, wanted: &serde_json::Value) -> Result<serde_json::Value> {
     let spec = existing.data.get("spec").cloned().unwrap_or_default();
     let pool =
@@ -393,14 +394,17 @@ fn kept_spec(existing: &DynamicObject, wanted: &serde_json::Value) -> Result<ser
     let same_pool = ["kind", "name"]
         .iter()
         .all(|f| pool(&spec, f) == pool(wanted, f));
-    if !same_pool {
+    let cluster = spec["clusterName"].as_str().unwrap_or_default();
+    let same_cluster = cluster.is_empty() || cluster == wanted["clusterName"];
+    if !same_pool || !same_cluster {
         return Err(Error::Dependency(format!(
-            "IPAddressClaim {} exists for pool {} {}, not {} {}: delete it, or give the device that pool",
+            "IPAddressClaim {} exists for pool {} {} of cluster {cluster:?}, not {} {} of {}: delete it, or give the device that pool",
             existing.name_any(),
             pool(&spec, "kind"),
             pool(&spec, "name"),
             pool(wanted, "kind"),
             pool(wanted, "name"),
+            wanted["clusterName"],
         )));
     }
     Ok(spec)
@@ -520,6 +524,32 @@ mod tests {
 
     fn names(requests: &[AddressRequest]) -> Vec<String> {
         claim_names("cp-0", requests)
+    }
+
+    #[test]
+    fn an_existing_claim_keeps_its_spec_unless_it_is_for_another_pool_or_cluster() {
+        let claim = |spec: serde_json::Value| {
+            let mut c = DynamicObject::new("m-net0-inet", &ip_address_claim());
+            c.data = json!({ "spec": spec });
+            c
+        };
+        let pool_ref =
+            json!({"apiGroup": IPAM_GROUP, "kind": "InClusterIPPool", "name": "c-v4-icip"});
+        let wanted = json!({"clusterName": "c", "poolRef": pool_ref});
+        // made by another provider, without a cluster name: kept as it is
+        let capmox = json!({"poolRef": pool_ref});
+        assert_eq!(kept_spec(&claim(capmox.clone()), &wanted).unwrap(), capmox);
+        assert_eq!(kept_spec(&claim(wanted.clone()), &wanted).unwrap(), wanted);
+        let other_pool =
+            json!({"clusterName": "c", "poolRef": {"kind": "InClusterIPPool", "name": "x"}});
+        let other_cluster = json!({"clusterName": "d", "poolRef": pool_ref});
+        for spec in [other_pool, other_cluster] {
+            let e = kept_spec(&claim(spec), &wanted).unwrap_err().to_string();
+            assert!(
+                e.contains("IPAddressClaim m-net0-inet exists for pool"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -60,25 +60,7 @@ impl Management {
         hyperplug: &Path,
         plugin: &Path,
     ) -> Result<Management> {
-        say(format!("{name}: starting etcd and kube-apiserver"));
-        let plane = Plane::start(PlaneOpts::default()).await?;
-        say(format!("{name}: starting the cert-manager controller"));
-        plane.start_cert_manager().await?;
-        let clusterctl = Clusterctl::with_capmox_env()?
-            .var("PROXMOX_URL", &pve.url)
-            .var("PROXMOX_TOKEN", &pve.token)
-            .var("PROXMOX_SECRET", &pve.secret)
-            .var("PROXMOX_FINGERPRINT", &pve.fingerprint);
-        let mut mgmt = Management {
-            name: name.to_string(),
-            plane,
-            clusterctl,
-            config: repo.config.clone(),
-            hyperplug_log: PathBuf::new(),
-            metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
-            adopt: None,
-            capmox: None,
-        };
+        let mut mgmt = Management::before_init(name, repo, pve).await?;
         say(format!(
             "{name}: clusterctl init --infrastructure proxmox --ipam in-cluster"
         ));
@@ -92,16 +74,7 @@ impl Management {
         for line in out.lines().filter(|l| l.starts_with("Installing")) {
             say(format!("{name}:   {line}"));
         }
-        let removed = mgmt.plane.remove_service_webhooks().await?;
-        say(format!(
-            "{name}: running the managers as processes (their {} Service-backed webhooks, admission and CRD conversion, now point at loopback)",
-            removed.len()
-        ));
-        // With the gates CAPMOX's ClusterClass and Flatcar flavors ask `clusterctl init`
-        // for (CLUSTER_TOPOLOGY, EXP_KUBEADM_BOOTSTRAP_FORMAT_IGNITION).
-        packaging::start_gated_managers(&mgmt.plane).await?;
-        mgmt.plane.start_ipam().await?;
-        mgmt.plane.start_controller_manager().await?;
+        mgmt.run_managers().await?;
         mgmt.start_hyperplug(hyperplug, plugin).await?;
         Ok(mgmt)
     }
@@ -115,30 +88,10 @@ impl Management {
         repo: &Repo,
         pve: &ProxmoxEndpoint,
     ) -> Result<Management> {
-        say(format!("{name}: starting etcd and kube-apiserver"));
-        let plane = Plane::start(PlaneOpts::default()).await?;
-        plane.start_cert_manager().await?;
-        let clusterctl = Clusterctl::with_capmox_env()?
-            .var("PROXMOX_URL", &pve.url)
-            .var("PROXMOX_TOKEN", &pve.token)
-            .var("PROXMOX_SECRET", &pve.secret)
-            .var("PROXMOX_FINGERPRINT", &pve.fingerprint);
-        let mgmt = Management {
-            name: name.to_string(),
-            plane,
-            clusterctl,
-            config: repo.config.clone(),
-            hyperplug_log: PathBuf::new(),
-            metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
-            adopt: None,
-            capmox: None,
-        };
+        let mut mgmt = Management::before_init(name, repo, pve).await?;
         say(format!("{name}: clusterctl init --ipam in-cluster"));
         mgmt.clusterctl(&["init", "--ipam", "in-cluster"])?;
-        mgmt.plane.remove_service_webhooks().await?;
-        packaging::start_gated_managers(&mgmt.plane).await?;
-        mgmt.plane.start_ipam().await?;
-        mgmt.plane.start_controller_manager().await?;
+        mgmt.run_managers().await?;
         say(format!("{name}: starting CAPMOX's manager"));
         let capmox = mgmt
             .plane
@@ -149,10 +102,49 @@ impl Management {
                 ("PROXMOX_INSECURE", "true"),
             ])
             .await?;
+        mgmt.capmox = Some(capmox);
+        Ok(mgmt)
+    }
+
+    /// The plane with cert-manager and a clusterctl pointed at `pve`: a management
+    /// cluster before `clusterctl init`.
+    async fn before_init(name: &str, repo: &Repo, pve: &ProxmoxEndpoint) -> Result<Management> {
+        say(format!("{name}: starting etcd and kube-apiserver"));
+        let plane = Plane::start(PlaneOpts::default()).await?;
+        say(format!("{name}: starting the cert-manager controller"));
+        plane.start_cert_manager().await?;
+        let clusterctl = Clusterctl::with_capmox_env()?
+            .var("PROXMOX_URL", &pve.url)
+            .var("PROXMOX_TOKEN", &pve.token)
+            .var("PROXMOX_SECRET", &pve.secret)
+            .var("PROXMOX_FINGERPRINT", &pve.fingerprint);
         Ok(Management {
-            capmox: Some(capmox),
-            ..mgmt
+            name: name.to_string(),
+            plane,
+            clusterctl,
+            config: repo.config.clone(),
+            hyperplug_log: PathBuf::new(),
+            metrics: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+            adopt: None,
+            capmox: None,
         })
+    }
+
+    /// After `clusterctl init`: the managers it installed run as processes here (Cluster
+    /// API's, the IPAM provider, kube-controller-manager), their Service-backed webhooks
+    /// pointed at loopback.
+    async fn run_managers(&self) -> Result<()> {
+        let removed = self.plane.remove_service_webhooks().await?;
+        say(format!(
+            "{}: running the managers as processes (their {} Service-backed webhooks, admission and CRD conversion, now point at loopback)",
+            self.name,
+            removed.len()
+        ));
+        // With the gates CAPMOX's ClusterClass and Flatcar flavors ask `clusterctl init`
+        // for (CLUSTER_TOPOLOGY, EXP_KUBEADM_BOOTSTRAP_FORMAT_IGNITION).
+        packaging::start_gated_managers(&self.plane).await?;
+        self.plane.start_ipam().await?;
+        self.plane.start_controller_manager().await
     }
 
     /// The switch of docs/migrate-from-capmox.md: CAPMOX stopped and its webhooks gone
@@ -170,7 +162,11 @@ impl Management {
             self.name
         ));
         let capmox = self.capmox.take().context("CAPMOX is not running")?;
-        self.plane.stop_proc(&capmox.name);
+        ensure!(
+            self.plane.stop_proc(&capmox.name),
+            "no process {} to stop",
+            capmox.name
+        );
         let hooks = self.plane.remove_manager_webhooks(&capmox).await?;
         say(format!(
             "{}: removed CAPMOX's webhooks {hooks:?}",

@@ -85,44 +85,45 @@ impl Quickstart {
         hyperplug: PathBuf,
         plugin: PathBuf,
     ) -> Result<Quickstart> {
-        let token = packaging::capmox_var("PROXMOX_TOKEN");
-        let secret = packaging::capmox_var("PROXMOX_SECRET");
-        let config = pve_world(opts.fast_tasks, format!("{token}={secret}"));
-        let sim = Simulator::start(
-            config,
-            ListenOpts {
-                addr: opts.pve_listen.clone(),
-                tls: true,
-            },
-        )
-        .await?;
-        say(format!(
-            "pve-sim serves the Proxmox VE API on {} (template VM 9000 on pve1)",
-            sim.base_url()
-        ));
-        let pve = ProxmoxEndpoint {
-            url: format!("https://{}", sim.addr()),
-            token,
-            secret,
-            fingerprint: sim.fingerprint().to_string(),
-        };
+        let (sim, pve) = start_pve(&opts).await?;
         let repo = Repo::render(&hyperplug, &plugin)?;
         let management = Management::start(name, &repo, &pve, &hyperplug, &plugin).await?;
-        let namespace = opts.namespace.clone();
+        Quickstart::around(
+            sim,
+            pve,
+            repo,
+            management,
+            &opts.namespace,
+            hyperplug,
+            plugin,
+        )
+        .await
+    }
+
+    /// A quickstart of a simulator and a management cluster already running (e.g. one
+    /// running another provider first), its cluster in `namespace`, created if missing.
+    pub async fn around(
+        sim: RunningSim,
+        pve: ProxmoxEndpoint,
+        repo: Repo,
+        management: Management,
+        namespace: &str,
+        hyperplug: PathBuf,
+        plugin: PathBuf,
+    ) -> Result<Quickstart> {
         let ns: Api<Namespace> = Api::all(management.plane.client());
-        if ns.get_opt(&namespace).await?.is_none() {
+        if ns.get_opt(namespace).await?.is_none() {
             let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
             ns.create(&PostParams::default(), &obj).await?;
         }
-        let endpoint = loopback_endpoint();
         Ok(Quickstart {
             sim,
             pve,
             repo,
             management,
-            namespace,
+            namespace: namespace.to_string(),
             cluster: CLUSTER.to_string(),
-            endpoint,
+            endpoint: loopback_endpoint(),
             workload: None,
             hyperplug,
             plugin,
@@ -274,6 +275,32 @@ impl Quickstart {
             })
             .collect()
     }
+}
+
+/// pve-sim as `opts` ask, with the seed's `capmox.env` token, and how to reach it.
+pub async fn start_pve(opts: &Options) -> Result<(RunningSim, ProxmoxEndpoint)> {
+    let token = packaging::capmox_var("PROXMOX_TOKEN");
+    let secret = packaging::capmox_var("PROXMOX_SECRET");
+    let config = pve_world(opts.fast_tasks, format!("{token}={secret}"));
+    let sim = Simulator::start(
+        config,
+        ListenOpts {
+            addr: opts.pve_listen.clone(),
+            tls: true,
+        },
+    )
+    .await?;
+    say(format!(
+        "pve-sim serves the Proxmox VE API on {} (template VM 9000 on pve1)",
+        sim.base_url()
+    ));
+    let pve = ProxmoxEndpoint {
+        url: format!("https://{}", sim.addr()),
+        token,
+        secret,
+        fingerprint: sim.fingerprint().to_string(),
+    };
+    Ok((sim, pve))
 }
 
 /// A control-plane endpoint on a loopback address of its own (`127.x.y.z:6443`).

@@ -11,15 +11,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use e2e::capi::{self, INFRA};
-use e2e::management::{Management, ProxmoxEndpoint};
-use e2e::quickstart::{Quickstart, loopback_endpoint, pve_world};
+use e2e::management::Management;
+use e2e::quickstart::{Options, Quickstart, start_pve};
 use e2e::repo::Repo;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
 use packaging::Clusterctl;
-use pve_sim::{ListenOpts, Simulator};
-use serde_json::json;
 
 const NAMESPACE: &str = "team-a";
 const CLUSTER: &str = "capmox-cluster";
@@ -27,6 +23,7 @@ const OUR_FINALIZER: &str = "proxmox.infrastructure.hyperplug.dev";
 /// The label hyperplug gives the IPAddressClaims it keeps for a machine.
 const CLAIM_OWNER_LABEL: &str = "infrastructure.hyperplug.dev/owner";
 const IPAM: &str = "ipam.cluster.x-k8s.io/v1beta2";
+const IPAM_POOLS: &str = "ipam.cluster.x-k8s.io/v1alpha2";
 
 /// pve-sim requests that change a VM's existence or power.
 const LIFECYCLE: &[&str] = &[
@@ -61,39 +58,25 @@ async fn a_capmox_management_cluster_is_taken_over_without_touching_a_vm() {
 async fn walk() -> Result<()> {
     let hyperplug = capi::build_hyperplug()?;
     let plugin = capi::bundled_plugin()?;
-    let token = packaging::capmox_var("PROXMOX_TOKEN");
-    let secret = packaging::capmox_var("PROXMOX_SECRET");
-    let sim = Simulator::start(
-        pve_world(true, format!("{token}={secret}")),
-        ListenOpts {
-            addr: "127.0.0.1:0".into(),
-            tls: true,
-        },
-    )
+    let (sim, pve) = start_pve(&Options {
+        pve_listen: "127.0.0.1:0".into(),
+        fast_tasks: true,
+        namespace: NAMESPACE.into(),
+    })
     .await?;
-    let pve = ProxmoxEndpoint {
-        url: format!("https://{}", sim.addr()),
-        token,
-        secret,
-        fingerprint: sim.fingerprint().to_string(),
-    };
     let repo = Repo::render(&hyperplug, &plugin)?;
     let management = Management::start_capmox("capmox", &repo, &pve).await?;
-    let namespaces: Api<Namespace> = Api::all(management.plane.client());
-    let ns = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
-    namespaces.create(&PostParams::default(), &ns).await?;
-    let mut qs = Quickstart {
+    let mut qs = Quickstart::around(
         sim,
         pve,
         repo,
         management,
-        namespace: NAMESPACE.into(),
-        cluster: CLUSTER.into(),
-        endpoint: loopback_endpoint(),
-        workload: None,
-        hyperplug: hyperplug.clone(),
-        plugin: plugin.clone(),
-    };
+        NAMESPACE,
+        hyperplug.clone(),
+        plugin.clone(),
+    )
+    .await?;
+    qs.cluster = CLUSTER.into();
 
     // CAPMOX provisions the seed's cluster from its own template.
     let template = kube_world::tools::Tools::get()?
@@ -114,6 +97,8 @@ async fn walk() -> Result<()> {
     ensure!(before.len() == 2, "CAPMOX made {before:?}");
     let claims_before = claims(&qs).await?;
     ensure!(!claims_before.is_empty(), "CAPMOX made no IPAddressClaims");
+    let pools_before = pools(&qs).await?;
+    ensure!(!pools_before.is_empty(), "CAPMOX made no InClusterIPPools");
     let provider_ids: Vec<String> = machines
         .iter()
         .filter_map(|m| {
@@ -166,6 +151,10 @@ async fn walk() -> Result<()> {
         lifecycle_requests(&qs)
     );
     ensure!(claims(&qs).await? == claims_before, "the claims changed");
+    ensure!(
+        pools(&qs).await? == pools_before,
+        "CAPMOX's pools were replaced"
+    );
     let machines = capi::list(&client, capi::CAPI, "Machine", NAMESPACE).await?;
     for m in &machines {
         let id = capi::field(m, "spec.providerID").and_then(|v| v.as_str());
@@ -234,6 +223,17 @@ async fn claims(qs: &Quickstart) -> Result<BTreeMap<String, (String, String)>> {
             )
         })
         .collect())
+}
+
+/// The namespace's InClusterIPPools: name → UID.
+async fn pools(qs: &Quickstart) -> Result<BTreeMap<String, String>> {
+    Ok(
+        capi::list(&qs.client(), IPAM_POOLS, "InClusterIPPool", NAMESPACE)
+            .await?
+            .iter()
+            .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+            .collect(),
+    )
 }
 
 fn lifecycle_requests(qs: &Quickstart) -> Vec<u64> {

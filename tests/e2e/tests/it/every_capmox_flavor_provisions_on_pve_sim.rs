@@ -44,29 +44,29 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
     )
     .await
     .unwrap();
-    let mut table = Vec::new();
-    let mut failures = Vec::new();
     // `E2E_FLAVOR=<part of a file name>` runs only the flavors and classes it names.
     let chosen = |file: &str| std::env::var("E2E_FLAVOR").map_or(true, |f| file.contains(&f));
+    let mut verdicts = Vec::new();
     for flavor in capmox::FLAVORS {
         let file = capmox::template_file(flavor);
-        if !chosen(&file) {
-            continue;
-        }
-        match provision(&mut qs, flavor).await {
-            Ok(what) => table.push((file, format!("yes: {what}"))),
-            Err(e) => {
-                table.push((file.clone(), "NO".into()));
-                failures.push(format!("{file}: {e:#}"));
-            }
+        if chosen(&file) {
+            verdicts.push((file, provision(&mut qs, flavor).await));
         }
     }
     for (class, example) in CLASSES.iter().filter(|(class, _)| chosen(class)) {
-        match provision_class(&mut qs, class, example).await {
-            Ok(what) => table.push((class.to_string(), format!("yes: {what}"))),
+        verdicts.push((
+            class.to_string(),
+            provision_class(&mut qs, class, example).await,
+        ));
+    }
+    let mut table = Vec::new();
+    let mut failures = Vec::new();
+    for (file, verdict) in verdicts {
+        match verdict {
+            Ok(what) => table.push((file, format!("yes: {what}"))),
             Err(e) => {
-                table.push((class.to_string(), "NO".into()));
-                failures.push(format!("{class}: {e:#}"));
+                failures.push(format!("{file}: {e:#}"));
+                table.push((file, "NO".into()));
             }
         }
     }
