@@ -14,7 +14,7 @@
 # Usage: scripts/build-tools.sh [tool...]   (default: all; names: etcd kube-apiserver
 #        kube-controller-manager kubectl clusterctl capi-manager kubeadm-bootstrap-manager
 #        kubeadm-control-plane-manager ipam-manager cert-manager-controller; and, only when
-#        named, capmox-manager)
+#        named, capmox-manager, oci-registry, oras, cosign)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -247,6 +247,45 @@ $replaces
         log "WARNING: capmox-manager not built; the CAPMOX takeover walk (tests/e2e) will fail"
 fi
 
+# ---------------------------------------------------------------- OCI registry, oras, cosign
+# Plugins pulled by reference (`--plugin oci://…`) are tested against a real registry,
+# pushed with oras and signed with cosign, as users do. Built only when named (setup.sh
+# names them); a failure is reported, not fatal (the OCI tests then fail saying so).
+# build_module <name> <module> <version> <package> <binary>
+build_module() {
+    local name="$1" mod="$2" ver="$3" pkg="$4" bin="$5"
+    local wdir="$CACHE/src/$name-$ver"
+    if [[ ! -x "$CACHE/bin/$name-$ver/$bin" ]]; then
+        local gomod gover
+        gomod="$(mod_gomod "$mod@$ver")"
+        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+        write_wrapper "$wdir" "module hyperplug.local/tools/$name
+
+go $gover
+
+require $mod $ver"
+    fi
+    build "$wdir" "$CACHE/bin/$name-$ver/$bin" "$pkg" "${6:-}" ||
+        log "WARNING: $bin not built; the OCI plugin tests will fail"
+}
+OCI_REGISTRY="$CACHE/bin/distribution-$DISTRIBUTION_VERSION/registry"
+ORAS="$CACHE/bin/oras-$ORAS_VERSION/oras"
+COSIGN="$CACHE/bin/cosign-$COSIGN_VERSION/cosign"
+if [[ " ${selected[*]} " == *" oci-registry "* ]]; then
+    build_module distribution github.com/distribution/distribution/v3 "$DISTRIBUTION_VERSION" \
+        github.com/distribution/distribution/v3/cmd/registry registry \
+        "-X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION"
+fi
+if [[ " ${selected[*]} " == *" oras "* ]]; then
+    build_module oras oras.land/oras "$ORAS_VERSION" oras.land/oras/cmd/oras oras \
+        "-X oras.land/oras/internal/version.Version=${ORAS_VERSION#v} -X oras.land/oras/internal/version.BuildMetadata="
+fi
+if [[ " ${selected[*]} " == *" cosign "* ]]; then
+    build_module cosign github.com/sigstore/cosign/v2 "$COSIGN_VERSION" \
+        github.com/sigstore/cosign/v2/cmd/cosign cosign \
+        "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
+fi
+
 # ---------------------------------------------------------------- manifest sources
 CAPI_DIR="$(mod_dir "sigs.k8s.io/cluster-api@$CAPI_VERSION")"
 IPAM_DIR="$(mod_dir "$IPAM_MOD@$IPAM_VERSION")"
@@ -272,6 +311,9 @@ KUBEADM_CONTROL_PLANE_MANAGER=$CAPI_BIN/kubeadm-control-plane-manager
 IPAM_MANAGER=$IPAM_BIN/ipam-manager
 CERT_MANAGER_CONTROLLER=$CM_BIN/cert-manager-controller
 CAPMOX_MANAGER=$CAPMOX_BIN/capmox-manager
+OCI_REGISTRY=$OCI_REGISTRY
+ORAS=$ORAS
+COSIGN=$COSIGN
 CAPI_DIR=$CAPI_DIR
 IPAM_DIR=$IPAM_DIR
 CERT_MANAGER_DIR=$CM_DIR

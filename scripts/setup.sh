@@ -31,6 +31,9 @@ bash scripts/build-tools.sh >/dev/null
 # CAPMOX's manager, for the takeover walk (tests/e2e): built only when asked for.
 log "building CAPMOX's manager (first run: about 4 min; then seconds)"
 bash scripts/build-tools.sh capmox-manager >/dev/null
+# A registry, oras and cosign, for plugins pulled as signed OCI artifacts (host tests).
+log "building the OCI registry, oras and cosign (first run: a few minutes; then seconds)"
+bash scripts/build-tools.sh oci-registry oras cosign >/dev/null
 
 # The Redfish plugin's tests run the real sushy-tools emulator (`sushy-emulator --fake`).
 # shellcheck source=tools.env

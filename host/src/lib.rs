@@ -9,6 +9,7 @@ pub mod health;
 pub mod heap;
 pub mod leader;
 pub mod metrics;
+pub mod oci;
 pub mod status;
 pub mod telemetry;
 pub mod webhook;

@@ -55,6 +55,14 @@ pub(super) struct State {
     pub(super) iso_node: Option<String>,
 }
 
+/// Layout 1 is what the plugin wrote before states carried a version (WIT 0.2 builds
+/// included): this layout with fewer fields, all of them defaulted when absent, so it
+/// still reads. Layout 2 is the first versioned one.
+impl guest_kit::state::Versioned for State {
+    const VERSION: u32 = 2;
+    const OLDEST_READ: u32 = 1;
+}
+
 impl State {
     /// Whether the host must store this state before the next call. Only a VMID about to
     /// be cloned to is: once the clone is requested, a machine that lost that VMID

@@ -19,6 +19,9 @@ pub(super) struct State {
     pub(super) delete: Option<DeleteStep>,
 }
 
+/// One layout so far.
+impl guest_kit::state::Versioned for State {}
+
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Step {
     #[default]

@@ -41,7 +41,7 @@ pub use blobs::{BlobLimits, BlobStore};
 pub use claims::{ClaimStore, MemoryClaims};
 pub use error::{CallError, LoadError};
 pub use limits::{Breach, Limits};
-pub use loader::{WIT_COMPAT_VERSION, WIT_PACKAGE, WIT_VERSION, WitMajor};
+pub use loader::{WIT_COMPAT_VERSION, WIT_PACKAGE, WIT_VERSION, WitMajor, private};
 
 use bindings::{Plugin as Bindings, PluginPre};
 use compat::v0_2::{Plugin as Bindings0_2, PluginPre as PluginPre0_2};

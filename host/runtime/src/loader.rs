@@ -287,8 +287,9 @@ impl CodeCache {
     }
 }
 
-/// `path` belongs to this user and no one in `forbidden` (mode bits) may write it.
-fn private(path: &Path, forbidden: u32) -> Result<(), String> {
+/// `path` belongs to this user and no one in `forbidden` (mode bits) may write it: what
+/// makes a cache directory trustworthy (also the cache of pulled plugins, in the host).
+pub fn private(path: &Path, forbidden: u32) -> Result<(), String> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };

@@ -11,6 +11,7 @@ use hyperplug_runtime::blob_server;
 use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
+use crate::oci::PluginSource;
 
 /// Runs a plugin through the same runtime and limits as `hyperplug run` and checks the
 /// provider invariants: idempotent create and delete, adoption of lost state, describe
@@ -22,9 +23,9 @@ use super::{CacheArgs, load_plugins};
     after_help = "Example:\n  hyperplug conformance --plugin my-plugin.wasm \\\n    --target https://infra.example:8443 --credentials creds.yaml \\\n    --spec machine.yaml --cluster-spec cluster.yaml --junit conformance.xml\n\nSee docs/plugin-authors.md."
 )]
 pub struct ConformanceArgs {
-    /// The plugin component (.wasm) under test.
+    /// The plugin under test: a component file (.wasm) or an oci:// reference.
     #[arg(long, required_unless_present = "list")]
-    pub plugin: Option<PathBuf>,
+    pub plugin: Option<PluginSource>,
     /// Base URL of the infrastructure API the plugin drives (the credentials' `url`).
     #[arg(long, required_unless_present = "list")]
     pub target: Option<String>,
@@ -164,7 +165,8 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         plugin,
         deadline_plugin,
         deadline: Duration::from_millis(args.deadline_ms),
-        plugin_path: plugin_path.clone(),
+        // The JUnit report names the plugin as given: its file or its oci:// reference.
+        plugin_path: PathBuf::from(plugin_path.to_string()),
         credentials,
         spec,
         cluster_spec,

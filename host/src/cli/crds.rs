@@ -1,16 +1,16 @@
 //! `hyperplug crds`: the CRD YAML of the plugins' kinds.
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use hyperplug_runtime::{Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
+use crate::oci::PluginSource;
 
 #[derive(Debug, clap::Args)]
 pub struct CrdsArgs {
-    /// Plugin components (.wasm) whose kinds to print.
+    /// Plugins whose kinds to print: component files (.wasm) or oci:// references.
     #[arg(required = true)]
-    pub plugins: Vec<PathBuf>,
+    pub plugins: Vec<PluginSource>,
     #[command(flatten)]
     pub cache: CacheArgs,
 }

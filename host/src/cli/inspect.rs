@@ -1,16 +1,17 @@
 //! `hyperplug inspect`: what a plugin is.
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use hyperplug_runtime::{Limits, Runtime, WIT_PACKAGE};
 use serde_json::json;
 
-use super::{CacheArgs, load_plugins};
+use super::{CacheArgs, load_fetched};
+use crate::oci::PluginSource;
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// The plugin component (.wasm) to inspect.
-    pub plugin: PathBuf,
+    /// The plugin to inspect: a component file (.wasm) or an oci:// reference (its
+    /// digest and signature status are shown too).
+    pub plugin: PluginSource,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -19,7 +20,7 @@ pub struct InspectArgs {
 }
 
 pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let plugin = load_plugins(
+    let (plugin, fetched) = load_fetched(
         std::slice::from_ref(&args.plugin),
         Runtime::builder(Limits::default()),
         &args.cache,
@@ -44,6 +45,8 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             "group": info.group, "apiVersion": info.api_version,
             "kinds": kinds, "capabilities": info.capabilities,
             "imports": imports, "sha256": plugin.digest(), "path": plugin.path(),
+            "reference": fetched.reference, "digest": fetched.digest,
+            "signature": fetched.signature.to_string(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
@@ -54,6 +57,11 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         plugin.path().display(),
         plugin.digest()
     );
+    if let (Some(reference), Some(digest)) = (&fetched.reference, &fetched.digest) {
+        println!("reference:    {reference}");
+        println!("digest:       {digest}");
+    }
+    println!("signature:    {}", fetched.signature);
     println!("wit:          {wit}");
     println!("api:          {}/{}", info.group, info.api_version);
     println!(

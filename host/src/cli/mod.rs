@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::oci::{FetchArgs, Fetched, PluginSource};
 use crate::telemetry::LogArgs;
 use hyperplug_runtime::{Plugin, RuntimeBuilder};
 
@@ -50,9 +51,11 @@ impl Command {
     }
 }
 
-/// Where compiled plugins are cached between runs.
+/// Where plugins come from and where they are cached between runs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CacheArgs {
+    #[command(flatten)]
+    pub fetch: FetchArgs,
     /// Directory for precompiled plugins (keyed by content hash and engine version).
     /// Defaults to $XDG_CACHE_HOME/hyperplug/plugins or ~/.cache/hyperplug/plugins.
     #[arg(long, env = "HYPERPLUG_PLUGIN_CACHE")]
@@ -79,27 +82,46 @@ fn default_cache_dir() -> Option<PathBuf> {
 }
 
 /// Load plugins into one runtime, built from `runtime` with the plugin cache `cache`
-/// says; errors name the file and what is wrong with it. Plugins loaded together must
-/// not share an identity (see [`check_distinct`]).
+/// says; errors name the file or reference and what is wrong with it. Plugins loaded
+/// together must not share an identity (see [`check_distinct`]).
 pub async fn load_plugins(
-    paths: &[PathBuf],
+    sources: &[PluginSource],
     runtime: RuntimeBuilder,
     cache: &CacheArgs,
 ) -> anyhow::Result<Vec<Plugin>> {
+    let loaded = load_fetched(sources, runtime, cache).await?;
+    Ok(loaded.into_iter().map(|(plugin, _)| plugin).collect())
+}
+
+/// [`load_plugins`], keeping where each plugin was fetched from (digest, signature).
+pub async fn load_fetched(
+    sources: &[PluginSource],
+    runtime: RuntimeBuilder,
+    cache: &CacheArgs,
+) -> anyhow::Result<Vec<(Plugin, Fetched)>> {
     let runtime = runtime.cache_dir(cache.dir()).build()?;
-    let mut plugins: Vec<Plugin> = Vec::new();
-    for path in paths {
-        let plugin = runtime.load(path).await?;
+    let mut loaded: Vec<(Plugin, Fetched)> = Vec::new();
+    for source in sources {
+        // Fetched and checked before a byte of it is compiled.
+        let fetched = crate::oci::fetch(source, &cache.fetch).await?;
+        let plugin = runtime
+            .load(&fetched.path)
+            .await
+            .map_err(|e| match &fetched.reference {
+                Some(reference) => anyhow::Error::new(e).context(format!("plugin {reference}")),
+                None => e.into(),
+            })?;
+        let plugins: Vec<&Plugin> = loaded.iter().map(|(p, _)| p).collect();
         check_distinct(&plugins, &plugin)?;
-        plugins.push(plugin);
+        loaded.push((plugin, fetched));
     }
-    Ok(plugins)
+    Ok(loaded)
 }
 
 /// A plugin's name, kinds and finalizer are what it is known by: its objects, their
 /// credentials, claims, blobs and finalizer. A second plugin declaring any of them
 /// would take over the first one's objects, so it is refused, naming both files.
-fn check_distinct(loaded: &[Plugin], new: &Plugin) -> anyhow::Result<()> {
+fn check_distinct(loaded: &[&Plugin], new: &Plugin) -> anyhow::Result<()> {
     let info = new.info();
     let crd_names =
         |i: &hyperplug_runtime::bindings::identity::PluginInfo| -> Vec<(String, String)> {

@@ -17,19 +17,21 @@ use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, Ma
 use crate::conversion::Conversions;
 use crate::health::{self, Health};
 use crate::metrics::Metrics;
+use crate::oci::PluginSource;
 use crate::webhook::{self, CertDir};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// A plugin component to serve; repeat for several. Each plugin's kinds get their
-    /// own controllers.
+    /// A plugin to serve: a component file (.wasm) or an OCI artifact
+    /// (oci://REGISTRY/REPOSITORY:TAG or …@sha256:DIGEST, pulled once and cached by
+    /// digest); repeat for several. Each plugin's kinds get their own controllers.
     #[arg(
         long = "plugin",
         required = true,
         env = "HYPERPLUG_PLUGINS",
         value_delimiter = ','
     )]
-    pub plugins: Vec<PathBuf>,
+    pub plugins: Vec<PluginSource>,
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "HYPERPLUG_NAMESPACE")]
     pub namespace: Option<String>,

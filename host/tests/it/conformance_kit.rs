@@ -13,7 +13,7 @@ fn fixtures() -> PathBuf {
 }
 
 /// pve-sim, and a directory with the credentials for it and the kit's JUnit report.
-struct Against {
+pub(crate) struct Against {
     sim: RunningSim,
     dir: tempfile::TempDir,
     credentials: PathBuf,
@@ -21,7 +21,7 @@ struct Against {
 }
 
 impl Against {
-    async fn start(config: Config) -> Against {
+    pub(crate) async fn start(config: Config) -> Against {
         let sim = sim_with(config).await;
         let dir = tempfile::tempdir().unwrap();
         // The fixture credentials plus the simulator's CA (generated at its start).
@@ -42,9 +42,14 @@ impl Against {
     /// writing the JUnit report, with `more` arguments.
     async fn conformance(&self, plugin: &str, more: &[&str]) -> (Output, String) {
         let plugin = crate::support::plugin_path(plugin);
+        self.conformance_of(plugin.to_str().unwrap(), more).await
+    }
+
+    /// `hyperplug conformance --plugin SOURCE` (a file or an oci:// reference).
+    pub(crate) async fn conformance_of(&self, source: &str, more: &[&str]) -> (Output, String) {
         let mut args = vec![
             "--plugin",
-            plugin.to_str().unwrap(),
+            source,
             "--target",
             self.sim.base_url(),
             "--credentials",
@@ -56,8 +61,13 @@ impl Against {
         conformance::run(&args, 100).await
     }
 
+    /// Where the kit writes its JUnit report.
+    pub(crate) fn junit_path(&self) -> &std::path::Path {
+        &self.junit
+    }
+
     /// The cases of the last run's JUnit report.
-    fn cases(&self) -> Vec<(String, &'static str, String)> {
+    pub(crate) fn cases(&self) -> Vec<(String, &'static str, String)> {
         crate::support::junit::cases(&std::fs::read_to_string(&self.junit).unwrap())
     }
 }

@@ -86,6 +86,13 @@ async fn every_malformed_result_ends_in_a_clear_condition_and_the_manager_serves
             "StateUnreadable",
             "remove status.pluginState and status.failedGeneration",
         ),
+        // A state a newer release wrote, met by this one (a rollback mid-way).
+        (
+            "newer-state",
+            "{attack: newer-state}",
+            "StateIncompatible",
+            "layout version 2, this plugin reads versions 1..=1: a newer version of this plugin wrote it",
+        ),
     ];
     for (name, spec, _, _) in &refused {
         hostile_machine(&world, name, spec).await;

@@ -106,7 +106,7 @@ impl identity::Guest for Hostile {
 impl machine::Guest for Hostile {
     fn create(req: machine::MachineRequest) -> Result<machine::MachineStatus, PluginError> {
         // Its state is read as every plugin reads its own (`bad-state` writes one that
-        // does not read).
+        // does not read, `newer-state` one of a layout it does not read).
         let _: serde_json::Value = guest_kit::state::load(req.state.as_deref())?;
         attacks::run(&Spec::parse(&req.spec))
     }

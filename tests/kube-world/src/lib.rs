@@ -26,8 +26,10 @@ pub mod certs;
 pub mod managers;
 pub mod plane;
 pub mod process;
+pub mod registry;
 pub mod tools;
 
 pub use managers::{Manager, ManagerSpec, WebhookServer};
 pub use plane::{AUDIT_WRITES_POLICY, Plane, PlaneOpts, free_port};
+pub use registry::{CosignKeys, OciRegistry};
 pub use tools::Tools;

@@ -205,4 +205,16 @@ impl Tools {
     pub fn capmox_dir(&self) -> PathBuf {
         self.path("CAPMOX_DIR")
     }
+    /// The OCI registry (distribution's `registry`), oras and cosign: built only when
+    /// named, so a missing one says how to build it.
+    pub fn oci_tool(&self, key: &str) -> Result<PathBuf> {
+        let p = self.path(key);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!(
+            "{key} ({}) is not built: run `scripts/build-tools.sh oci-registry oras cosign` (scripts/setup.sh does)",
+            p.display()
+        )
+    }
 }

@@ -100,11 +100,13 @@ pub async fn bundled_plugin() -> Result<hyperplug_runtime::Plugin> {
         );
     }
     let cache = hyperplug::cli::CacheArgs {
+        fetch: Default::default(),
         plugin_cache: None,
         no_plugin_cache: false,
     };
     let runtime = hyperplug_runtime::Runtime::builder(hyperplug_runtime::Limits::default());
-    let mut plugins = hyperplug::cli::load_plugins(&[plugin], runtime, &cache).await?;
+    let source = hyperplug::oci::PluginSource::File(plugin);
+    let mut plugins = hyperplug::cli::load_plugins(&[source], runtime, &cache).await?;
     plugins.pop().context("no plugin loaded")
 }
 

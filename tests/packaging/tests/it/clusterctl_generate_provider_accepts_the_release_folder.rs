@@ -114,6 +114,7 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
     for want in [
         "run",
         "--plugin=/plugins/proxmox.wasm",
+        "--plugin-oci-cache=/var/cache/hyperplug/oci",
         "--default-credentials-secret=proxmox=$(POD_NAMESPACE)/hyperplug-proxmox-credentials",
         "--ownership-key-secret=$(POD_NAMESPACE)/hyperplug-ownership-key",
         "--metrics-addr=0.0.0.0:8080",
@@ -234,6 +235,7 @@ async fn clusterctl_describes_the_provider_variables_and_image() {
         vars,
         [
             "HYPERPLUG_LOG",
+            "HYPERPLUG_PLUGIN",
             "HYPERPLUG_WATCH_NAMESPACE",
             "PROXMOX_FINGERPRINT",
             "PROXMOX_INSECURE",
