@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the plugin components (wasm32-wasip2) and puts them in plugins/.
+# Builds the plugin components (wasm32-wasip2, and the Python plugin with
+# componentize-py) and puts them in plugins/.
 # The test plugins (tests/*-plugin) are built too; with `--test-out DIR` they are
 # copied there as DIR/<name>.wasm (hostile, wrong-wit, sockets), with the hostile
 # plugin's impersonating build as DIR/impostor.wasm.
@@ -20,6 +21,8 @@ for g in "${guests[@]}"; do
   cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/${g//-/_}.wasm" "plugins/$name.wasm"
   echo "plugins/$name.wasm"
 done
+# The Python Proxmox plugin (guest-proxmox-py), built with componentize-py.
+bash scripts/build-python-plugin.sh
 if [ -n "$test_out" ]; then
   mkdir -p "$test_out"
   for g in "${test_guests[@]}"; do

@@ -133,6 +133,7 @@ impl RuntimeBuilder {
         let mut pool = PoolingAllocationConfig::default();
         let calls = limits.concurrency + 8;
         pool.total_component_instances(calls)
+            .total_core_instances(calls * memory::CORE_INSTANCES_PER_CALL as u32)
             // One call's component instance holds several core instances, each with its
             // own tables (the adapter shims' and the module's) and maybe a memory: sized
             // per call, or a call the concurrency limit admits could find no slot.

@@ -55,16 +55,19 @@ impl WitMajor {
     }
 }
 
-/// Interfaces a plugin may import. WASI 0.2's cli, filesystem and random interfaces
-/// are linked because Rust's standard library imports them, but they grant nothing:
-/// no directories, no environment, no arguments (see `state.rs`). Sockets are not
-/// linked at all.
+/// Interfaces a plugin may import. WASI 0.2's cli, filesystem, random and sockets
+/// interfaces are linked because language runtimes import them (Rust's standard
+/// library the first three, the C library under Python all four), but they grant
+/// nothing: no directories, no environment, no arguments, and no socket: creating one,
+/// resolving a name or passing an address check is refused before the host opens
+/// anything (see `state.rs`). The only way out is `wasi:http`, to the call's endpoints.
 const GRANTED: &[&str] = &[
     "wasi:io/",
     "wasi:clocks/",
     "wasi:random/",
     "wasi:cli/",
     "wasi:filesystem/",
+    "wasi:sockets/",
     "wasi:http/types",
     "wasi:http/outgoing-handler",
     "hyperplug:provider/log",

@@ -57,6 +57,11 @@ pub enum MemoryCapReached {
     Plugin(usize),
 }
 
+/// Core instances one call's component may create. A Rust plugin makes a handful; a
+/// Python one (componentize-py: the interpreter, libc and the shims linking them) about
+/// 75. Bounded because each takes host memory for its context; the pool is sized by it.
+pub const CORE_INSTANCES_PER_CALL: usize = 128;
+
 /// Table elements all of a call's tables may hold (a pointer each).
 const TABLE_ELEMENTS: usize = 1 << 20;
 
@@ -121,7 +126,7 @@ impl ResourceLimiter for CallLimiter {
     }
 
     fn instances(&self) -> usize {
-        16
+        CORE_INSTANCES_PER_CALL
     }
 
     fn tables(&self) -> usize {

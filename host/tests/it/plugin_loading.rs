@@ -79,15 +79,35 @@ async fn a_missing_file_names_the_path() {
     );
 }
 
+/// `wasi:sockets` links (the C library under Python imports it) but grants nothing: a
+/// plugin's TCP connect, UDP send and name lookup are each refused, and the listener it
+/// aimed at never sees a connection.
 #[tokio::test]
-async fn a_plugin_importing_sockets_is_refused_naming_the_import() {
-    let err = load_error(&plugin_path("sockets")).await;
-    match &err {
-        LoadError::ImportNotGranted { import, .. } => {
-            assert!(import.starts_with("wasi:sockets/"), "{err}")
-        }
-        other => panic!("expected ImportNotGranted, got {other}"),
+async fn a_plugin_using_sockets_loads_but_every_socket_is_refused() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let target = format!("http://{}", listener.local_addr().unwrap());
+    let (_rt, plugin) = load("sockets", Limits::default()).await;
+    let req = crate::support::machine_request(
+        serde_json::json!({}),
+        crate::support::credentials(&target),
+    );
+    let err = plugin
+        .create_machine(&req)
+        .await
+        .expect("the call completes")
+        .expect_err("refused");
+    let PluginError::Transient(t) = &err else {
+        panic!("expected the attempts' report, got {err:?}")
+    };
+    let text = &t.message;
+    for what in ["tcp: refused", "udp: refused", "lookup: refused"] {
+        assert!(text.contains(what), "{what}: {text}");
     }
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the plugin's connection reached the listener"
+    );
 }
 
 #[tokio::test]

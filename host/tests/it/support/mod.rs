@@ -32,7 +32,7 @@ fn built() -> &'static PathBuf {
     })
 }
 
-/// `proxmox` or `redfish` (the bundled plugins), a test plugin: `hostile`, `wrong-wit`,
+/// `proxmox` or `redfish` (the bundled plugins), `proxmox-py` (the Python one), a test plugin: `hostile`, `wrong-wit`,
 /// `sockets`, or `proxmox-wit-0.2` (the Proxmox plugin as built against WIT 0.2, kept
 /// in tests/fixtures/).
 pub fn plugin_path(name: &str) -> PathBuf {
@@ -41,7 +41,7 @@ pub fn plugin_path(name: &str) -> PathBuf {
             .join("../tests/fixtures/proxmox-wit-0.2.wasm");
     }
     let out = built();
-    if name == "proxmox" || name == "redfish" {
+    if name == "proxmox" || name == "redfish" || name == "proxmox-py" {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../plugins/{name}.wasm"))
     } else {
         out.join(format!("{name}.wasm"))
