@@ -94,6 +94,12 @@ class Machine:
         found = owner.locate(self.api, self.uid, st.node, st.vmid)
         if found.what == "busy":
             return status(st, "Cloning", f"VM {st.vmid} is being cloned")
+        if found.what in ("foreign", "gone") and not st.ready:
+            # Our clone never made it (its task failed out of sight, or another client's
+            # VM took the VMID): look for ours by marker, else clone again.
+            lost = st.vmid
+            st.vmid = st.node = None
+            return status(st, "Cloning", f"VM {lost} is not this machine's; looking again", requeue_ms=0)
         if found.what == "foreign":
             raise terminal("VMNotOwned", f"VM {st.vmid} on {found.node} does not carry this machine's marker; not touching it")
         if found.what == "gone":
@@ -120,12 +126,7 @@ class Machine:
         st = self.st
         if not st.upid:
             return None
-        try:
-            task = self.api.task(st.upid)
-        except PveError as e:
-            if "no such task" not in e.message:
-                raise
-            task = {"status": "stopped", "exitstatus": "gone from the task list"}
+        task = self.task()
         if task.get("status") == "running":
             return status(st, st.step or "Waiting", f"{st.step} VM {st.vmid}: task running")
         step, exit = st.step, str(task.get("exitstatus", ""))
@@ -139,6 +140,16 @@ class Machine:
         if "got timeout" in exit or "locked" in exit:
             return status(st, step or "Waiting", f"{step} VM {st.vmid}: {exit}; trying again")
         raise terminal(f"{step or 'Task'}Failed", f"{step} VM {st.vmid}: {exit}")
+
+    def task(self) -> dict:
+        """The status of the task in flight; one PVE no longer knows counts as done (what
+        it did is looked at again)."""
+        try:
+            return self.api.task(self.st.upid)
+        except PveError as e:
+            if "no such task" not in e.message:
+                raise
+            return {"status": "stopped", "exitstatus": "gone from the task list"}
 
     def adopt(self) -> bool:
         """Find this machine's VM by its marker after the state was lost."""
@@ -243,7 +254,7 @@ class Machine:
     def delete(self) -> Optional[types.Progress]:
         st = self.st
         if st.upid:
-            task = self.api.task(st.upid)
+            task = self.task()
             if task.get("status") == "running":
                 return progress(st, st.step or "Deleting", f"{st.step} VM {st.vmid}: task running")
             st.upid = st.step = None  # done either way: what is there is looked at again

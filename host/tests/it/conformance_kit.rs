@@ -98,6 +98,23 @@ async fn the_proxmox_plugin_passes_with_pve_task_durations() {
 /// the clone, start and destroy tasks, 503s while polling.
 #[tokio::test]
 async fn the_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
+    let (_, hits) = passes_against(failing_like_pve()).await;
+    for rule in hits.as_array().unwrap() {
+        assert!(rule["fired"].as_u64().unwrap() > 0, "never fired: {rule}");
+    }
+}
+
+/// The Python plugin against the same failures.
+#[tokio::test]
+async fn the_python_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
+    let (_, hits) = passes_with("proxmox-py", failing_like_pve()).await;
+    for rule in hits.as_array().unwrap() {
+        assert!(rule["fired"].as_u64().unwrap() > 0, "never fired: {rule}");
+    }
+}
+
+/// pve-sim with PVE's task durations, failing the way PVE does at fixed points.
+fn failing_like_pve() -> Config {
     // Fixed points (skip, then at most max) so every kind fires, whatever the timing.
     let rule = |endpoint: &str, kind: FaultKind, skip: u64, max: u64| FaultRule {
         endpoint: endpoint.into(),
@@ -145,14 +162,10 @@ async fn the_proxmox_plugin_passes_against_a_pve_sim_failing_like_pve() {
         ],
         ..Faults::default()
     };
-    let config = Config {
+    Config {
         seed: Some(15),
         faults,
         ..Config::default()
-    };
-    let (_, hits) = passes_against(config).await;
-    for rule in hits.as_array().unwrap() {
-        assert!(rule["fired"].as_u64().unwrap() > 0, "never fired: {rule}");
     }
 }
 
