@@ -131,7 +131,11 @@ class Machine:
             return status(st, st.step or "Waiting", f"{st.step} VM {st.vmid}: task running")
         step, exit = st.step, str(task.get("exitstatus", ""))
         st.upid = st.step = None
-        if task_ok(task) or exit == "gone from the task list":
+        # A start that found the VM running (another start, from before a lost state, got
+        # there first) or a stop that found it stopped did what was asked; what is there
+        # is looked at next either way.
+        done = ("already running", "not running")
+        if task_ok(task) or exit == "gone from the task list" or any(d in exit for d in done):
             return None
         if step == "Cloning" and "already exists" in exit:
             # Another client took the VMID inside its task: clone again with a new one.
