@@ -18,7 +18,7 @@ from wit_world.imports import hyperplug_provider_types as types
 
 import spec
 import vm
-from errors import classify
+from errors import classify, is_plugin_error
 from pve import Api
 
 NAME = "proxmox-py"
@@ -31,8 +31,11 @@ def guarded(context: str, call):
     """Run `call`, giving every failure the host's class: nothing escapes as a trap."""
     try:
         return call()
-    except Err:
-        raise
+    except Err as e:
+        if is_plugin_error(e):
+            raise
+        # A WASI import's own error that nothing below turned into one of ours.
+        raise classify(RuntimeError(f"{e.value}"), context) from None
     except Exception as e:
         raise classify(e, context) from None
 

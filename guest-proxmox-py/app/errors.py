@@ -24,11 +24,33 @@ def terminal(reason: str, message: str) -> Err:
     return Err(types.PluginError_Terminal(types.TerminalError(reason, message)))
 
 
+# PVE texts (500s, task exit statuses) that name a configuration retrying will not fix.
+CONFIGURATION = ("storage '", "pool '", "does not support", "can't clone", "not a template", "protection mode")
+
+
+def terminal_reason(message: str) -> Optional[str]:
+    """The terminal reason for a PVE error text, or None when it may pass by itself."""
+    m = message.lower()
+    if "got timeout" in m or "is locked" in m:
+        return None
+    if "permission check failed" in m or "permission denied" in m:
+        return "PermissionDenied"
+    if any(c in m for c in CONFIGURATION):
+        return "InvalidConfiguration"
+    return None
+
+
+def is_plugin_error(e: Err) -> bool:
+    return isinstance(e.value, (types.PluginError_Transient, types.PluginError_Terminal, types.PluginError_InvalidSpec))
+
+
 def classify(e: Exception, context: str) -> Err:
     """The host's class for an error raised while `context`."""
     text = f"{context}: {e}"
     if isinstance(e, spec.InvalidSpec):
         return Err(types.PluginError_InvalidSpec(types.InvalidSpec(e.field, e.message)))
+    if isinstance(e, wasi_http.BadRequest):
+        return terminal("InvalidEndpoint", text)
     if isinstance(e, (wasi_http.TransportError, BadReply)):
         return transient(text)
     if isinstance(e, PveError):
@@ -40,6 +62,7 @@ def classify(e: Exception, context: str) -> Err:
             return terminal("InvalidConfiguration", text)
         if e.status == 501:
             return terminal("UnsupportedAPI", text)
-        return transient(text)
+        reason = terminal_reason(e.message)
+        return terminal(reason, text) if reason else transient(text)
     # A bug of this plugin: reported, and retried in case it depends on timing.
     return transient(f"{context}: unexpected {type(e).__name__}: {e}", RETRY_MS)

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from errors import SHORT_MS, transient
 from pve import Api, PveError, path_part
 
 
@@ -94,7 +95,8 @@ def find_owned(api: Api, uid: str, name: str):
             config = api.config(v["node"], v["vmid"])
         except PveError as e:
             if e.not_found():
-                continue
+                # Listed yet not there: between nodes, and it may be ours. Look again.
+                raise transient(f"VM {v['vmid']} is listed on {v['node']} but is not there (moving between nodes); looking again", SHORT_MS) from None
             raise
         if owned_by(config, uid):
             return v["node"], v["vmid"], config

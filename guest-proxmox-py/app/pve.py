@@ -79,7 +79,12 @@ class Api:
     def vms(self) -> list:
         """Every VM of the PVE cluster, with node, status, name, tags and lock: one call."""
         listed = self.get("/cluster/resources", {"type": "vm"}) or []
-        return [v for v in listed if isinstance(v, dict) and v.get("type", "qemu") == "qemu"]
+        vms = [v for v in listed if isinstance(v, dict) and v.get("type", "qemu") == "qemu"]
+        for v in vms:
+            # Numbers may come as strings (PVE's API is Perl underneath).
+            if isinstance(v.get("vmid"), str) and v["vmid"].isdigit():
+                v["vmid"] = int(v["vmid"])
+        return vms
 
     def config(self, node: str, vmid: int) -> dict:
         return self.get(f"/nodes/{path_part(node)}/qemu/{vmid}/config") or {}

@@ -15,13 +15,15 @@ from wit_world.imports import hyperplug_provider_types as types
 
 import owner
 import spec
-from errors import RETRY_MS, SHORT_MS, terminal, transient
+from errors import RETRY_MS, SHORT_MS, terminal, terminal_reason, transient
 from pve import Api, PveError, task_ok
 
 # The layout of the state this plugin writes; a newer one is refused, not misread.
 LAYOUT = 1
 # How often to look again while PVE works (a task, the boot, the agent).
 POLL_MS = 1_000
+# How long to wait after a task failed for a reason that may not pass by itself.
+FAILED_MS = 30_000
 
 
 @dataclass
@@ -143,7 +145,11 @@ class Machine:
             return status(st, "Cloning", "lost the VMID to another clone; cloning again", requeue_ms=0)
         if "got timeout" in exit or "locked" in exit:
             return status(st, step or "Waiting", f"{step} VM {st.vmid}: {exit}; trying again")
-        raise terminal(f"{step or 'Task'}Failed", f"{step} VM {st.vmid}: {exit}")
+        # Failed for a reason that may not pass by itself. The state is saved without the
+        # task (an error would leave it there, failing every later call the same way),
+        # and the next call judges what is there after a longer wait.
+        reason = terminal_reason(exit) or f"{step or 'Task'}Failed"
+        return status(st, reason, f"{step} VM {st.vmid} failed: {exit}", requeue_ms=FAILED_MS)
 
     def task(self) -> dict:
         """The status of the task in flight; one PVE no longer knows counts as done (what

@@ -30,6 +30,10 @@ class TransportError(Exception):
     """No response: refused, unreachable, TLS failure, timeout, or denied by the host."""
 
 
+class BadRequest(Exception):
+    """The request cannot be made as given (a malformed endpoint or header value)."""
+
+
 @dataclass
 class Response:
     status: int
@@ -40,23 +44,29 @@ class Response:
 def request(method: str, url: str, headers: List[Tuple[str, str]], body: Optional[bytes] = None) -> Response:
     scheme, _, rest = url.partition("://")
     authority, slash, path = rest.partition("/")
-    outgoing = http.OutgoingRequest(http.Fields.from_list([(k, v.encode()) for k, v in headers]))
-    outgoing.set_method(METHODS[method])
-    outgoing.set_scheme(http.Scheme_Https() if scheme == "https" else http.Scheme_Http())
-    outgoing.set_authority(authority)
-    outgoing.set_path_with_query(slash + path)
+    try:
+        outgoing = http.OutgoingRequest(http.Fields.from_list([(k, v.encode()) for k, v in headers]))
+        outgoing.set_method(METHODS[method])
+        outgoing.set_scheme(http.Scheme_Https() if scheme == "https" else http.Scheme_Http())
+        outgoing.set_authority(authority)
+        outgoing.set_path_with_query(slash + path)
+    except Err as e:
+        raise BadRequest(f"{method} {url}: {e.value}") from None
     out_body = outgoing.body()
     try:
         future = outgoing_handler.handle(outgoing, None)
     except Err as e:
-        http.OutgoingBody.finish(out_body, None)
+        out_body.__exit__(None, None, None)
         raise TransportError(f"{method} {url}: {e.value}") from None
     with future:
-        if body:
-            with out_body.write() as stream:
-                for start in range(0, len(body), WRITE_CHUNK):
-                    stream.blocking_write_and_flush(body[start : start + WRITE_CHUNK])
-        http.OutgoingBody.finish(out_body, None)
+        try:
+            if body:
+                with out_body.write() as stream:
+                    for start in range(0, len(body), WRITE_CHUNK):
+                        stream.blocking_write_and_flush(body[start : start + WRITE_CHUNK])
+            http.OutgoingBody.finish(out_body, None)
+        except Err as e:
+            raise TransportError(f"{method} {url}: sending the body: {e.value}") from None
         with future.subscribe() as ready:
             ready.block()
         got = future.get()
@@ -72,16 +82,21 @@ def _read(response: http.IncomingResponse) -> Response:
         status = response.status()
         with response.headers() as fields:
             headers = {k.lower(): v.decode(errors="replace") for k, v in fields.entries()}
-        incoming = response.consume()
-        chunks = []
-        with incoming.stream() as stream:
-            while True:
-                try:
-                    chunks.append(stream.blocking_read(READ_CHUNK))
-                except Err as e:
-                    if isinstance(e.value, streams.StreamError_Closed):
-                        break
-                    raise TransportError(f"reading the response body: {e.value}") from None
-        with http.IncomingBody.finish(incoming):
-            pass
-    return Response(status, headers, b"".join(chunks))
+        # The body (and its stream) must be gone before the response is dropped, also
+        # when reading fails.
+        with response.consume() as incoming:
+            body = _drain(incoming)
+    return Response(status, headers, body)
+
+
+def _drain(incoming: http.IncomingBody) -> bytes:
+    chunks = []
+    with incoming.stream() as stream:
+        while True:
+            try:
+                chunks.append(stream.blocking_read(READ_CHUNK))
+            except Err as e:
+                if isinstance(e.value, streams.StreamError_Closed):
+                    break
+                raise TransportError(f"reading the response body: {e.value}") from None
+    return b"".join(chunks)
