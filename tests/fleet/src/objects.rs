@@ -37,6 +37,28 @@ pub fn infra_machine() -> ApiResource {
     )
 }
 
+/// Create `obj`, retrying while the API server cannot reach the conversion webhook (the
+/// manager serves it; a run that kills the manager makes it away for a moment, and a
+/// client such as CAPI's controllers retries too). Any other error is returned at once.
+async fn create_converted(
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+) -> kube::Result<DynamicObject> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match api.create(&PostParams::default(), obj).await {
+            Err(kube::Error::Api(e))
+                if e.code >= 500
+                    && e.message.contains("conversion webhook")
+                    && std::time::Instant::now() < until =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 pub fn namespace(cluster: usize) -> String {
     format!("fleet-c{cluster}")
 }
@@ -137,17 +159,16 @@ pub async fn create_cluster_with(
     if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
         spec.extend(extra.clone());
     }
-    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra_cluster())
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxCluster",
-                "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: name}},
-                "spec": spec,
-            })),
-        )
-        .await
-        .with_context(|| format!("creating ProxmoxCluster {ns}/{name}"))?;
+    create_converted(
+        &Api::namespaced_with(client.clone(), &ns, &infra_cluster()),
+        &object(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxCluster",
+            "metadata": {"name": name, "labels": {CLUSTER_NAME_LABEL: name}},
+            "spec": spec,
+        })),
+    )
+    .await
+    .with_context(|| format!("creating ProxmoxCluster {ns}/{name}"))?;
     Ok(())
 }
 
@@ -213,24 +234,23 @@ pub async fn create_machine(
         spec.extend(extra.clone());
     }
     let at_ms = crate::now_ms();
-    let infra = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra_machine())
-        .create(
-            &PostParams::default(),
-            &object(json!({
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxMachine",
-                "metadata": {
-                    "name": name,
-                    "labels": {CLUSTER_NAME_LABEL: cluster},
-                    "ownerReferences": [{
-                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                        "name": name, "uid": machine.uid().unwrap_or_default(),
-                    }],
-                },
-                "spec": spec,
-            })),
-        )
-        .await
-        .with_context(|| format!("creating ProxmoxMachine {ns}/{name}"))?;
+    let infra = create_converted(
+        &Api::namespaced_with(client.clone(), &ns, &infra_machine()),
+        &object(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxMachine",
+            "metadata": {
+                "name": name,
+                "labels": {CLUSTER_NAME_LABEL: cluster},
+                "ownerReferences": [{
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                    "name": name, "uid": machine.uid().unwrap_or_default(),
+                }],
+            },
+            "spec": spec,
+        })),
+    )
+    .await
+    .with_context(|| format!("creating ProxmoxMachine {ns}/{name}"))?;
     Ok(Created {
         at_ms,
         uid: infra.uid().unwrap_or_default(),
