@@ -5,7 +5,7 @@ use wasmtime::Store;
 use super::error::CallError;
 use super::limits::{Breach, Limits, size};
 use super::memory::MemoryCapReached;
-use super::state::CallState;
+use super::state::{CallState, HANDLES_PER_CALL};
 
 /// Turn a trap or host failure into the specific error a person can act on.
 pub(super) fn classify(
@@ -62,6 +62,17 @@ pub(super) fn classify(
             breach: Breach::new(
                 format!("{} passed out of the sandbox at once", size(transfer)),
                 "the larger of --plugin-output-kib and --blob-max-mib",
+            ),
+        };
+    }
+    // wasmtime's words for a resource table at its capacity (`HANDLES_PER_CALL`).
+    if chain.contains("resource table has no free keys") {
+        return CallError::Limit {
+            plugin,
+            call,
+            breach: Breach::new(
+                format!("{HANDLES_PER_CALL} host handles held at once"),
+                "fixed: drop handles when done with them",
             ),
         };
     }

@@ -21,6 +21,13 @@ use super::text::one_line;
 /// Kept from the guest's stderr: enough for a panic message, no more.
 const STDERR_CAPTURE: usize = 16 * 1024;
 
+/// Host handles (WASI resources: HTTP requests and their fields, streams, pollables,
+/// network handles) a call may hold at once. Each takes host memory outside the call's
+/// linear memory; a plugin needs a few dozen (16 requests in flight with their bodies),
+/// so a call that keeps making them without dropping any is stopped here (see
+/// `failure.rs`) rather than at wasmtime's default of a million.
+pub(super) const HANDLES_PER_CALL: usize = 4_096;
+
 pub struct CallState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
@@ -122,7 +129,11 @@ impl CallState {
         CallState {
             wasi,
             http: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
+            table: {
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(HANDLES_PER_CALL);
+                table
+            },
             limiter: CallLimiter::new(limits.memory_bytes(), plugin_memory),
             egress,
             stderr,

@@ -44,6 +44,17 @@ fn inspect(
     }
 }
 
+/// The Proxmox plugin pushed as `repository:tag` and signed with a new key pair: the
+/// keys and the digest.
+fn push_signed(registry: &OciRegistry, repository: &str, tag: &str) -> (CosignKeys, String) {
+    let keys = CosignKeys::generate().unwrap();
+    let digest = registry
+        .push(&plugin_path("proxmox"), &format!("{repository}:{tag}"))
+        .unwrap();
+    registry.sign(&keys, repository, &digest).unwrap();
+    (keys, digest)
+}
+
 fn reference(registry: &OciRegistry, repo: &str) -> String {
     format!("oci://{}/{repo}", registry.host())
 }
@@ -235,11 +246,7 @@ fn hex_sha256(bytes: &[u8]) -> String {
 async fn a_pulled_and_verified_plugin_passes_the_conformance_kit() {
     let registry = OciRegistry::start().unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let keys = CosignKeys::generate().unwrap();
-    let digest = registry
-        .push(&plugin_path("proxmox"), "hyperplug/proxmox:0.3.0")
-        .unwrap();
-    registry.sign(&keys, "hyperplug/proxmox", &digest).unwrap();
+    let (keys, _) = push_signed(&registry, "hyperplug/proxmox", "0.3.0");
     let target = Against::start(Config::fast()).await;
     let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance/proxmox");
     let source = reference(&registry, "hyperplug/proxmox:0.3.0");
@@ -281,11 +288,7 @@ async fn a_pulled_and_verified_plugin_passes_the_conformance_kit() {
 fn a_private_registry_is_pulled_from_with_a_docker_config_and_the_password_is_never_shown() {
     let registry = OciRegistry::start_with_login("team", "s3cret-pw").unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let keys = CosignKeys::generate().unwrap();
-    let digest = registry
-        .push(&plugin_path("proxmox"), "team/proxmox:1.0")
-        .unwrap();
-    registry.sign(&keys, "team/proxmox", &digest).unwrap();
+    let (keys, digest) = push_signed(&registry, "team/proxmox", "1.0");
     let tag = reference(&registry, "team/proxmox:1.0");
     let key = keys.public();
     let verify = ["--plugin-verify-key", key.to_str().unwrap()];

@@ -381,6 +381,31 @@ mod sandbox {
     }
 
     #[tokio::test]
+    async fn a_call_that_keeps_host_handles_is_stopped_at_the_handles_per_call() {
+        let (_rt, plugin) = hostile().await;
+        let err = call_error(
+            &plugin,
+            json!({"attack": "handle-flood", "count": 1_000_000}),
+            "http://127.0.0.1:1",
+        )
+        .await;
+        assert!(
+            err.to_string().contains("4096 host handles held at once"),
+            "{err}"
+        );
+        assert_eq!(limit_flag(&err), "fixed: drop handles when done with them");
+        // A plugin's ordinary use stays well inside it.
+        let ok = attack(
+            &plugin,
+            json!({"attack": "handle-flood", "count": 100}),
+            "http://127.0.0.1:1",
+        )
+        .await;
+        assert_eq!(ok, Ok("held 100 handles".into()));
+        still_serves(&plugin).await;
+    }
+
+    #[tokio::test]
     async fn a_trap_says_what_trapped() {
         let (_rt, plugin) = hostile().await;
         let err = attack(&plugin, json!({"attack": "trap"}), "http://127.0.0.1:1")

@@ -100,6 +100,7 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
         "connection-flood" => connection_flood(&spec.str("authority"), count),
         "claim-flood" => claim_flood(count),
         "host-cpu" => host_cpu(mib),
+        "handle-flood" => handle_flood(count),
         "metrics-flood" => metrics_flood(&spec.str("authority"), count),
         other => Err(failed(format!("unknown attack `{other}`"))),
     }
@@ -303,6 +304,14 @@ fn host_cpu(mib: usize) -> Result<MachineStatus, PluginError> {
     loop {
         let _ = blobs::publish("cpu.bin", &content, 1);
     }
+}
+
+/// `count` host handles (pollables of a far-off instant), all kept.
+fn handle_flood(count: u64) -> Result<MachineStatus, PluginError> {
+    let held: Vec<_> = (0..count)
+        .map(|_| wasip2::clocks::monotonic_clock::subscribe_duration(3_600_000_000_000))
+        .collect();
+    Ok(status(format!("held {} handles", held.len())))
 }
 
 /// `count` requests, each with a new method and path, to an endpoint that answers.
