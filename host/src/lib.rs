@@ -2,6 +2,7 @@
 //! in sandboxed WebAssembly plugins. This crate knows Kubernetes and Cluster API; it
 //! knows no hypervisor. It reads cli → controller → runtime (`hyperplug-runtime`); the
 //! conformance kit (`hyperplug-conformance`) drives plugins through the runtime alone.
+pub mod admission;
 pub mod cli;
 pub mod controller;
 pub mod conversion;

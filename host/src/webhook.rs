@@ -1,4 +1,5 @@
-//! The manager's webhook server: HTTPS, the CRD conversion webhook at `/convert`.
+//! The manager's webhook server: HTTPS, the CRD conversion webhook at `/convert` and the
+//! finalizer webhook (`admission`) at `/finalizer`.
 //!
 //! The API server calls it for every object it reads or writes in a version other than
 //! the stored one, so it serves every replica (leader or not). Its certificate is read
@@ -25,8 +26,11 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::Semaphore;
 
-use hyperplug_runtime::crds::CONVERSION_PATH;
+use hyperplug_runtime::crds::{CONVERSION_PATH, FINALIZER_PATH};
+use kube::api::DynamicObject;
+use kube::core::admission::AdmissionReview;
 
+use crate::admission::Finalizers;
 use crate::conversion::Conversions;
 
 /// A review holds the objects of one request: at most a few etcd objects (1.5 MiB each).
@@ -131,11 +135,12 @@ impl Server {
         addr: SocketAddr,
         certs: CertDir,
         conversions: Conversions,
+        finalizers: Finalizers,
     ) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("--webhook-addr: cannot listen on {addr}"))?;
-        Self::on(listener, certs, conversions)
+        Self::on(listener, certs, conversions, finalizers)
     }
 
     /// On a bound listener (tests pick a free port).
@@ -143,6 +148,7 @@ impl Server {
         listener: tokio::net::TcpListener,
         certs: CertDir,
         conversions: Conversions,
+        finalizers: Finalizers,
     ) -> anyhow::Result<Self> {
         let resolver = Arc::new(Reloading::new(certs)?);
         let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -154,8 +160,13 @@ impl Server {
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         let app = Router::new()
             .route(CONVERSION_PATH, post(convert))
-            .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
-            .with_state(Arc::new(conversions));
+            .with_state(Arc::new(conversions))
+            .merge(
+                Router::new()
+                    .route(FINALIZER_PATH, post(finalize))
+                    .with_state(Arc::new(finalizers)),
+            )
+            .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES));
         Ok(Self {
             listener,
             acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
@@ -217,6 +228,23 @@ async fn convert(State(conversions): State<Arc<Conversions>>, body: Bytes) -> Re
         }
     };
     let answer = conversions.review(review).await;
+    match serde_json::to_vec(&answer) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn finalize(State(finalizers): State<Arc<Finalizers>>, body: Bytes) -> Response {
+    let answer = serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
+        .ok()
+        .and_then(|review| finalizers.review(review));
+    let Some(answer) = answer else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "the body is not an AdmissionReview request",
+        )
+            .into_response();
+    };
     match serde_json::to_vec(&answer) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),

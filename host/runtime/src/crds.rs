@@ -33,14 +33,84 @@ pub fn crds(info: &PluginInfo) -> Result<Vec<Value>, String> {
     info.kinds.iter().map(|kind| crd(info, kind)).collect()
 }
 
-/// All CRDs as one multi-document YAML stream.
+/// All CRDs as one multi-document YAML stream, then the finalizer webhook's
+/// configuration where the manager serves one ([`finalizer_webhook`]).
 pub fn crds_yaml(info: &PluginInfo) -> Result<String, String> {
     let mut out = String::new();
-    for crd in crds(info)? {
+    for doc in crds(info)?.into_iter().chain(finalizer_webhook(info)) {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd).map_err(|e| e.to_string())?);
+        out.push_str(&serde_yaml::to_string(&doc).map_err(|e| e.to_string())?);
     }
     Ok(out)
+}
+
+/// The finalizer on every object of `info`'s kinds whose infrastructure the manager may
+/// create.
+pub fn finalizer(info: &PluginInfo) -> String {
+    format!("{}.infrastructure.hyperplug.dev", info.name)
+}
+
+/// Whether the manager runs its webhook server for `info`'s kinds: when one of them has
+/// several versions (the CRD conversion needs it). The finalizer webhook rides along.
+pub fn serves_webhooks(info: &PluginInfo) -> bool {
+    info.kinds.iter().any(|k| k.versions.len() > 1)
+}
+
+/// Where the API server asks the manager to add the finalizer to a new InfraMachine.
+pub const FINALIZER_PATH: &str = "/finalizer";
+
+/// A mutating admission webhook that puts the finalizer on every InfraMachine as it is
+/// created, so the manager need not write it before the first plugin call (one write
+/// fewer per machine, and the first call comes sooner). It never refuses: a manager that
+/// is down or unreachable (`failurePolicy: Ignore`) only means the reconciler adds the
+/// finalizer itself, as it does for objects created before the webhook was installed.
+/// Only where the manager serves webhooks ([`serves_webhooks`]).
+pub fn finalizer_webhook(info: &PluginInfo) -> Option<Value> {
+    if !serves_webhooks(info) {
+        return None;
+    }
+    let machines: Vec<String> = info
+        .kinds
+        .iter()
+        .filter(|k| k.role == KindRole::InfraMachine)
+        .map(|k| plural(&k.kind))
+        .collect();
+    if machines.is_empty() {
+        return None;
+    }
+    let name = format!("hyperplug-{}-finalizer", info.name);
+    Some(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {
+            "name": name,
+            "labels": {PROVIDER_LABEL: provider_label_value(info)},
+            "annotations": {
+                "cert-manager.io/inject-ca-from": format!("{WEBHOOK_NAMESPACE}/{SERVING_CERTIFICATE}"),
+            },
+        },
+        "webhooks": [{
+            "name": format!("finalizer.{}.infrastructure.hyperplug.dev", info.name),
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 5,
+            "matchPolicy": "Equivalent",
+            "reinvocationPolicy": "Never",
+            "rules": [{
+                "apiGroups": [info.group],
+                "apiVersions": ["*"],
+                "operations": ["CREATE"],
+                "resources": machines,
+                "scope": "Namespaced",
+            }],
+            "clientConfig": {"service": {
+                "namespace": WEBHOOK_NAMESPACE,
+                "name": WEBHOOK_SERVICE,
+                "path": FINALIZER_PATH,
+            }},
+        }],
+    }))
 }
 
 /// Where the API server reaches the conversion webhook of a kind with several versions:

@@ -12,6 +12,7 @@ use hyperplug_runtime::blob_server;
 use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 
 use super::{CacheArgs, load_plugins};
+use crate::admission::Finalizers;
 use crate::controller::claims::LeaseClaims;
 use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
 use crate::conversion::Conversions;
@@ -106,8 +107,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub blob_limits: BlobLimits,
     /// Address of the HTTPS webhook server: the CRD conversion webhook of kinds a plugin
-    /// declares in several API versions (the release's Service `hyperplug-webhook-service`
-    /// points at it). Not started when every kind has one version.
+    /// declares in several API versions, and the webhook that puts the finalizer on new
+    /// InfraMachines (the release's Service `hyperplug-webhook-service` points at it).
+    /// Not started when every kind has one version.
     #[arg(long, default_value = "0.0.0.0:9443", env = "HYPERPLUG_WEBHOOK_ADDR")]
     pub webhook_addr: SocketAddr,
     /// Directory of the webhook server's certificate (`tls.crt`, `tls.key`; the release
@@ -211,9 +213,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let certs = CertDir {
             dir: args.webhook_cert_dir.clone(),
         };
-        let server = webhook::Server::bind(args.webhook_addr, certs, conversions)
+        let finalizers = Finalizers::new(&plugins, args.namespace.clone());
+        let server = webhook::Server::bind(args.webhook_addr, certs, conversions, finalizers)
             .await
-            .context("the conversion webhook (--webhook-addr, --webhook-cert-dir)")?;
+            .context("the webhook server (--webhook-addr, --webhook-cert-dir)")?;
         tokio::spawn(log_exit("webhook", server.serve()));
     }
     let ready = Arc::new(AtomicBool::new(false));

@@ -86,5 +86,5 @@ pub struct Context {
 
 /// The finalizer on every object whose infrastructure we may create.
 pub fn finalizer(plugin: &Plugin) -> String {
-    format!("{}.infrastructure.hyperplug.dev", plugin.name())
+    hyperplug_runtime::crds::finalizer(plugin.info())
 }

@@ -59,21 +59,27 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     }
 }
 
-/// Merge-patch one spec field if it differs; the object's generation after.
+/// Merge-patch one spec field if it differs, with `annotation` (key, value) in the same
+/// write; the object's generation after.
 pub async fn spec_field(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     key: &str,
     value: Value,
+    annotation: Option<(&str, &str)>,
 ) -> Result<Option<i64>> {
     if obj.data.get("spec").and_then(|s| s.get(key)) == Some(&value) {
         return Ok(obj.metadata.generation);
+    }
+    let mut patch = json!({"spec": {key: value}});
+    if let Some((k, v)) = annotation {
+        patch["metadata"] = json!({"annotations": {k: v}});
     }
     let patched = api
         .patch(
             &obj.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {key: value}})),
+            &Patch::Merge(patch),
         )
         .await?;
     Ok(patched.metadata.generation)

@@ -584,3 +584,57 @@ async fn a_dual_stack_nic_gets_a_claim_per_pool_each_written_once() {
         "a resync of a healthy machine writes nothing"
     );
 }
+
+/// The patches a client of no field manager (the in-process controllers) made to
+/// `name`'s ProxmoxMachine itself, not its status (the test's own applies name theirs).
+fn controller_patches(world: &World, name: &str) -> usize {
+    world
+        .writes()
+        .iter()
+        .filter(|w| {
+            w.verb == "patch"
+                && w.resource == "proxmoxmachines"
+                && w.name == name
+                && !w.uri.contains("fieldManager")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_machine_is_created_with_the_finalizer_and_written_once_until_it_is_deleted() {
+    let world = with_cluster(World::start_audited(pve_sim::Config::fast()).await).await;
+    // The finalizer webhook put it on as the object was created: no reconcile has written
+    // it (and none needs to before the first plugin call).
+    let created = create_machine(&world, "fw-0", 9000).await;
+    assert_eq!(
+        created.finalizers(),
+        ["proxmox.infrastructure.hyperplug.dev"]
+    );
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    let pm = world
+        .wait_for(&pms, "fw-0", "provisioned, its provider ID set", |o| {
+            provisioned(o) && o.data["spec"]["providerID"].is_string()
+        })
+        .await;
+    // Its ownership id came with the provider ID: one write to the object itself.
+    let id = &pm.annotations()["infrastructure.hyperplug.dev/ownership-id"];
+    assert!(
+        id.starts_with(&format!("{}.", pm.uid().unwrap())),
+        "signed own UID: {id}"
+    );
+    assert_eq!(controller_patches(&world, "fw-0"), 1);
+    // Deleted: the VM goes, then the finalizer (the second and last write to it).
+    pms.delete("fw-0", &Default::default()).await.unwrap();
+    world.wait_gone(&pms, "fw-0").await;
+    assert_eq!(controller_patches(&world, "fw-0"), 2);
+    assert!(
+        world
+            .sim
+            .state()
+            .vms()
+            .iter()
+            .all(|v| v["config"]["template"] == "1")
+    );
+}

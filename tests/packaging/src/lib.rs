@@ -119,6 +119,7 @@ pub async fn bundled_plugin_crds() -> Result<String> {
 /// manager's webhook server, run in this process (a task of the caller's runtime) with
 /// a certificate from the plane's CA.
 pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
+    use hyperplug::admission::Finalizers;
     use hyperplug::conversion::Conversions;
     use hyperplug::webhook::{CertDir, Server};
     let plugin = bundled_plugin().await?;
@@ -127,7 +128,12 @@ pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
         dir: plane.webhook_cert_dir("hyperplug-webhook")?,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let server = Server::on(listener, certs, Conversions::new(&[plugin]))?;
+    let server = Server::on(
+        listener,
+        certs,
+        Conversions::new(std::slice::from_ref(&plugin)),
+        Finalizers::new(&[plugin], None),
+    )?;
     let url = server.url()?;
     tokio::spawn(server.serve());
     plane.install_crds_yaml_converted_at(&crds, &url).await?;

@@ -26,14 +26,14 @@ pub fn events_of(log: &Path, user: &str, from: u64, to: u64) -> Result<Vec<Value
         .collect())
 }
 
-/// When `user` first wrote each object of `resource` itself (not a subresource: for a
-/// machine, the finalizer its first reconcile adds) between two marks: Unix ms by
-/// `namespace/name`.
+/// When `user` first wrote each object of `resource` or its status (for a machine, what
+/// its first reconcile writes: the finalizer, or with the finalizer webhook the status
+/// its first plugin call leaves) between two marks: Unix ms by `namespace/name`.
 pub fn first_writes(events: &[Value], resource: &str) -> HashMap<String, u64> {
     let mut out = HashMap::new();
     for ev in events {
         let r = &ev["objectRef"];
-        if r["resource"] != resource || !r["subresource"].is_null() {
+        if r["resource"] != resource {
             continue;
         }
         let at = ev["requestReceivedTimestamp"]

@@ -23,7 +23,7 @@ pub struct Inputs {
     pub tasks: Vec<SimTask>,
     pub counters: BTreeMap<String, u64>,
     pub writes: BTreeMap<String, u64>,
-    /// Per machine: when the host first wrote it (its first reconcile's finalizer), Unix
+    /// Per machine: when the host first wrote it or its status (its first reconcile), Unix
     /// ms from the audit log.
     pub first_written: HashMap<String, u64>,
     pub peak_rss: u64,
@@ -164,7 +164,7 @@ impl Report {
             .collect();
         queued.sort();
         row(
-            "    waiting for a first reconcile (created → finalizer), p50 / p99".into(),
+            "    waiting for a first reconcile (created → its first write), p50 / p99".into(),
             format!(
                 "{} / {}",
                 secs(percentile(&queued, 0.5).max(0) as u64),

@@ -47,13 +47,23 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if o.deleting {
         return delete::run(&ctx, &o).await;
     }
-    // Before any call that may create infrastructure.
+    // Before any call that may create infrastructure: the finalizer, and the ownership
+    // id. A machine the finalizer webhook gave the finalizer at creation takes the id
+    // with its provider ID instead (one write fewer): until it is provisioned the id is
+    // its UID, which only `clusterctl move` changes, and clusterctl moves provisioned
+    // machines only.
+    let finalizer = finalizer(&ctx.plugin);
+    let id_later = (!o.provisioned
+        && o.obj.finalizers().contains(&finalizer)
+        && !objects::has_annotation(&o.obj, objects::OWNERSHIP_ID_ANNOTATION))
+    .then(|| o.write_id.clone())
+    .flatten();
     let owned = patch::take_ownership(
         &o.own,
         &o.obj,
-        &finalizer(&ctx.plugin),
+        &finalizer,
         &adoption::previous_finalizer(&ctx.resource),
-        o.write_id.as_deref(),
+        o.write_id.as_deref().filter(|_| id_later.is_none()),
     )
     .await?;
     ctx.coalescer.wrote(&o.obj.uid().unwrap_or_default(), owned);
@@ -68,7 +78,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             }
         };
         // The plugin's state is saved before anything else is done for its report.
-        let (next, written) = persist(&ctx, &o, &status).await?;
+        let (next, written) = persist(&ctx, &o, &status, id_later.as_deref()).await?;
         steps += 1;
         if steps == MAX_STEPS_PER_RECONCILE || !goes_on_at_once(&status) {
             break status;
@@ -174,14 +184,17 @@ async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
 /// it), then the status (its state first of all) describing the generation that makes,
 /// and the events. One status write, not a second one for the new generation. Returns
 /// the status the step leaves and whether it was written (or held, see `coalesce`).
+/// `id_later`: the ownership id to write with the provider ID.
 async fn persist(
     ctx: &Context,
     o: &Observed,
     status: &MachineStatus,
+    id_later: Option<&str>,
 ) -> Result<(InfraMachineStatus, bool)> {
     let mut generation = o.obj.metadata.generation;
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
-        generation = patch::spec_field(&o.own, &o.obj, "providerID", json!(id)).await?;
+        let annotation = id_later.map(|v| (objects::OWNERSHIP_ID_ANNOTATION, v));
+        generation = patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation).await?;
     }
     let report = report::after_call(
         &o.prev,

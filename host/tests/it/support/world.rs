@@ -5,6 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use hyperplug::admission::Finalizers;
 use hyperplug::controller::claims::LeaseClaims;
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::conversion::Conversions;
@@ -73,7 +74,13 @@ pub async fn serve_conversion(plane: &Plane, plugins: &[hyperplug_runtime::Plugi
             .expect("webhook certificate"),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let server = webhook::Server::on(listener, certs, Conversions::new(plugins)).expect("webhook");
+    let server = webhook::Server::on(
+        listener,
+        certs,
+        Conversions::new(plugins),
+        Finalizers::new(plugins, None),
+    )
+    .expect("webhook");
     let url = server.url().unwrap();
     tokio::spawn(server.serve());
     url

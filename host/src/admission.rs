@@ -1,0 +1,220 @@
+//! The finalizer webhook: the API server asks it, as an InfraMachine is created, which
+//! finalizer to add (`hyperplug_runtime::crds::finalizer_webhook` registers it). With
+//! the finalizer there from the start, the reconciler's first step writes nothing before
+//! the first plugin call. It never refuses anything: a request it does not recognise is
+//! allowed unchanged, and the reconciler adds a missing finalizer as before.
+use std::collections::BTreeMap;
+
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::json;
+
+use crate::controller::objects::OWNERSHIP_ID_ANNOTATION;
+use hyperplug_runtime::Plugin;
+use hyperplug_runtime::bindings::identity::KindRole;
+
+/// Which finalizer each machine kind gets, for the namespaces the manager watches.
+#[derive(Debug, Clone, Default)]
+pub struct Finalizers {
+    /// `(group, kind)` → finalizer.
+    by_kind: BTreeMap<(String, String), String>,
+    /// The one namespace the manager watches (`--namespace`), if not all: an object
+    /// elsewhere gets no finalizer, as no reconciler of ours would ever remove it.
+    namespace: Option<String>,
+}
+
+impl Finalizers {
+    /// For the machine kinds of `plugins` whose manager serves webhooks.
+    pub fn new(plugins: &[Plugin], namespace: Option<String>) -> Self {
+        let mut by_kind = BTreeMap::new();
+        for plugin in plugins {
+            let info = plugin.info();
+            if !hyperplug_runtime::crds::serves_webhooks(info) {
+                continue;
+            }
+            for kind in info
+                .kinds
+                .iter()
+                .filter(|k| k.role == KindRole::InfraMachine)
+            {
+                by_kind.insert(
+                    (info.group.clone(), kind.kind.clone()),
+                    hyperplug_runtime::crds::finalizer(info),
+                );
+            }
+        }
+        Self { by_kind, namespace }
+    }
+
+    /// The answer to `review`: allowed, with a JSON patch adding the finalizer where it
+    /// belongs; `None` when the body is no admission request.
+    pub fn review(
+        &self,
+        review: AdmissionReview<DynamicObject>,
+    ) -> Option<AdmissionReview<DynamicObject>> {
+        let request: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+        let allowed = AdmissionResponse::from(&request);
+        let response = match self.patch(&request) {
+            Some(patch) => allowed.clone().with_patch(patch).unwrap_or(allowed),
+            None => allowed,
+        };
+        Some(response.into_review())
+    }
+
+    fn patch(&self, request: &AdmissionRequest<DynamicObject>) -> Option<json_patch::Patch> {
+        if request.operation != Operation::Create {
+            return None;
+        }
+        let finalizer = self
+            .by_kind
+            .get(&(request.kind.group.clone(), request.kind.kind.clone()))?;
+        if let Some(watched) = &self.namespace
+            && request.namespace.as_deref() != Some(watched.as_str())
+        {
+            return None;
+        }
+        let object = request.object.as_ref()?;
+        // An object that arrives with an ownership id (moved, restored, or copied by a
+        // tenant) gets the finalizer only once the reconciler has verified that id: one
+        // that never verifies must stay deletable, as nothing was made for it.
+        if object
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(OWNERSHIP_ID_ANNOTATION))
+        {
+            return None;
+        }
+        let op = match &object.metadata.finalizers {
+            Some(list) if list.contains(finalizer) => return None,
+            Some(list) if !list.is_empty() => {
+                json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
+            }
+            _ => json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
+        };
+        serde_json::from_value(json!([op])).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finalizers(namespace: Option<&str>) -> Finalizers {
+        Finalizers {
+            by_kind: [(
+                (
+                    "infrastructure.cluster.x-k8s.io".into(),
+                    "ProxmoxMachine".into(),
+                ),
+                "proxmox.infrastructure.hyperplug.dev".into(),
+            )]
+            .into(),
+            namespace: namespace.map(String::from),
+        }
+    }
+
+    fn review(
+        operation: &str,
+        kind: &str,
+        namespace: &str,
+        finalizers: serde_json::Value,
+    ) -> AdmissionReview<DynamicObject> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "r-1",
+                "kind": {"group": "infrastructure.cluster.x-k8s.io", "version": "v1alpha1", "kind": kind},
+                "resource": {"group": "infrastructure.cluster.x-k8s.io", "version": "v1alpha1", "resource": "proxmoxmachines"},
+                "name": "m-0",
+                "namespace": namespace,
+                "operation": operation,
+                "userInfo": {"username": "tenant"},
+                "object": {
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                    "kind": kind,
+                    "metadata": {"name": "m-0", "namespace": namespace, "finalizers": finalizers},
+                    "spec": {},
+                },
+            },
+        }))
+        .unwrap()
+    }
+
+    /// The response's JSON patch, decoded; `None` without one. Always allowed.
+    fn patch_of(answer: AdmissionReview<DynamicObject>) -> Option<serde_json::Value> {
+        let response = serde_json::to_value(answer).unwrap()["response"].clone();
+        assert_eq!(response["allowed"], true, "{response}");
+        assert_eq!(response["uid"], "r-1");
+        // kube writes the patch's bytes as a JSON array, which the API server reads.
+        let bytes: Vec<u8> = serde_json::from_value(response.get("patch")?.clone()).unwrap();
+        Some(serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[test]
+    fn a_new_machine_gets_the_finalizer_beside_any_it_has() {
+        let f = finalizers(None);
+        let fresh = f.review(review("CREATE", "ProxmoxMachine", "team-a", json!(null)));
+        eprintln!(
+            "{}",
+            serde_json::to_string(fresh.as_ref().unwrap()).unwrap()
+        );
+        assert_eq!(
+            patch_of(fresh.unwrap()),
+            Some(
+                json!([{"op": "add", "path": "/metadata/finalizers", "value": ["proxmox.infrastructure.hyperplug.dev"]}])
+            )
+        );
+        let other = f.review(review(
+            "CREATE",
+            "ProxmoxMachine",
+            "team-a",
+            json!(["x.example/y"]),
+        ));
+        assert_eq!(
+            patch_of(other.unwrap()),
+            Some(
+                json!([{"op": "add", "path": "/metadata/finalizers/-", "value": "proxmox.infrastructure.hyperplug.dev"}])
+            )
+        );
+        let ours = f.review(review(
+            "CREATE",
+            "ProxmoxMachine",
+            "team-a",
+            json!(["proxmox.infrastructure.hyperplug.dev"]),
+        ));
+        assert_eq!(patch_of(ours.unwrap()), None);
+    }
+
+    #[test]
+    fn anything_else_is_allowed_unchanged() {
+        let f = finalizers(Some("team-a"));
+        for (operation, kind, namespace) in [
+            ("UPDATE", "ProxmoxMachine", "team-a"),
+            ("CREATE", "ProxmoxCluster", "team-a"),
+            ("CREATE", "ProxmoxMachine", "team-b"),
+        ] {
+            let answer = f.review(review(operation, kind, namespace, json!(null)));
+            assert_eq!(
+                patch_of(answer.unwrap()),
+                None,
+                "{operation} {kind} in {namespace}"
+            );
+        }
+        let mut carried = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
+        let object = carried.request.as_mut().unwrap().object.as_mut().unwrap();
+        object.metadata.annotations =
+            Some([(OWNERSHIP_ID_ANNOTATION.to_string(), "u-1.mac".to_string())].into());
+        assert_eq!(
+            patch_of(f.review(carried).unwrap()),
+            None,
+            "an ownership id carried in"
+        );
+        let empty: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        }))
+        .unwrap();
+        assert!(f.review(empty).is_none());
+    }
+}
