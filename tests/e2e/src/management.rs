@@ -236,6 +236,29 @@ impl Management {
             self.name,
             pointed.len()
         ));
+        // Its finalizer webhook, which the loopback switch above removed with the other
+        // Service-backed ones, on the same server.
+        let crds = Command::new(hyperplug)
+            .arg("crds")
+            .arg(plugin)
+            .output()
+            .context("running hyperplug crds")?;
+        ensure!(
+            crds.status.success(),
+            "hyperplug crds failed: {}",
+            String::from_utf8_lossy(&crds.stderr)
+        );
+        let hooks = self
+            .plane
+            .install_admission_at(
+                &String::from_utf8(crds.stdout)?,
+                &format!("https://{webhook}/"),
+            )
+            .await?;
+        say(format!(
+            "{}: admission webhooks {hooks:?} on hyperplug's server",
+            self.name
+        ));
         Ok(())
     }
 

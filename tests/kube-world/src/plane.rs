@@ -589,6 +589,23 @@ impl Plane {
         }
         Ok(names)
     }
+    /// The admission webhook configurations in `yaml` (other documents are skipped),
+    /// each webhook called at its Service path on `url`'s server instead; e.g. after
+    /// [`Plane::remove_service_webhooks`] took the ones `clusterctl init` installed. Waits
+    /// a moment for the API server to take them up. Returns their names.
+    pub async fn install_admission_at(&self, yaml: &str, url: &str) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for mut doc in apply::parse_documents(yaml)? {
+            if doc.get("kind").and_then(|k| k.as_str()) != Some("MutatingWebhookConfiguration") {
+                continue;
+            }
+            self.point_admission(&mut doc, url)?;
+            let obj = apply::apply_object(&self.client, None, doc).await?;
+            names.push(obj.metadata.name.unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(names)
+    }
     /// Every webhook of an admission configuration `doc` naming a Service path called at
     /// that path on `url`'s server (trusting the plane's CA) instead.
     fn point_admission(&self, doc: &mut Value, url: &str) -> Result<()> {
