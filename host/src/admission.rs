@@ -74,24 +74,30 @@ impl Finalizers {
             return None;
         }
         let object = request.object.as_ref()?;
-        // An object that arrives with an ownership id (moved, restored, or copied by a
-        // tenant) gets the finalizer only once the reconciler has verified that id: one
-        // that never verifies must stay deletable, as nothing was made for it.
-        if object
+        // Only a plain new machine: one that arrives with an ownership id (moved,
+        // restored, or copied by a tenant), a provider ID (a claim to infrastructure made
+        // elsewhere) or finalizers (another provider's) is left to the reconciler, which
+        // adds ours once it has verified the id or been granted the adoption. Until then
+        // such an object stays deletable without us, as nothing was made for it.
+        let carries_id = object
             .metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key(OWNERSHIP_ID_ANNOTATION))
-        {
+            .is_some_and(|a| a.contains_key(OWNERSHIP_ID_ANNOTATION));
+        let claims = object
+            .data
+            .pointer("/spec/providerID")
+            .and_then(|v| v.as_str())
+            .is_some_and(|id| !id.is_empty());
+        let finalized = object
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| !f.is_empty());
+        if carries_id || claims || finalized {
             return None;
         }
-        let op = match &object.metadata.finalizers {
-            Some(list) if list.contains(finalizer) => return None,
-            Some(list) if !list.is_empty() => {
-                json!({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
-            }
-            _ => json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}),
-        };
+        let op = json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]});
         serde_json::from_value(json!([op])).ok()
     }
 }
@@ -153,38 +159,15 @@ mod tests {
     }
 
     #[test]
-    fn a_new_machine_gets_the_finalizer_beside_any_it_has() {
+    fn a_new_machine_gets_the_finalizer() {
         let f = finalizers(None);
         let fresh = f.review(review("CREATE", "ProxmoxMachine", "team-a", json!(null)));
-        eprintln!(
-            "{}",
-            serde_json::to_string(fresh.as_ref().unwrap()).unwrap()
-        );
         assert_eq!(
             patch_of(fresh.unwrap()),
             Some(
                 json!([{"op": "add", "path": "/metadata/finalizers", "value": ["proxmox.infrastructure.hyperplug.dev"]}])
             )
         );
-        let other = f.review(review(
-            "CREATE",
-            "ProxmoxMachine",
-            "team-a",
-            json!(["x.example/y"]),
-        ));
-        assert_eq!(
-            patch_of(other.unwrap()),
-            Some(
-                json!([{"op": "add", "path": "/metadata/finalizers/-", "value": "proxmox.infrastructure.hyperplug.dev"}])
-            )
-        );
-        let ours = f.review(review(
-            "CREATE",
-            "ProxmoxMachine",
-            "team-a",
-            json!(["proxmox.infrastructure.hyperplug.dev"]),
-        ));
-        assert_eq!(patch_of(ours.unwrap()), None);
     }
 
     #[test]
@@ -202,6 +185,20 @@ mod tests {
                 "{operation} {kind} in {namespace}"
             );
         }
+        let finalized = review("CREATE", "ProxmoxMachine", "team-a", json!(["x.example/y"]));
+        assert_eq!(
+            patch_of(f.review(finalized).unwrap()),
+            None,
+            "finalizers of another"
+        );
+        let mut claiming = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
+        let object = claiming.request.as_mut().unwrap().object.as_mut().unwrap();
+        object.data["spec"]["providerID"] = json!("proxmox://someone-elses");
+        assert_eq!(
+            patch_of(f.review(claiming).unwrap()),
+            None,
+            "a provider ID claimed"
+        );
         let mut carried = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
         let object = carried.request.as_mut().unwrap().object.as_mut().unwrap();
         object.metadata.annotations =
