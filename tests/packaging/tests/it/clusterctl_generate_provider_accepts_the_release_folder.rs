@@ -15,7 +15,11 @@ const CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
 fn is_cluster_scoped(kind: &str) -> bool {
     matches!(
         kind,
-        "Namespace" | "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding"
+        "Namespace"
+            | "CustomResourceDefinition"
+            | "ClusterRole"
+            | "ClusterRoleBinding"
+            | "MutatingWebhookConfiguration"
     )
 }
 
@@ -93,6 +97,19 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
             versions.join("_")
         );
     }
+
+    // The finalizer webhook calls the manager through the webhook Service, its CA
+    // injected by cert-manager, and never refuses a create.
+    let hook = the_one(&docs, "MutatingWebhookConfiguration");
+    let webhook = &hook["webhooks"][0];
+    assert_eq!(webhook["clientConfig"]["service"]["namespace"], ns.as_str());
+    assert_eq!(webhook["clientConfig"]["service"]["name"], "hyperplug-webhook-service");
+    assert_eq!(webhook["clientConfig"]["service"]["path"], "/finalizer");
+    assert_eq!(webhook["failurePolicy"], "Ignore");
+    assert_eq!(
+        hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!("{ns}/hyperplug-serving-cert").as_str()
+    );
 
     // The manager: container `manager`, the release image, the bundled plugin, the flags.
     let deployment = the_one(&docs, "Deployment");

@@ -1,7 +1,7 @@
 //! What `clusterctl generate provider --infrastructure proxmox` yields from the rendered
 //! release folder (with the seed's `capmox.env`) is accepted as is by a real API server
 //! (`kubectl apply --server-side --validate=strict`): Namespace, CRDs, RBAC, credentials
-//! Secret, webhook Service and certificate, and Deployment. Nothing runs it (no kubelet here); the schemas are what is
+//! Secret, webhook Service and certificate, finalizer webhook, and Deployment. Nothing runs it (no kubelet here); the schemas are what is
 //! checked.
 use kube_world::{Plane, PlaneOpts};
 use packaging::{Clusterctl, Release, kubectl_apply};
@@ -34,6 +34,7 @@ async fn the_provider_components_are_accepted_as_is_by_the_api_server() {
     for applied in [
         "namespace/hyperplug-system",
         "customresourcedefinition.apiextensions.k8s.io/proxmoxmachines.infrastructure.cluster.x-k8s.io",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/hyperplug-proxmox-finalizer",
         "serviceaccount/hyperplug-manager",
         "clusterrole.rbac.authorization.k8s.io/hyperplug-manager",
         "clusterrolebinding.rbac.authorization.k8s.io/hyperplug-manager",
