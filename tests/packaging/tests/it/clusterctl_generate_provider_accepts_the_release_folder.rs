@@ -103,7 +103,10 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
     let hook = the_one(&docs, "MutatingWebhookConfiguration");
     let webhook = &hook["webhooks"][0];
     assert_eq!(webhook["clientConfig"]["service"]["namespace"], ns.as_str());
-    assert_eq!(webhook["clientConfig"]["service"]["name"], "hyperplug-webhook-service");
+    assert_eq!(
+        webhook["clientConfig"]["service"]["name"],
+        "hyperplug-webhook-service"
+    );
     assert_eq!(webhook["clientConfig"]["service"]["path"], "/finalizer");
     assert_eq!(webhook["failurePolicy"], "Ignore");
     assert_eq!(
