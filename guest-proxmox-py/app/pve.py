@@ -42,6 +42,7 @@ class Api:
             base += "/api2/json"
         self.base = base
         self.auth = f"PVEAPIToken={credentials.token}={credentials.secret}"
+        self._vms: Optional[list] = None
 
     def call(self, method: str, path: str, params: Optional[Dict[str, Any]] = None) -> Any:
         headers = [("authorization", self.auth), ("accept", "application/json")]
@@ -77,13 +78,19 @@ class Api:
         return self.call("DELETE", path, params)
 
     def vms(self) -> list:
-        """Every VM of the PVE cluster, with node, status, name, tags and lock: one call."""
+        """Every VM of the PVE cluster, with node, status, name, tags and lock: one call,
+        read once per plugin call (an `Api` lives for one). Every judgment of a call sees
+        the same moment: a clone that shows no owner in one look and its name in the next
+        would otherwise be neither waited for nor adopted, and be cloned twice."""
+        if self._vms is not None:
+            return self._vms
         listed = self.get("/cluster/resources", {"type": "vm"}) or []
         vms = [v for v in listed if isinstance(v, dict) and v.get("type", "qemu") == "qemu"]
         for v in vms:
             # Numbers may come as strings (PVE's API is Perl underneath).
             if isinstance(v.get("vmid"), str) and v["vmid"].isdigit():
                 v["vmid"] = int(v["vmid"])
+        self._vms = vms
         return vms
 
     def config(self, node: str, vmid: int) -> dict:
