@@ -202,7 +202,28 @@ pub(super) fn waiting_for_agent(
 }
 
 /// How long to wait before asking a booting guest's agent again after `tries` looks:
-/// soon at first (a cloud image boots in seconds), then at most every [`BOOT_MS`] × 2.
+/// evenly at first (a cloud image answers within seconds; a doubling wait would overshoot
+/// its answer by as much as it waited), then doubling to at most every [`BOOT_MS`] × 2
+/// for guests that boot for minutes.
 fn boot_wait(tries: u8) -> u64 {
-    ((BOOT_MS / 4) << tries.min(3)).min(BOOT_MS * 2)
+    const EVEN_LOOKS: u8 = 4;
+    match tries.checked_sub(EVEN_LOOKS) {
+        None => BOOT_MS * 3 / 8,
+        Some(n) => ((BOOT_MS / 2) << n.min(3)).min(BOOT_MS * 2),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_booting_guest_is_asked_evenly_then_less_and_less_often() {
+        let waits: Vec<u64> = (0..10).map(boot_wait).collect();
+        assert_eq!(
+            waits,
+            [750, 750, 750, 750, 1_000, 2_000, 4_000, 4_000, 4_000, 4_000]
+        );
+        assert_eq!(boot_wait(u8::MAX), BOOT_MS * 2);
+    }
 }

@@ -151,12 +151,11 @@ pub(super) async fn write_or_hold(
 /// Plugin steps one reconcile may take (see [`goes_on_at_once`]).
 const MAX_STEPS_PER_RECONCILE: u32 = 3;
 
-/// A step that asks to be called again at once, with nothing to wait for or claim.
+/// A step that asks to be called again at once, with nothing to wait for. Addresses it
+/// asks for do not hold the next step back (the infrastructure is made while they are
+/// allocated): the requests of the step a reconcile ends on are what is claimed.
 fn goes_on_at_once(s: &MachineStatus) -> bool {
-    s.progress.requeue_after_ms == Some(0)
-        && s.progress.waits.is_empty()
-        && s.address_requests.is_empty()
-        && !s.ready
+    s.progress.requeue_after_ms == Some(0) && s.progress.waits.is_empty() && !s.ready
 }
 
 /// Create until provisioned, describe after: a provisioned machine's infrastructure is
