@@ -19,8 +19,8 @@ use crate::api::PveError;
 /// not answer (see [`start_outcome`]). A VM started already (a call whose result was
 /// lost) makes that task fail with "already running", which changes nothing.
 pub(super) fn powering_on(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
-    // Ours, and where it is now (it may have migrated): proven once per call.
-    cx.owned(st, "starting the VM")?;
+    // Ours, and where it is now (it may have migrated).
+    cx.owned_config(st, "starting the VM")?;
     let v = cx
         .pve
         .post(&format!("{}/status/start", cx.config_path(st)), &[])

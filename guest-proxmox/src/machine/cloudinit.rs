@@ -405,7 +405,6 @@ pub(super) fn attaching(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus
     cx.pve
         .put(&format!("{}/config", cx.config_path(st)), &form)
         .map_err(|e| e.classify("attaching the NoCloud ISO"))?;
-    cx.config_written();
     st.step = Step::PoweringOn;
     Ok(None)
 }
@@ -424,7 +423,6 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>
                     &[(slot.as_str(), "none,media=cdrom".to_string())],
                 )
                 .map_err(|e| e.classify("ejecting the NoCloud ISO"))?;
-            cx.config_written();
         }
         ask_iso_removal(cx, st, &volid)?;
     }

@@ -28,7 +28,6 @@ pub(super) fn configuring(cx: &Ctx, st: &mut State) -> Result<(), PluginError> {
     cx.pve
         .put(&format!("{}/config", cx.config_path(st)), &form)
         .map_err(|e| e.classify("configuring the VM"))?;
-    cx.config_written();
     st.step = Step::Resizing;
     Ok(())
 }

@@ -24,18 +24,6 @@ pub(super) struct Ctx<'a> {
     pub(super) pve: Pve,
     /// `GET /cluster/resources`, read at most once per call.
     pub(super) resources: std::cell::OnceCell<Vec<Resource>>,
-    /// This call's proof that the VM at `(node, vmid)` is this machine's, and its config
-    /// as read then, which the next step of the same call reuses until the call writes
-    /// the config (see `ownership::Ctx::locate`).
-    pub(super) proven: std::cell::RefCell<Option<Proven>>,
-}
-
-/// A VM this call read and found carrying the machine's marker.
-pub(super) struct Proven {
-    pub(super) node: String,
-    pub(super) vmid: u32,
-    /// `None` once the call changed the config since.
-    pub(super) config: Option<Value>,
 }
 
 impl<'a> Ctx<'a> {
@@ -55,7 +43,6 @@ impl<'a> Ctx<'a> {
             nics,
             pve: Pve::new(&req.credentials),
             resources: Default::default(),
-            proven: Default::default(),
         })
     }
 

@@ -68,7 +68,6 @@ fn context(req: &MachineRequest) -> Ctx<'_> {
         nics: vec![],
         pve: Pve::new(&req.credentials),
         resources: Default::default(),
-        proven: Default::default(),
     })
 }
 
@@ -222,8 +221,6 @@ fn destroy(cx: &Ctx, st: &mut State) -> Result<Next, PluginError> {
         }
     }
     let stop_task = st.upid.take();
-    // Whatever the answer, what this call read of the VM no longer holds.
-    cx.vm_destroyed();
     let v = match cx.pve.delete(
         &cx.config_path(st),
         &[

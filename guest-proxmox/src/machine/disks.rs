@@ -69,7 +69,6 @@ pub(super) fn resizing(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>
             ],
         )
         .map_err(|e| e.classify(&format!("resizing {}", boot.disk)))?;
-    cx.config_written();
     match upid_of(v) {
         // PVE before 8 resizes synchronously.
         None => {

@@ -7,7 +7,7 @@ use guest_kit::types::PluginError;
 use guest_kit::{log, terminal, transient};
 use serde_json::Value;
 
-use super::context::{Ctx, Proven};
+use super::context::Ctx;
 use super::properties::str_of;
 use super::state::State;
 use super::{RETRY_MS, SHORT_MS};
@@ -100,55 +100,7 @@ impl<'a> Ctx<'a> {
     /// The recorded VM, on its recorded node or, when it is not there (migrated, or still
     /// on its template's node mid-clone), where the cluster lists its VMID. The state's
     /// node follows this machine's VM; another VM elsewhere with the VMID is not followed.
-    /// Read once per call: a later step of the same call reuses what was read, until the
-    /// call writes the config ([`Ctx::config_written`]).
     pub(super) fn locate(&self, st: &mut State) -> Result<Located, PluginError> {
-        if let Some(config) = self.proven_at(st).and_then(|p| p.config.clone()) {
-            return Ok(Located::Ours(config));
-        }
-        let found = self.read_located(st)?;
-        if let (Located::Ours(c), Some(vmid), Some(node)) = (&found, st.vmid, &st.node) {
-            *self.proven.borrow_mut() = Some(Proven {
-                node: node.clone(),
-                vmid,
-                config: Some(c.clone()),
-            });
-        }
-        Ok(found)
-    }
-
-    /// What this call proved of the VM `st` records, if it is that VM.
-    fn proven_at(&self, st: &State) -> Option<std::cell::Ref<'_, Proven>> {
-        let proven = self.proven.borrow();
-        std::cell::Ref::filter_map(proven, |p| {
-            p.as_ref()
-                .filter(|p| Some(p.vmid) == st.vmid && Some(&p.node) == st.node.as_ref())
-        })
-        .ok()
-    }
-
-    /// The call changed the VM's config: what it read is stale (the VM is still ours).
-    pub(super) fn config_written(&self) {
-        if let Some(p) = self.proven.borrow_mut().as_mut() {
-            p.config = None;
-        }
-    }
-
-    /// The call destroyed the VM: nothing it read of it holds.
-    pub(super) fn vm_destroyed(&self) {
-        *self.proven.borrow_mut() = None;
-    }
-
-    /// The recorded VM is this machine's: proven once per call, even across the call's
-    /// own config writes (for a step that needs no config, e.g. starting the VM).
-    pub(super) fn owned(&self, st: &mut State, context: &str) -> Result<(), PluginError> {
-        if self.proven_at(st).is_some() {
-            return Ok(());
-        }
-        self.owned_config(st, context).map(|_| ())
-    }
-
-    fn read_located(&self, st: &mut State) -> Result<Located, PluginError> {
         let Some(vmid) = st.vmid else {
             return Ok(Located::Gone);
         };
@@ -260,40 +212,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::machine::testing::{UID, ctx, request, template_spec};
-
-    #[test]
-    fn a_vm_read_once_in_a_call_is_not_read_again_until_the_call_writes_it() {
-        let req = request(template_spec(), json!({}));
-        let cx = ctx(&req);
-        let mut st = State {
-            vmid: Some(105),
-            node: Some("pve2".into()),
-            ..State::default()
-        };
-        let config = json!({"name": "m1", "description": marker(UID)});
-        *cx.proven.borrow_mut() = Some(Proven {
-            node: "pve2".into(),
-            vmid: 105,
-            config: Some(config.clone()),
-        });
-        // Answered from what the call read (no request: none could be made here).
-        assert!(matches!(cx.locate(&mut st), Ok(Located::Ours(c)) if c == config));
-        cx.config_written();
-        assert!(cx.proven.borrow().as_ref().unwrap().config.is_none());
-        assert!(cx.owned(&mut st, "starting").is_ok(), "still proven ours");
-        // Another VMID or node is not what was proven.
-        let mut other = State {
-            vmid: Some(106),
-            ..st.clone()
-        };
-        assert!(cx.proven_at(&other).is_none());
-        other.vmid = Some(105);
-        other.node = Some("pve1".into());
-        assert!(cx.proven_at(&other).is_none());
-        cx.vm_destroyed();
-        assert!(cx.proven_at(&st).is_none());
-    }
+    use crate::machine::testing::{UID, request, template_spec};
 
     #[test]
     fn the_uid_tag_is_a_valid_lower_case_proxmox_tag() {

@@ -101,7 +101,6 @@ impl Ctx<'_> {
                 &[("description", description), ("tags", tags.join(";"))],
             )
             .map_err(|e| e.classify("marking the adopted VM as this machine's"))?;
-        self.config_written();
         guest_kit::log::info(
             "adopted a VM another provider made",
             &[("vmid", claimed.vmid.to_string()), ("node", node.clone())],

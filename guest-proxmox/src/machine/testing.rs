@@ -50,6 +50,5 @@ pub(super) fn ctx_v2(req: &MachineRequest, spec: Value, cluster: Value) -> Ctx<'
         nics,
         pve: Pve::new(&req.credentials),
         resources: Default::default(),
-        proven: Default::default(),
     }
 }
