@@ -9,7 +9,7 @@ use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::json;
 
-use crate::controller::objects::OWNERSHIP_ID_ANNOTATION;
+use crate::controller::objects::{MANAGED_BY_ANNOTATION, OWNERSHIP_ID_ANNOTATION};
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::KindRole;
 
@@ -94,7 +94,14 @@ impl Finalizers {
             .finalizers
             .as_ref()
             .is_some_and(|f| !f.is_empty());
-        if carries_id || claims || finalized {
+        // Managed by someone else: the reconciler never acts on it, so nothing would ever
+        // remove the finalizer.
+        let managed_elsewhere = object
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(MANAGED_BY_ANNOTATION));
+        if carries_id || claims || finalized || managed_elsewhere {
             return None;
         }
         let op = json!({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]});
@@ -190,6 +197,15 @@ mod tests {
             patch_of(f.review(finalized).unwrap()),
             None,
             "finalizers of another"
+        );
+        let mut managed = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
+        let object = managed.request.as_mut().unwrap().object.as_mut().unwrap();
+        object.metadata.annotations =
+            Some([(MANAGED_BY_ANNOTATION.to_string(), "someone".to_string())].into());
+        assert_eq!(
+            patch_of(f.review(managed).unwrap()),
+            None,
+            "managed elsewhere"
         );
         let mut claiming = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
         let object = claiming.request.as_mut().unwrap().object.as_mut().unwrap();

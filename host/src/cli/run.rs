@@ -206,6 +206,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(addr = %args.blob_listen_addr, advertised = %advertise, "serving blobs");
         tokio::spawn(log_exit("blobs", blob_server::serve(listener, store)));
     }
+    // An empty value (as a Deployment's env may give) means all namespaces.
+    let watched_namespace = args.namespace.clone().filter(|n| !n.is_empty());
     // Conversion serves every replica, leader or standby: the API server calls whichever
     // the Service picks.
     let conversions = Conversions::new(&plugins).metered(metrics.clone());
@@ -213,7 +215,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let certs = CertDir {
             dir: args.webhook_cert_dir.clone(),
         };
-        let finalizers = Finalizers::new(&plugins, args.namespace.clone());
+        let finalizers = Finalizers::new(&plugins, watched_namespace.clone());
         let server = webhook::Server::bind(args.webhook_addr, certs, conversions, finalizers)
             .await
             .context("the webhook server (--webhook-addr, --webhook-cert-dir)")?;
@@ -239,8 +241,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         credentials_grants: args.cross_namespace_credentials.clone(),
         adopt_namespaces: args.adopt_namespace.clone(),
         ownership_key_secret,
-        // An empty value (as a Deployment's env may give) means all namespaces.
-        namespace: args.namespace.clone().filter(|n| !n.is_empty()),
+        namespace: watched_namespace,
         concurrency: args.reconcile_concurrency,
         resync: Duration::from_secs(args.resync_seconds),
     };
