@@ -177,6 +177,9 @@ mod tests {
         );
     }
 
+    /// What a test does to a new object before it is reviewed.
+    type Change = Box<dyn Fn(&mut DynamicObject)>;
+
     #[test]
     fn anything_else_is_allowed_unchanged() {
         let f = finalizers(Some("team-a"));
@@ -198,32 +201,32 @@ mod tests {
             None,
             "finalizers of another"
         );
-        let mut managed = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
-        let object = managed.request.as_mut().unwrap().object.as_mut().unwrap();
-        object.metadata.annotations =
-            Some([(MANAGED_BY_ANNOTATION.to_string(), "someone".to_string())].into());
-        assert_eq!(
-            patch_of(f.review(managed).unwrap()),
-            None,
-            "managed elsewhere"
-        );
-        let mut claiming = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
-        let object = claiming.request.as_mut().unwrap().object.as_mut().unwrap();
-        object.data["spec"]["providerID"] = json!("proxmox://someone-elses");
-        assert_eq!(
-            patch_of(f.review(claiming).unwrap()),
-            None,
-            "a provider ID claimed"
-        );
-        let mut carried = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
-        let object = carried.request.as_mut().unwrap().object.as_mut().unwrap();
-        object.metadata.annotations =
-            Some([(OWNERSHIP_ID_ANNOTATION.to_string(), "u-1.mac".to_string())].into());
-        assert_eq!(
-            patch_of(f.review(carried).unwrap()),
-            None,
-            "an ownership id carried in"
-        );
+        let annotated = |key: &'static str| {
+            move |o: &mut DynamicObject| {
+                o.metadata.annotations = Some([(key.to_string(), "x".to_string())].into())
+            }
+        };
+        let cases: [(&str, Change); 3] = [
+            (
+                "managed elsewhere",
+                Box::new(annotated(MANAGED_BY_ANNOTATION)),
+            ),
+            (
+                "an ownership id carried in",
+                Box::new(annotated(OWNERSHIP_ID_ANNOTATION)),
+            ),
+            (
+                "a provider ID claimed",
+                Box::new(|o: &mut DynamicObject| {
+                    o.data["spec"]["providerID"] = json!("proxmox://someone-elses")
+                }),
+            ),
+        ];
+        for (why, change) in cases {
+            let mut r = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
+            change(r.request.as_mut().unwrap().object.as_mut().unwrap());
+            assert_eq!(patch_of(f.review(r).unwrap()), None, "{why}");
+        }
         let empty: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
             "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         }))

@@ -313,20 +313,25 @@ pub fn rewrite_webhooks(
             .unwrap_or("webhook-configuration")
             .to_string();
         doc["metadata"] = json!({ "name": format!("{name_prefix}-{name}") });
-        if let Some(hooks) = doc.get_mut("webhooks").and_then(Value::as_array_mut) {
-            for hook in hooks {
-                let path = hook
-                    .pointer("/clientConfig/service/path")
-                    .and_then(Value::as_str)
-                    .unwrap_or("/")
-                    .to_string();
-                hook["clientConfig"] =
-                    json!({ "url": format!("{base}{path}"), "caBundle": ca_bundle });
-            }
-        }
+        point_webhooks(&mut doc, base, ca_bundle);
         out.push(doc);
     }
     Ok(out)
+}
+
+/// Every webhook of the admission configuration `doc` called at its Service path on
+/// `base` (`https://HOST:PORT`), trusting `ca_bundle`, instead of through the Service.
+pub fn point_webhooks(doc: &mut Value, base: &str, ca_bundle: &str) {
+    if let Some(hooks) = doc.get_mut("webhooks").and_then(Value::as_array_mut) {
+        for hook in hooks {
+            let path = hook
+                .pointer("/clientConfig/service/path")
+                .and_then(Value::as_str)
+                .unwrap_or("/")
+                .to_string();
+            hook["clientConfig"] = json!({ "url": format!("{base}{path}"), "caBundle": ca_bundle });
+        }
+    }
 }
 
 impl Plane {

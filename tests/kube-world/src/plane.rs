@@ -580,7 +580,7 @@ impl Plane {
                 // The manager's admission webhook rides on the same server as the
                 // conversion webhook: pointed at it, or left out without one.
                 if let Some(url) = conversion_url {
-                    self.point_admission(&mut doc, url)?;
+                    self.point_admission(&mut doc, url);
                     apply::apply_object(&self.client, None, doc).await?;
                 }
             } else {
@@ -599,7 +599,7 @@ impl Plane {
             if doc.get("kind").and_then(|k| k.as_str()) != Some("MutatingWebhookConfiguration") {
                 continue;
             }
-            self.point_admission(&mut doc, url)?;
+            self.point_admission(&mut doc, url);
             let obj = apply::apply_object(&self.client, None, doc).await?;
             names.push(obj.metadata.name.unwrap_or_default());
         }
@@ -608,25 +608,10 @@ impl Plane {
     }
     /// Every webhook of an admission configuration `doc` naming a Service path called at
     /// that path on `url`'s server (trusting the plane's CA) instead.
-    fn point_admission(&self, doc: &mut Value, url: &str) -> Result<()> {
+    fn point_admission(&self, doc: &mut Value, url: &str) {
         // `https://HOST:PORT`, the server's origin.
         let origin = url.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
-        let hooks = doc
-            .get_mut("webhooks")
-            .and_then(Value::as_array_mut)
-            .context("an admission configuration without webhooks")?;
-        for hook in hooks {
-            let path = hook
-                .pointer("/clientConfig/service/path")
-                .and_then(Value::as_str)
-                .unwrap_or("/")
-                .to_string();
-            hook["clientConfig"] = serde_json::json!({
-                "url": format!("{origin}{path}"),
-                "caBundle": b64(self.ca.cert_pem().as_bytes()),
-            });
-        }
-        Ok(())
+        crate::managers::point_webhooks(doc, &origin, &b64(self.ca.cert_pem().as_bytes()));
     }
     /// A CRD's `spec.conversion` calling `url` (trusting the plane's CA) when it has
     /// several versions, else `None`.
