@@ -91,6 +91,17 @@ pub(super) fn waiting_for_agent(
         st.step = Step::Ready;
         return Ok(None);
     }
+    // Woken by the start task's end: no guest agent answers the moment its VM starts
+    // (the guest has still to boot), so the first look comes one boot interval later,
+    // and the ended task is not waited for again. A start that failed shows then: the
+    // agent says the VM is not running, and the task is asked.
+    if st.upid.is_some() && st.agent_tries == 0 {
+        st.agent_tries = 1;
+        let mut s = cx.status(st, "WaitingForGuestAgent", "started; the guest boots", None);
+        s.progress.waits.clear();
+        s.progress.requeue_after_ms = Some(boot_wait(0));
+        return Ok(Some(s));
+    }
     // The agent is asked first, its VM's config only once it answers: while the guest
     // boots, each look is one request. A VM no longer at its node (migrated) is followed.
     let base = cx.config_path(st);

@@ -46,10 +46,12 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
     // Woken by the end of the ISO's removal (the wait a ready machine starts with): the
     // VM was ours a moment ago and the observer checks its tag from now on, so its power
     // state is read without its config; anything but running is looked into in full.
+    let mut removal_followed = false;
     if st.step == Step::Ready && st.upid.is_some() {
         follow_iso_removal(&cx, &mut st);
-        // Only once this look saw the removal end: a removal that keeps failing must not
-        // keep describe from checking whose the VM is.
+        removal_followed = true;
+        // Only once this look saw the removal end: a removal that keeps failing, or one
+        // still queued when something else woke describe, leaves the full look below.
         if st.upid.is_none()
             && st.iso.is_none()
             && power(&cx, &st).ok().as_deref() == Some("running")
@@ -93,7 +95,7 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             return Ok(drift::report(s, "VMForeign", Drift::Foreign(text)));
         }
     };
-    if st.step == Step::Ready {
+    if st.step == Step::Ready && !removal_followed {
         follow_iso_removal(&cx, &mut st);
     }
     let power = power(&cx, &st).map_err(|e| e.classify("reading the VM status"))?;

@@ -301,6 +301,14 @@ async fn run(args: &Args) -> Result<report::Report> {
         let _ = std::fs::write(plane.dir().join("hyperplug-metrics-gone.txt"), m);
     }
     let counters = sim.state().counters();
+    // The requests in order, beside the plane's logs, for tracing one VM's calls.
+    let journal: Vec<String> = sim
+        .state()
+        .requests()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    let _ = std::fs::write(plane.dir().join("pve-journal.jsonl"), journal.join("\n"));
     let audit_to = audit::mark(&audit_log);
     let mut host_writes = audit::events_of(&audit_log, HOST_USER, audit_from, drift_from)?;
     host_writes.extend(audit::events_of(&audit_log, HOST_USER, drift_to, audit_to)?);
