@@ -9,9 +9,10 @@
 #   scripts/bench.sh --clusters 20 --machines 50     # 1,000 machines
 #   scripts/bench.sh --smoke                         # 1 × 2, tiny durations, debug build
 #                                                    # (CI runs it as scale-bench's test)
-#   scripts/bench.sh --release ...                   # the host as shipped (the release
-#                                                    # profile: LTO, one codegen unit, a
-#                                                    # few minutes' more build on 2 cores)
+#   scripts/bench.sh --release ...                   # the host with the release profile
+#                                                    # the image ships (LTO, one codegen
+#                                                    # unit; a few minutes' more build;
+#                                                    # glibc here, musl in the image)
 #
 # Other flags go to scale-bench (`--help`): --nodes, --node-task-concurrency,
 # --time-scale, --host-arg=--reconcile-concurrency=32, ...
@@ -28,7 +29,7 @@ for a in "$@"; do
     args+=(--smoke)
   elif [ "$a" = "--release" ]; then
     profile=release
-    build="profile release (as shipped: opt-level s, LTO, one codegen unit)"
+    build="profile release (as the image: opt-level s, LTO, one codegen unit; glibc)"
   else
     args+=("$a")
   fi

@@ -91,13 +91,19 @@ pub(super) fn waiting_for_agent(
         st.step = Step::Ready;
         return Ok(None);
     }
-    // Woken by the start task's end: no guest agent answers the moment its VM starts
-    // (the guest has still to boot), so the first look comes one boot interval later,
-    // and the ended task is not waited for again. A start that failed shows then: the
-    // agent says the VM is not running, and the task is asked.
+    // The start task recorded and no look yet (woken by the task's end, as a rule): no
+    // guest agent answers the moment its VM starts (the guest has still to boot), so the
+    // first look comes one boot interval later, and the task is not waited for again. A
+    // start that failed or still runs shows then: the agent says the VM is not running,
+    // and the task is asked.
     if st.upid.is_some() && st.agent_tries == 0 {
         st.agent_tries = 1;
-        let mut s = cx.status(st, "WaitingForGuestAgent", "started; the guest boots", None);
+        let mut s = cx.status(
+            st,
+            "WaitingForGuestAgent",
+            "start requested; waiting for the guest to boot",
+            None,
+        );
         s.progress.waits.clear();
         s.progress.requeue_after_ms = Some(boot_wait(0));
         return Ok(Some(s));

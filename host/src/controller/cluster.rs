@@ -107,7 +107,11 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         && str_field(&obj, "spec.controlPlaneEndpoint.host").is_none()
     {
         let endpoint = json!({"host": ep.host, "port": ep.port});
-        generation = patch::spec_field(&own, &obj, "controlPlaneEndpoint", endpoint, None).await?;
+        if let Some(patched) =
+            patch::spec_field(&own, &obj, "controlPlaneEndpoint", endpoint, None).await?
+        {
+            generation = patched.metadata.generation;
+        }
     }
     let report = report(
         &InfraClusterStatus::of(&obj),

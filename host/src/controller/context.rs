@@ -82,6 +82,9 @@ pub struct Context {
     pub secrets: Recent,
     /// Which machines asked for addresses at their last step (see `asked`).
     pub asked: AskedAddresses,
+    /// What the own kind's watch and the reconciler's own writes last showed of each
+    /// object (see `watch::Seen`).
+    pub seen: super::watch::Seen,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

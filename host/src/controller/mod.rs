@@ -123,6 +123,7 @@ pub async fn run(
                 coalescer: Default::default(),
                 secrets: Default::default(),
                 asked: Default::default(),
+                seen: Default::default(),
                 caches: others.as_ref().map(|o| watch::Caches {
                     clusters: o.clusters.1.clone(),
                     infra_clusters: o.infra_clusters.1.clone(),
@@ -214,7 +215,11 @@ async fn machines(
 ) {
     let ns = &ctx.options.namespace;
     let ar = ctx.resource.clone();
-    let (own, store) = watch::own_kind(all_or_namespaced(&ctx.client, &ar, ns), &ar);
+    let (own, store) = watch::own_kind(
+        all_or_namespaced(&ctx.client, &ar, ns),
+        &ar,
+        ctx.seen.clone(),
+    );
     let controller = Controller::for_stream_with(own, store, ar.clone());
     let store = controller.store();
     let woken_ar = ar.clone();
@@ -313,7 +318,11 @@ async fn clusters(ctx: Arc<Context>) {
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let mapped = ar.clone();
     let cluster_changes = triggers::Relevant::default();
-    let (own, store) = watch::own_kind(all_or_namespaced(&ctx.client, &ar, ns), &ar);
+    let (own, store) = watch::own_kind(
+        all_or_namespaced(&ctx.client, &ar, ns),
+        &ar,
+        ctx.seen.clone(),
+    );
     Controller::for_stream_with(own, store, ar.clone())
         .with_config(config(&ctx))
         .watches_with(
@@ -345,6 +354,7 @@ async fn templates(ctx: Arc<Context>) {
     let (own, store) = watch::own_kind(
         all_or_namespaced(&ctx.client, &ar, &ctx.options.namespace),
         &ar,
+        ctx.seen.clone(),
     );
     Controller::for_stream_with(own, store, ar)
         .with_config(config(&ctx))

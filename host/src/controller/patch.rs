@@ -60,16 +60,16 @@ pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
 }
 
 /// Merge-patch one spec field if it differs, with `annotation` (key, value) in the same
-/// write; the object's generation after.
+/// write; the object as the API server answered the write (`None`: nothing written).
 pub async fn spec_field(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     key: &str,
     value: Value,
     annotation: Option<(&str, &str)>,
-) -> Result<Option<i64>> {
+) -> Result<Option<DynamicObject>> {
     if obj.data.get("spec").and_then(|s| s.get(key)) == Some(&value) {
-        return Ok(obj.metadata.generation);
+        return Ok(None);
     }
     let mut patch = json!({"spec": {key: value}});
     if let Some((k, v)) = annotation {
@@ -82,7 +82,7 @@ pub async fn spec_field(
             &Patch::Merge(patch),
         )
         .await?;
-    Ok(patched.metadata.generation)
+    Ok(Some(patched))
 }
 
 /// Before any plugin call that may create infrastructure: our finalizer, and the

@@ -41,20 +41,6 @@ pub const WATCHED_RESYNC: Duration = Duration::from_secs(3600);
 /// After an observe call failed (its waits also have their requeue as fallback).
 pub const OBSERVE_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
-/// The fallback of a machine step's waits (see `waits`): the step's hint, or for a
-/// ready machine that named waits and no hint, [`WATCHED_RESYNC`] (the resync if
-/// longer). Until it is due, the reconciles in between (the echo of the host's own
-/// writes, its Machine's changes) make no call while the observer reports nothing.
-pub fn wait_fallback_ms(s: &MachineStatus, resync: Duration) -> Option<u64> {
-    match s.progress.requeue_after_ms {
-        Some(ms) => Some(ms),
-        None if s.ready && !s.progress.waits.is_empty() => {
-            Some(WATCHED_RESYNC.max(resync).as_millis() as u64)
-        }
-        None => None,
-    }
-}
-
 /// A plugin's hint, floored.
 pub fn hinted(ms: u64) -> Action {
     Action::requeue(Duration::from_millis(ms).max(FLOOR))
@@ -171,15 +157,6 @@ mod tests {
             after_machine_step(&s, Claimed::default(), true, resync),
             Action::requeue(WATCHED_RESYNC)
         );
-        // Its waits have that fallback too: until then, a reconcile makes no call.
-        assert_eq!(
-            wait_fallback_ms(&s, resync),
-            Some(WATCHED_RESYNC.as_millis() as u64)
-        );
-        s.ready = false;
-        assert_eq!(wait_fallback_ms(&s, resync), None);
-        s.progress.requeue_after_ms = Some(15_000);
-        assert_eq!(wait_fallback_ms(&s, resync), Some(15_000));
     }
 
     #[test]

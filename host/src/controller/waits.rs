@@ -92,7 +92,7 @@ struct Registry {
 pub struct StepSeen {
     /// The object's generation the step was for.
     pub generation: Option<i64>,
-    /// When to call at the latest should no key fire (`requeue::wait_fallback_ms`).
+    /// The step's requeue hint.
     pub requeue_ms: Option<u64>,
     /// The object is ready (its waits watch for drift).
     pub ready: bool,

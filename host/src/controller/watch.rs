@@ -5,36 +5,123 @@
 //! - A controller's own kind ([`own_kind`]): only changes a reconcile acts on trigger
 //!   one. Our own status writes (every step of every machine) come back as watch
 //!   events; they change nothing a reconcile reads that it did not just write, so they
-//!   wake nothing.
+//!   wake nothing; nor does the echo of a machine's provider ID and ownership id, which
+//!   the reconciler records as seen ([`Seen`]).
 //! - What machines read of others ([`Caches`]): the Clusters, InfraClusters and
 //!   Machines a machine reconcile reads come from these watches' caches (the watches
 //!   also map their changes to machines) instead of one API read each per reconcile;
 //!   one not cached yet is read from the API server. Cluster API's Clusters and
 //!   Machines are cached without their status, which nothing here reads (a Cluster
 //!   standing in for a plugin without an InfraCluster kind keeps it).
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 use super::packed::{Packed, SpecOnly};
 
-/// The objects of `api` that need a reconcile, and the store that caches them.
-pub fn own_kind(api: Api<Packed>, ar: &ApiResource) -> Watched {
+/// The objects of `api` that need a reconcile, and the store that caches them: those
+/// whose [`acted_on`] digest differs from the last one `seen` (by this watch, or by the
+/// reconciler in its own write).
+pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
-        .applied_objects()
-        .predicate_filter(acted_on, PredicateConfig::default());
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::Apply(o)) => seen.changed(&o).then_some(Ok(o)),
+                Ok(watcher::Event::InitApply(o)) => {
+                    seen.listed(&o);
+                    seen.changed(&o).then_some(Ok(o))
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    seen.forget(&o);
+                    None
+                }
+                Ok(watcher::Event::Init) => {
+                    seen.relisting();
+                    None
+                }
+                Ok(watcher::Event::InitDone) => {
+                    seen.relisted();
+                    None
+                }
+                Err(e) => Some(Err(e)),
+            };
+            std::future::ready(out)
+        });
     (stream.boxed(), store)
+}
+
+/// The last [`acted_on`] digest of each object of a controller's own kind, by UID: what
+/// its watch saw last, or what the reconciler itself wrote. The echo of a reconciler's
+/// own spec or metadata write (a machine's provider ID with its ownership id) then wakes
+/// nothing, as a status write's echo never does; anyone else's change still does.
+#[derive(Clone, Default)]
+pub struct Seen(Arc<Mutex<Digests>>);
+
+#[derive(Default)]
+struct Digests {
+    by_uid: HashMap<String, u64>,
+    /// The UIDs a relist (the watch restarted) has shown so far: objects deleted while
+    /// the watch was down are forgotten when it ends.
+    listed: Option<std::collections::HashSet<String>>,
+}
+
+impl Seen {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Digests> {
+        self.0.lock().expect("seen digests")
+    }
+
+    /// Whether `obj` changed what a reconcile acts on since last seen; remembers it.
+    fn changed(&self, obj: &Packed) -> bool {
+        let (Some(uid), Some(digest)) = (obj.metadata.uid.clone(), acted_on(obj)) else {
+            return true;
+        };
+        self.lock().by_uid.insert(uid, digest) != Some(digest)
+    }
+
+    fn forget(&self, obj: &Packed) {
+        if let Some(uid) = &obj.metadata.uid {
+            self.lock().by_uid.remove(uid);
+        }
+    }
+
+    fn relisting(&self) {
+        self.lock().listed = Some(Default::default());
+    }
+
+    fn listed(&self, obj: &Packed) {
+        if let (Some(listed), Some(uid)) = (&mut self.lock().listed, &obj.metadata.uid) {
+            listed.insert(uid.clone());
+        }
+    }
+
+    fn relisted(&self) {
+        let mut d = self.lock();
+        if let Some(listed) = d.listed.take() {
+            d.by_uid.retain(|uid, _| listed.contains(uid));
+        }
+    }
+
+    /// The reconciler wrote `obj` (as the API server answered its write): its echo is
+    /// not a change. Should the echo come first, it wakes one reconcile, as before.
+    pub fn wrote(&self, obj: &DynamicObject) {
+        let packed = Packed::pack(obj.clone());
+        if let (Some(uid), Some(digest)) = (obj.metadata.uid.clone(), acted_on(&packed)) {
+            self.lock().by_uid.insert(uid, digest);
+        }
+    }
 }
 
 /// A watch a controller is woken by, and its cache (of objects with their status, or
@@ -160,6 +247,33 @@ mod tests {
         assert_ne!(
             acted_on(&Packed::pack(a.clone())),
             acted_on(&Packed::pack(e.clone()))
+        );
+    }
+
+    #[test]
+    fn the_echo_of_our_own_write_wakes_nothing_anyone_elses_change_does() {
+        let seen = Seen::default();
+        let a = machine(1, json!({}));
+        assert!(seen.changed(&Packed::pack(a.clone())), "first seen");
+        assert!(!seen.changed(&Packed::pack(a.clone())), "unchanged");
+        // The reconciler writes the provider ID with the ownership id (an annotation).
+        let mut ours = a.clone();
+        ours.data["spec"]["providerID"] = json!("proxmox://u");
+        ours.metadata.annotations = Some([("own/id".to_string(), "u.mac".to_string())].into());
+        seen.wrote(&ours);
+        assert!(!seen.changed(&Packed::pack(ours.clone())), "our echo");
+        let mut edited = ours.clone();
+        edited.metadata.annotations = Some([("own/id".to_string(), "x.mac".to_string())].into());
+        assert!(seen.changed(&Packed::pack(edited)), "a tenant's edit");
+        // A relist forgets what it no longer lists.
+        seen.relisting();
+        let mut b = a.clone();
+        b.metadata.uid = Some("u9".into());
+        seen.listed(&Packed::pack(b.clone()));
+        seen.relisted();
+        assert!(
+            seen.lock().by_uid.is_empty(),
+            "u1 was deleted while not watched"
         );
     }
 }

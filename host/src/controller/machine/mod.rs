@@ -114,7 +114,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         objects::obj_ref(&o.obj, &ctx.resource),
         StepSeen {
             generation: o.obj.metadata.generation,
-            requeue_ms: requeue::wait_fallback_ms(&status, ctx.options.resync),
+            requeue_ms: status.progress.requeue_after_ms,
             ready: status.ready,
             deleting: false,
         },
@@ -200,7 +200,13 @@ async fn persist(
     let mut generation = o.obj.metadata.generation;
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         let annotation = id_later.map(|v| (objects::OWNERSHIP_ID_ANNOTATION, v));
-        generation = patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation).await?;
+        if let Some(patched) =
+            patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation).await?
+        {
+            // Its echo (the ownership id is metadata a reconcile acts on) is no change.
+            ctx.seen.wrote(&patched);
+            generation = patched.metadata.generation;
+        }
     }
     let report = report::after_call(
         &o.prev,
