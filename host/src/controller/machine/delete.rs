@@ -69,6 +69,10 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             );
             Ok(requeue::after_delete_step(&progress))
         }
-        Outcome::Failed(err) => outcome::fail(ctx, &o.own, &o.obj, err, Some(&o.credentials)).await,
+        Outcome::Failed(err) => {
+            // The step failed: what it waited for before is no reason to hold its retry.
+            ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
+            outcome::fail(ctx, &o.own, &o.obj, err, Some(&o.credentials)).await
+        }
     }
 }

@@ -74,6 +74,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         let status = match call(&ctx, &o).await {
             Outcome::Done(status) => status,
             Outcome::Failed(err) => {
+                // The step failed: what it waited for before is no reason to hold its
+                // retry (the error policy's backoff brings it back).
+                ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
                 return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
             }
         };
@@ -200,10 +203,19 @@ async fn persist(
     let mut generation = o.obj.metadata.generation;
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         let annotation = id_later.map(|v| (objects::OWNERSHIP_ID_ANNOTATION, v));
+        // Its echo (the ownership id is metadata a reconcile acts on) is no change: told
+        // to the watch before the write, as a loaded API server's watch event can come
+        // before its answer (a failed write costs one reconcile more, no less).
+        if let Some((key, value)) = annotation {
+            let mut after = o.obj.clone();
+            after
+                .annotations_mut()
+                .insert(key.to_string(), value.to_string());
+            ctx.seen.wrote(&after);
+        }
         if let Some(patched) =
             patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation).await?
         {
-            // Its echo (the ownership id is metadata a reconcile acts on) is no change.
             ctx.seen.wrote(&patched);
             generation = patched.metadata.generation;
         }
