@@ -416,7 +416,7 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>
     if let Some(volid) = st.iso.clone() {
         let config = cx.owned_config(st, "ejecting the NoCloud ISO")?;
         let slot = st.cd_slot.clone().unwrap_or_else(|| "ide2".into());
-        if str_of(&config, &slot).is_some_and(|v| v.starts_with(&volid)) {
+        if iso_attached(&config, st) {
             cx.pve
                 .put(
                     &format!("{}/config", cx.config_path(st)),
@@ -428,6 +428,14 @@ pub(super) fn ejecting(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>
     }
     st.step = Step::Ready;
     Ok(None)
+}
+
+/// Whether the VM's `config` still has this machine's NoCloud ISO in its CD slot.
+pub(super) fn iso_attached(config: &Value, st: &State) -> bool {
+    let slot = st.cd_slot.as_deref().unwrap_or("ide2");
+    st.iso
+        .as_ref()
+        .is_some_and(|volid| str_of(config, slot).is_some_and(|v| v.starts_with(volid.as_str())))
 }
 
 /// A ready machine's NoCloud ISO (it holds the bootstrap data) until it is gone: its
@@ -474,6 +482,25 @@ mod tests {
     use crate::machine::testing::{ctx, request, template_spec};
 
     const UUID: &str = "5c1a8a5e-0000-4000-8000-000000000001";
+
+    #[test]
+    fn an_iso_is_attached_while_its_cd_slot_names_it() {
+        let volid = "local:iso/hyperplug-100-u.iso";
+        let mut st = State {
+            iso: Some(volid.into()),
+            ..State::default()
+        };
+        let attached = json!({"ide2": format!("{volid},media=cdrom")});
+        assert!(iso_attached(&attached, &st));
+        assert!(!iso_attached(&json!({"ide2": "none,media=cdrom"}), &st));
+        st.cd_slot = Some("ide0".into());
+        assert!(!iso_attached(&attached, &st), "another slot");
+        st.iso = None;
+        assert!(!iso_attached(
+            &json!({"ide0": format!("{volid},media=cdrom")}),
+            &st
+        ));
+    }
 
     fn cloud_config() -> BootstrapData {
         BootstrapData {

@@ -4,7 +4,7 @@ use guest_kit::machine::{Drift, MachineRequest, MachineStatus};
 use guest_kit::types::PluginError;
 use guest_kit::{drift, log};
 
-use super::cloudinit::removing_iso;
+use super::cloudinit::{iso_attached, removing_iso};
 use super::context::Ctx;
 use super::create::ready_message;
 use super::ownership::{Located, marker};
@@ -61,8 +61,8 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             return Ok(s);
         }
     }
-    match cx.locate(&mut st)? {
-        Located::Ours(_) => {}
+    let config = match cx.locate(&mut st)? {
+        Located::Ours(config) => config,
         // The VMID is chosen before the clone starts: until it has, no VM is missing.
         _ if st.step == Step::Cloning => {
             let mut s = cx.status(&st, phase, format!("VM {vmid} is not cloned yet"), None);
@@ -95,7 +95,9 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
             return Ok(drift::report(s, "VMForeign", Drift::Foreign(text)));
         }
     };
-    if st.step == Step::Ready && !removal_followed {
+    // An ISO still attached stays: a machine without the guest agent check keeps it
+    // (nothing tells when its guest has read it), and delete removes it.
+    if st.step == Step::Ready && !removal_followed && !iso_attached(&config, &st) {
         follow_iso_removal(&cx, &mut st);
     }
     let power = power(&cx, &st).map_err(|e| e.classify("reading the VM status"))?;

@@ -974,8 +974,12 @@ async fn template_selector_failure_domain_and_templates() {
         "linked clone: {}",
         cfg(&vm, "scsi0")
     );
-    // Without the guest agent, the ISO stays attached; delete removes it.
+    // Without the guest agent, the ISO stays attached, describe included; delete
+    // removes it.
     assert_eq!(iso_volumes(&sim).len(), 1);
+    let d = plugin.describe_machine(&req).await.unwrap().unwrap();
+    assert!(d.ready && d.drift.is_none(), "{}", d.progress.message);
+    assert_eq!(iso_volumes(&sim).len(), 1, "describe left the attached ISO");
     drive_delete(&plugin, &mut req).await.unwrap();
     assert!(
         iso_volumes(&sim).is_empty(),
