@@ -81,13 +81,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
             }
         };
         // The plugin's state is saved before anything else is done for its report.
-        let (next, written, generation) = persist(&ctx, &o, &status, id_later.as_deref()).await?;
-        // The provider ID this step wrote made one new generation: the waits below are
-        // for it, so the echo of that write is not taken for a new spec worth a call (a
-        // spec someone changed meanwhile makes more than one, and is called for at once).
-        if generation == o.obj.metadata.generation.map(|g| g + 1) {
-            o.obj.metadata.generation = generation;
-        }
+        let (next, written) = persist(&ctx, &o, &status, id_later.as_deref()).await?;
         steps += 1;
         if steps == MAX_STEPS_PER_RECONCILE || !goes_on_at_once(&status) {
             break status;
@@ -191,15 +185,14 @@ async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
 /// Write the plugin's report: the provider ID in the spec once ready (Cluster API reads
 /// it), then the status (its state first of all) describing the generation that makes,
 /// and the events. One status write, not a second one for the new generation. Returns
-/// the status the step leaves, whether it was written (or held, see `coalesce`), and
-/// the object's generation after it. `id_later`: the ownership id to write with the
-/// provider ID.
+/// the status the step leaves and whether it was written (or held, see `coalesce`).
+/// `id_later`: the ownership id to write with the provider ID.
 async fn persist(
     ctx: &Context,
     o: &Observed,
     status: &MachineStatus,
     id_later: Option<&str>,
-) -> Result<(InfraMachineStatus, bool, Option<i64>)> {
+) -> Result<(InfraMachineStatus, bool)> {
     let mut generation = o.obj.metadata.generation;
     if let (true, Some(id)) = (status.ready, &status.provider_id) {
         let annotation = id_later.map(|v| (objects::OWNERSHIP_ID_ANNOTATION, v));
@@ -252,5 +245,5 @@ async fn persist(
             .blobs()
             .withdraw_object(&o.request.machine.uid);
     }
-    Ok((report.status, written, generation))
+    Ok((report.status, written))
 }
