@@ -93,7 +93,7 @@ pub(super) fn waiting_for_agent(
     }
     // The start task recorded and no look yet (woken by the task's end, as a rule): no
     // guest agent answers the moment its VM starts (the guest has still to boot), so the
-    // first look comes one boot interval later, and the task is not waited for again. A
+    // first look comes `boot_wait(0)` later, and the task is not waited for again. A
     // start that failed or still runs shows then: the agent says the VM is not running,
     // and the task is asked.
     if st.upid.is_some() && st.agent_tries == 0 {
@@ -218,15 +218,18 @@ pub(super) fn waiting_for_agent(
     Ok(None)
 }
 
-/// How long to wait before asking a booting guest's agent again after `tries` looks:
-/// evenly at first (a cloud image answers within seconds; a doubling wait would overshoot
-/// its answer by as much as it waited), then doubling to at most every [`BOOT_MS`] × 2
-/// for guests that boot for minutes.
+/// How long to wait before asking a booting guest's agent again after `tries` looks
+/// (none yet: from its start task's end): no guest boots and starts its agent within a
+/// second of its start, so the first look is [`BOOT_MS`] / 2 after it; then evenly
+/// and often (a cloud image answers within seconds; a doubling wait would overshoot its
+/// answer by as much as it waited), then doubling to at most every [`BOOT_MS`] × 2 for
+/// guests that boot for minutes.
 fn boot_wait(tries: u8) -> u64 {
-    const EVEN_LOOKS: u8 = 4;
-    match tries.checked_sub(EVEN_LOOKS) {
-        None => BOOT_MS * 3 / 8,
-        Some(n) => ((BOOT_MS / 2) << n.min(3)).min(BOOT_MS * 2),
+    const EVEN_LOOKS: u8 = 3;
+    match tries {
+        0 => BOOT_MS / 2,
+        n if n <= EVEN_LOOKS => BOOT_MS / 4,
+        n => ((BOOT_MS / 2) << (n - EVEN_LOOKS - 1).min(3)).min(BOOT_MS * 2),
     }
 }
 
@@ -239,7 +242,9 @@ mod tests {
         let waits: Vec<u64> = (0..10).map(boot_wait).collect();
         assert_eq!(
             waits,
-            [750, 750, 750, 750, 1_000, 2_000, 4_000, 4_000, 4_000, 4_000]
+            [
+                1_000, 500, 500, 500, 1_000, 2_000, 4_000, 4_000, 4_000, 4_000
+            ]
         );
         assert_eq!(boot_wait(u8::MAX), BOOT_MS * 2);
     }

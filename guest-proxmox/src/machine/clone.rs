@@ -1,11 +1,13 @@
 //! Adopting or cloning the VM, and following the clone task.
 //!
-//! The VMID is chosen in one call and the clone asked for in the next, so the host has
-//! saved it before PVE sees it: whatever happens to a call's result afterwards, the next
-//! call asks for that clone again, PVE refuses the VMID its first clone holds, and the
-//! refusal makes the call look there and find its own clone rather than make a second.
-//! A VMID another client takes first (refused at once, or lost inside the clone task, as
-//! PVE lets two clones race for one ID) is replaced by another.
+//! The VMID is chosen and the clone asked for in one call, whose answer (VMID and task)
+//! the host writes before anything else: the first clone of a machine waits for no
+//! status write. Should that answer be lost, the next call finds no VMID and looks for
+//! the machine's VM before cloning: by its marker, or, while PVE still copies the
+//! clone's first disk (its config shows no owner yet), by waiting for the clones seen in
+//! that phase to show theirs (`unreadable_clones`). A VMID another client takes first
+//! (refused at once, or lost inside the clone task, as PVE lets two clones race for one
+//! ID) is replaced by another, recorded before its clone is asked for.
 
 use std::collections::BTreeSet;
 
@@ -17,16 +19,16 @@ use super::cloudinit::iso_storage;
 use super::context::Ctx;
 use super::ownership::{Located, description, owned_by};
 use super::properties::{str_of, uuid_of};
-use super::scheduler::{Source as Placement, pick_node};
+use super::scheduler::{Source as Placement, pick_node, pinned_to};
 use super::state::{Source, State, Step};
 use super::tasks::{poll, task_failed, upid_of};
-use super::template::{resolve_template, template_reach};
+use super::template::{Reach, resolve_template, template_reach};
 use super::vmid::{self, next_vmid, vmid_taken};
 use super::{RETRY_MS, SHORT_MS};
 use crate::api::percent_encode;
 
 /// No VM recorded: adopt ours if it exists, else pick the template, a node it can be
-/// cloned to, and a VMID, and record them.
+/// cloned to, and a VMID, and go on to clone (`cloning`).
 pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some((node, vmid, config)) = cx.find_owned()? {
         log::info(
@@ -94,7 +96,14 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         )));
     }
     st.awaiting = None;
-    let reach = template_reach(cx, &src_node, template)?;
+    // Where the template can be cloned to matters only when the VM may land elsewhere
+    // than on the template's own node, which a template always reaches: a machine
+    // pinned there (allowed nodes and failure domain) reads no template config.
+    let reach = if pinned_to(cx, &src_node) {
+        Reach::Anywhere
+    } else {
+        template_reach(cx, &src_node, template)?
+    };
     let node = pick_node(
         cx,
         &Placement {
@@ -120,16 +129,13 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         node: src_node,
         template,
     });
-    st.node = Some(node.clone());
+    st.node = Some(node);
     st.vmid = Some(vmid);
     st.upid = None;
     st.step = Step::Cloning;
-    Ok(Some(cx.status(
-        st,
-        "Cloning",
-        format!("cloning template {template} to VM {vmid} on {node}"),
-        Some(0),
-    )))
+    // The clone is asked for in this call (`cloning`): its answer is what the host writes
+    // first.
+    Ok(None)
 }
 
 /// A VMID to clone to, other than those `tried` (the clone verifies it).
@@ -345,12 +351,17 @@ fn post_clone(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginE
             });
             st.upid = upid_of(v);
             st.look_first = false;
-            Ok(Some(cx.status(
+            let mut s = cx.status(
                 st,
                 "Cloning",
                 format!("cloning template {template} to VM {vmid} on {node}"),
                 Some(SHORT_MS),
-            )))
+            );
+            // Written before the next step: a machine that lost its VMID now would find
+            // its clone again only once PVE writes the clone's config (for a full clone
+            // on real PVE, minutes later: `unreadable_clones`).
+            s.progress.durable = true;
+            Ok(Some(s))
         }
         // Taken: maybe by this machine's own clone (a call whose result was lost), so
         // what holds it is looked at before another VMID is tried.

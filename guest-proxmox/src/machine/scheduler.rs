@@ -38,6 +38,29 @@ pub(super) fn pick_node(cx: &Ctx, source: &Source) -> Result<String, PluginError
     choose_node(cx, cx.resources()?, source)
 }
 
+/// The nodes a machine's VM may be placed on: the machine's list, else its cluster's
+/// (empty: any node).
+fn allowed_nodes<'a>(cx: &'a Ctx) -> &'a [String] {
+    if cx.spec.allowed_nodes.is_empty() {
+        &cx.cluster.allowed_nodes
+    } else {
+        &cx.spec.allowed_nodes
+    }
+}
+
+/// Whether the machine's VM can only be placed on `node`: every allowed node is `node`,
+/// and so is the failure domain Cluster API chose, if any.
+pub(super) fn pinned_to(cx: &Ctx, node: &str) -> bool {
+    let allowed = allowed_nodes(cx);
+    !allowed.is_empty()
+        && allowed.iter().all(|n| n == node)
+        && cx
+            .req
+            .failure_domain
+            .as_deref()
+            .is_none_or(|fd| fd.is_empty() || fd == node)
+}
+
 /// The allowed node the template reaches with the most free memory (node memory ×
 /// memoryAdjustment% minus the memory of its VMs; 0 disables the check) that has at least
 /// as many CPUs as the VM, among `resources` (what `GET /cluster/resources` answered:
@@ -48,11 +71,7 @@ pub(super) fn choose_node(
     resources: &[Resource],
     source: &Source,
 ) -> Result<String, PluginError> {
-    let allowed: Vec<String> = if !cx.spec.allowed_nodes.is_empty() {
-        cx.spec.allowed_nodes.clone()
-    } else {
-        cx.cluster.allowed_nodes.clone()
-    };
+    let allowed = allowed_nodes(cx).to_vec();
     let Source {
         node: template_node,
         template,
@@ -259,6 +278,44 @@ mod tests {
         let spec = json!({"memoryMiB": 65536});
         let cluster = json!({"schedulerHints": {"memoryAdjustment": 0}});
         assert_eq!(choose(spec, cluster, resources).unwrap(), "pve2");
+    }
+
+    #[test]
+    fn a_machine_is_pinned_to_a_node_only_when_every_allowed_node_and_its_failure_domain_is_it() {
+        let pinned = |machine: Value, cluster: Value, fd: Option<&str>| {
+            let mut req = request(machine, cluster);
+            req.failure_domain = fd.map(str::to_string);
+            pinned_to(&ctx(&req), "pve1")
+        };
+        let with = |nodes: Value| {
+            let mut spec = template_spec();
+            spec["allowedNodes"] = nodes;
+            spec
+        };
+        assert!(pinned(
+            template_spec(),
+            json!({"allowedNodes": ["pve1"]}),
+            None
+        ));
+        assert!(pinned(
+            with(json!(["pve1"])),
+            json!({"allowedNodes": ["pve2"]}),
+            Some("")
+        ));
+        assert!(
+            !pinned(template_spec(), json!({}), None),
+            "no list: any node"
+        );
+        assert!(!pinned(
+            template_spec(),
+            json!({"allowedNodes": ["pve1", "pve2"]}),
+            None
+        ));
+        assert!(!pinned(
+            template_spec(),
+            json!({"allowedNodes": ["pve1"]}),
+            Some("pve2")
+        ));
     }
 
     #[test]

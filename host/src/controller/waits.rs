@@ -177,7 +177,10 @@ impl Waits {
     /// One endpoint's loop: while keys are pending, one observe call per tick (every
     /// [`requeue::OBSERVE_EVERY`] while some object is not ready, every
     /// [`requeue::OBSERVE_IDLE`] while only ready ones are watched); the objects of the
-    /// keys it fires are woken. Ends when nothing waits on the endpoint.
+    /// keys it fires are woken. Ends when nothing waits on the endpoint. A fast tick
+    /// asks only about the keys of objects that are not ready: a ready one's keys watch
+    /// for drift, asked about every [`requeue::OBSERVE_IDLE`] (so a plugin whose drift
+    /// watch costs a call of its own makes it that often, not every tick).
     async fn observe(self: Arc<Self>, id: EndpointId) {
         let hurry = match self
             .registry
@@ -192,6 +195,8 @@ impl Waits {
         // Past the tick every loop waits, how much longer: an idle loop's rest is cut
         // short when a machine starts waiting on the endpoint; a failure's is not.
         let (mut rest, mut can_hurry) = (Duration::ZERO, false);
+        // When every key was last asked about.
+        let mut all_asked: Option<Instant> = None;
         loop {
             tokio::time::sleep(requeue::OBSERVE_EVERY).await;
             if can_hurry {
@@ -202,26 +207,14 @@ impl Waits {
             } else {
                 tokio::time::sleep(rest).await;
             }
-            let (req, busy) = {
-                let mut registry = self.registry.lock().expect("waits registry");
-                match registry.endpoints.get(&id) {
-                    Some(e) if !e.keys.is_empty() => {
-                        let busy = e
-                            .keys
-                            .values()
-                            .flatten()
-                            .any(|obj| registry.objects.get(obj).is_some_and(|w| !w.ready));
-                        let req = ObserveRequest {
-                            credentials: e.credentials.clone(),
-                            keys: e.keys.keys().cloned().collect(),
-                        };
-                        (req, busy)
-                    }
-                    _ => {
-                        registry.endpoints.remove(&id);
-                        return;
-                    }
-                }
+            let all_due = all_asked.is_none_or(|at| at.elapsed() >= requeue::OBSERVE_IDLE);
+            let asked = self
+                .registry
+                .lock()
+                .expect("waits registry")
+                .tick_request(&id, all_due);
+            let Some(Asked { req, busy, all }) = asked else {
+                return;
             };
             let call = "observer.observe";
             let result = self
@@ -230,6 +223,9 @@ impl Waits {
                 .await;
             match result {
                 Ok(Ok(observation)) => {
+                    if all {
+                        all_asked = Some(Instant::now());
+                    }
                     (rest, can_hurry) = if busy {
                         (Duration::ZERO, false)
                     } else {
@@ -272,7 +268,46 @@ impl Waits {
     }
 }
 
+/// One tick's observe call of an endpoint.
+struct Asked {
+    req: ObserveRequest,
+    /// Some object that is not ready waits on the endpoint.
+    busy: bool,
+    /// Every key is asked about (not only those of objects that are not ready).
+    all: bool,
+}
+
 impl Registry {
+    /// What a tick of endpoint `id`'s loop asks: the keys of objects that are not ready,
+    /// and every key when `all_due` or when only ready objects wait. `None` when nothing
+    /// waits on the endpoint any more (it is forgotten: its loop ends).
+    fn tick_request(&mut self, id: &EndpointId, all_due: bool) -> Option<Asked> {
+        let Some(e) = self.endpoints.get(id).filter(|e| !e.keys.is_empty()) else {
+            self.endpoints.remove(id);
+            return None;
+        };
+        let not_ready = |objs: &HashSet<Obj>| {
+            objs.iter()
+                .any(|obj| self.objects.get(obj).is_some_and(|w| !w.ready))
+        };
+        let busy = e.keys.values().any(not_ready);
+        let all = !busy || all_due;
+        let keys = e
+            .keys
+            .iter()
+            .filter(|(_, objs)| all || not_ready(objs))
+            .map(|(key, _)| key.clone())
+            .collect();
+        Some(Asked {
+            req: ObserveRequest {
+                credentials: e.credentials.clone(),
+                keys,
+            },
+            busy,
+            all,
+        })
+    }
+
     /// See [`Waits::set`]: how many waits were registered, and the endpoints that got
     /// their first key (their observer loops are to be started).
     fn set(
@@ -588,6 +623,49 @@ mod tests {
         assert!(
             registry.fire(&id, &["task:1".into()]).is_empty(),
             "fired once"
+        );
+    }
+
+    #[test]
+    fn a_fast_tick_asks_about_the_keys_of_objects_not_ready_and_every_key_when_due() {
+        let mut registry = Registry::default();
+        let now = Instant::now();
+        let (busy, ready) = (obj("busy"), obj("ready"));
+        waiting_on(&mut registry, &busy, "task:1", now, false);
+        let c = credentials("s");
+        let step = StepSeen {
+            generation: Some(1),
+            requeue_ms: None,
+            ready: true,
+            deleting: false,
+        };
+        registry.set(ready.clone(), step, &[wait("vm:2")], (&c, &[]), now);
+        let id = EndpointId::of(&c);
+        let asked = |r: &mut Registry, all_due| {
+            let a = r.tick_request(&id, all_due).expect("keys pending");
+            let mut keys = a.req.keys.clone();
+            keys.sort();
+            (keys, a.busy, a.all)
+        };
+        assert_eq!(
+            asked(&mut registry, false),
+            (vec!["task:1".to_string()], true, false)
+        );
+        assert_eq!(
+            asked(&mut registry, true),
+            (vec!["task:1".to_string(), "vm:2".to_string()], true, true)
+        );
+        // Only ready objects wait: every key, every (idle) tick.
+        registry.remove(&busy);
+        assert_eq!(
+            asked(&mut registry, false),
+            (vec!["vm:2".to_string()], false, true)
+        );
+        registry.remove(&ready);
+        assert!(registry.tick_request(&id, false).is_none());
+        assert!(
+            registry.endpoints.is_empty(),
+            "an endpoint nothing waits on is forgotten"
         );
     }
 

@@ -36,6 +36,18 @@ pub fn infra_machine() -> ApiResource {
         "proxmoxmachines",
     )
 }
+/// The same kind in the version the API server stores: what an observer that only reads
+/// should watch and list, as the manager and Cluster API do. Reading the served
+/// `v1alpha1` makes the API server call the manager's conversion webhook for every
+/// object of every list and watch event.
+pub fn infra_machine_stored() -> ApiResource {
+    ar(
+        "infrastructure.cluster.x-k8s.io",
+        "v1alpha2",
+        "ProxmoxMachine",
+        "proxmoxmachines",
+    )
+}
 
 /// Create `obj`, retrying while the API server cannot reach the conversion webhook (the
 /// manager serves it; a run that kills the manager makes it away for a moment, and a

@@ -22,7 +22,7 @@ pub async fn after_destroy(
         .split_once('/')
         .context("a machine as namespace/name")?;
     let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &objects::infra_machine());
+        Api::namespaced_with(client.clone(), ns, &objects::infra_machine_stored());
     let pm = api.get(name).await?;
     let vmid: u32 = pm.data["status"]["details"]["vmid"]
         .as_str()

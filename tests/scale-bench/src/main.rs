@@ -289,7 +289,7 @@ async fn run(args: &Args) -> Result<report::Report> {
                     .filter(|v| v["config"]["template"] != "1")
                     .count();
                 Ok(vms == 0
-                    && objects::count(&client, &objects::infra_machine()).await? == 0
+                    && objects::count(&client, &objects::infra_machine_stored()).await? == 0
                     && objects::count(&client, &objects::capi_machine()).await? == 0)
             }
         },
@@ -309,6 +309,9 @@ async fn run(args: &Args) -> Result<report::Report> {
         .map(|e| e.to_string())
         .collect();
     let _ = std::fs::write(plane.dir().join("pve-journal.jsonl"), journal.join("\n"));
+    // And every task with its timeline (submitted, started, ended), for the gaps of one VM.
+    let tasks_seen: Vec<String> = sim.state().tasks().iter().map(|t| t.to_string()).collect();
+    let _ = std::fs::write(plane.dir().join("pve-tasks.jsonl"), tasks_seen.join("\n"));
     let audit_to = audit::mark(&audit_log);
     let mut host_writes = audit::events_of(&audit_log, HOST_USER, audit_from, drift_from)?;
     host_writes.extend(audit::events_of(&audit_log, HOST_USER, drift_to, audit_to)?);

@@ -155,6 +155,16 @@ impl Report {
             ),
             "",
         );
+        row(
+            "  of which: to the first task / between tasks / after the last (p99)".into(),
+            format!(
+                "{} / {} / {}",
+                secs(percentile(&gaps[0], 0.99).max(0) as u64),
+                secs(percentile(&gaps[1], 0.99).max(0) as u64),
+                secs(percentile(&gaps[2], 0.99).max(0) as u64)
+            ),
+            "",
+        );
         // The first task waits for the machine's first reconcile: the controller's queue
         // (every machine created at once, on the same cores as the API server).
         let mut queued: Vec<i64> = i

@@ -60,7 +60,7 @@ impl Provisioned {
     pub fn start(client: Client) -> Provisioned {
         let seen: Arc<Mutex<HashMap<String, Seen>>> = Arc::default();
         let map = seen.clone();
-        let api = Api::<DynamicObject>::all_with(client, &objects::infra_machine());
+        let api = Api::<DynamicObject>::all_with(client, &objects::infra_machine_stored());
         let task = tokio::spawn(async move {
             let mut events = watcher(api, watcher::Config::default())
                 .default_backoff()
