@@ -145,26 +145,19 @@ impl Report {
             secs(percentile(&added, 0.99).max(0) as u64),
             "≤ 1 s",
         );
-        row(
-            "  of which: to the first task / between tasks / after the last (p50)".into(),
-            format!(
-                "{} / {} / {}",
-                secs(percentile(&gaps[0], 0.5).max(0) as u64),
-                secs(percentile(&gaps[1], 0.5).max(0) as u64),
-                secs(percentile(&gaps[2], 0.5).max(0) as u64)
-            ),
-            "",
-        );
-        row(
-            "  of which: to the first task / between tasks / after the last (p99)".into(),
-            format!(
-                "{} / {} / {}",
-                secs(percentile(&gaps[0], 0.99).max(0) as u64),
-                secs(percentile(&gaps[1], 0.99).max(0) as u64),
-                secs(percentile(&gaps[2], 0.99).max(0) as u64)
-            ),
-            "",
-        );
+        for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
+            let part = |g: &[i64]| secs(percentile(g, p).max(0) as u64);
+            row(
+                format!("  of which: to the first task / between tasks / after the last ({name})"),
+                format!(
+                    "{} / {} / {}",
+                    part(&gaps[0]),
+                    part(&gaps[1]),
+                    part(&gaps[2])
+                ),
+                "",
+            );
+        }
         // The first task waits for the machine's first reconcile: the controller's queue
         // (every machine created at once, on the same cores as the API server).
         let mut queued: Vec<i64> = i
