@@ -21,6 +21,14 @@ use crate::spec::{MatchPolicy, TemplateSelector};
 /// (node, VMID) of the template to clone.
 pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
     if let (Some(id), Some(node)) = (cx.spec.template_id, &cx.spec.source_node) {
+        // Listed on its node by the cluster's listing this call reads anyway: there. Else
+        // its config is asked for, whose refusal says why (gone, or not visible to us).
+        if cx
+            .qemu_vms()?
+            .any(|v| v.vmid32() == Some(id) && v.node.as_deref() == Some(node.as_str()))
+        {
+            return Ok((node.clone(), id));
+        }
         let path = format!("/nodes/{}/qemu/{id}/config", percent_encode(node));
         return match cx.pve.get(&path) {
             Ok(_) => Ok((node.clone(), id)),
