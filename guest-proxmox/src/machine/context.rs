@@ -138,8 +138,10 @@ impl<'a> Ctx<'a> {
         let ready = st.step == Step::Ready;
         let endpoint = &self.req.credentials.endpoint;
         let (mut waits, requeue) = waits_for(st.upid.as_deref(), endpoint, requeue);
-        // A ready machine's VM is watched for drift by the observer.
-        if let (true, Some(vmid), Some(node)) = (ready, st.vmid, &st.node) {
+        // A ready machine's VM is watched for drift by the observer, once no task of its
+        // own is followed (the ISO removal after Ready): the describe at that task's end
+        // names the watch (until then, only the task is asked after, a cheaper look).
+        if let (true, None, Some(vmid), Some(node)) = (ready, &st.upid, st.vmid, &st.node) {
             waits.push(Wait {
                 endpoint: endpoint.clone(),
                 key: vm_key(vmid, node, &uid_tag(self.uid())),

@@ -59,7 +59,7 @@ struct Endpoint {
     credentials: Credentials,
     /// Pending keys and the objects waiting for each.
     keys: HashMap<String, HashSet<Obj>>,
-    /// Ends an idle loop's longer sleep: an object that is not ready started waiting.
+    /// Ends an idle loop's longer sleep: an object that is provisioning started waiting.
     hurry: Arc<Notify>,
     /// When an observe call of this endpoint last succeeded.
     observed: Option<Instant>,
@@ -74,8 +74,9 @@ struct Waiting {
     due: Option<Instant>,
     /// The step's requeue period.
     period: Option<Duration>,
-    /// Ready: its keys watch for drift, which need not be seen within the second.
-    ready: bool,
+    /// Its keys watch for drift (see [`StepSeen::watching`]), which need not be seen
+    /// within the second.
+    watching: bool,
     /// Named by a delete step.
     deleting: bool,
 }
@@ -94,8 +95,10 @@ pub struct StepSeen {
     pub generation: Option<i64>,
     /// The step's requeue hint.
     pub requeue_ms: Option<u64>,
-    /// The object is ready (its waits watch for drift).
-    pub ready: bool,
+    /// The object was provisioned before the step (a describe): its waits watch for
+    /// drift. The step that makes it ready still counts as provisioning (what it waits
+    /// for, e.g. a task it just started, ends soon).
+    pub watching: bool,
     /// The step was a delete step.
     pub deleting: bool,
 }
@@ -175,11 +178,11 @@ impl Waits {
     }
 
     /// One endpoint's loop: while keys are pending, one observe call per tick (every
-    /// [`requeue::OBSERVE_EVERY`] while some object is not ready, every
-    /// [`requeue::OBSERVE_IDLE`] while only ready ones are watched); the objects of the
-    /// keys it fires are woken. Ends when nothing waits on the endpoint. A fast tick
-    /// asks only about the keys of objects that are not ready: a ready one's keys watch
-    /// for drift, asked about every [`requeue::OBSERVE_IDLE`] (so a plugin whose drift
+    /// [`requeue::OBSERVE_EVERY`] while some object is provisioning, every
+    /// [`requeue::OBSERVE_IDLE`] while only provisioned ones are watched); the objects of
+    /// the keys it fires are woken. Ends when nothing waits on the endpoint. A fast tick
+    /// asks only about the keys of objects that are provisioning: a provisioned one's
+    /// keys watch for drift, asked about every [`requeue::OBSERVE_IDLE`] (so a plugin whose drift
     /// watch costs a call of its own makes it that often, not every tick).
     async fn observe(self: Arc<Self>, id: EndpointId) {
         let hurry = match self
@@ -271,31 +274,31 @@ impl Waits {
 /// One tick's observe call of an endpoint.
 struct Asked {
     req: ObserveRequest,
-    /// Some object that is not ready waits on the endpoint.
+    /// Some object that is provisioning waits on the endpoint.
     busy: bool,
-    /// Every key is asked about (not only those of objects that are not ready).
+    /// Every key is asked about (not only those of objects that are provisioning).
     all: bool,
 }
 
 impl Registry {
-    /// What a tick of endpoint `id`'s loop asks: the keys of objects that are not ready,
-    /// and every key when `all_due` or when only ready objects wait. `None` when nothing
+    /// What a tick of endpoint `id`'s loop asks: the keys of objects that are
+    /// provisioning, and every key when `all_due` or when only watching objects wait. `None` when nothing
     /// waits on the endpoint any more (it is forgotten: its loop ends).
     fn tick_request(&mut self, id: &EndpointId, all_due: bool) -> Option<Asked> {
         let Some(e) = self.endpoints.get(id).filter(|e| !e.keys.is_empty()) else {
             self.endpoints.remove(id);
             return None;
         };
-        let not_ready = |objs: &HashSet<Obj>| {
+        let provisioning = |objs: &HashSet<Obj>| {
             objs.iter()
-                .any(|obj| self.objects.get(obj).is_some_and(|w| !w.ready))
+                .any(|obj| self.objects.get(obj).is_some_and(|w| !w.watching))
         };
-        let busy = e.keys.values().any(not_ready);
+        let busy = e.keys.values().any(provisioning);
         let all = !busy || all_due;
         let keys = e
             .keys
             .iter()
-            .filter(|(_, objs)| all || not_ready(objs))
+            .filter(|(_, objs)| all || provisioning(objs))
             .map(|(key, _)| key.clone())
             .collect();
         Some(Asked {
@@ -348,7 +351,7 @@ impl Registry {
                     observed: None,
                 }
             });
-            if !step.ready {
+            if !step.watching {
                 endpoint.hurry.notify_one();
             }
             endpoint.credentials = credentials.clone();
@@ -370,7 +373,7 @@ impl Registry {
                     generation: step.generation,
                     due,
                     period,
-                    ready: step.ready,
+                    watching: step.watching,
                     deleting: step.deleting,
                 },
             );
@@ -486,7 +489,7 @@ mod tests {
         let step = StepSeen {
             generation: Some(1),
             requeue_ms: Some(15_000),
-            ready: false,
+            watching: false,
             deleting,
         };
         let c = credentials("s");
@@ -558,7 +561,7 @@ mod tests {
         let step = StepSeen {
             generation: Some(1),
             requeue_ms: None,
-            ready: false,
+            watching: false,
             deleting: false,
         };
         let (mine, theirs) = (credentials("mine"), credentials("theirs"));
@@ -581,7 +584,7 @@ mod tests {
         let step = StepSeen {
             generation: Some(1),
             requeue_ms: None,
-            ready: false,
+            watching: false,
             deleting: false,
         };
         let c = credentials("s");
@@ -627,19 +630,19 @@ mod tests {
     }
 
     #[test]
-    fn a_fast_tick_asks_about_the_keys_of_objects_not_ready_and_every_key_when_due() {
+    fn a_fast_tick_asks_about_the_keys_of_objects_provisioning_and_every_key_when_due() {
         let mut registry = Registry::default();
         let now = Instant::now();
-        let (busy, ready) = (obj("busy"), obj("ready"));
+        let (busy, watching) = (obj("busy"), obj("watching"));
         waiting_on(&mut registry, &busy, "task:1", now, false);
         let c = credentials("s");
         let step = StepSeen {
             generation: Some(1),
             requeue_ms: None,
-            ready: true,
+            watching: true,
             deleting: false,
         };
-        registry.set(ready.clone(), step, &[wait("vm:2")], (&c, &[]), now);
+        registry.set(watching.clone(), step, &[wait("vm:2")], (&c, &[]), now);
         let id = EndpointId::of(&c);
         let asked = |r: &mut Registry, all_due| {
             let a = r.tick_request(&id, all_due).expect("keys pending");
@@ -655,13 +658,13 @@ mod tests {
             asked(&mut registry, true),
             (vec!["task:1".to_string(), "vm:2".to_string()], true, true)
         );
-        // Only ready objects wait: every key, every (idle) tick.
+        // Only a watching object waits: every key, every (idle) tick.
         registry.remove(&busy);
         assert_eq!(
             asked(&mut registry, false),
             (vec!["vm:2".to_string()], false, true)
         );
-        registry.remove(&ready);
+        registry.remove(&watching);
         assert!(registry.tick_request(&id, false).is_none());
         assert!(
             registry.endpoints.is_empty(),

@@ -61,7 +61,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
                 StepSeen {
                     generation: o.obj.metadata.generation,
                     requeue_ms: progress.requeue_after_ms,
-                    ready: false,
+                    watching: false,
                     deleting: true,
                 },
                 &progress.waits,

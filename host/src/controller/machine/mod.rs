@@ -113,7 +113,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         StepSeen {
             generation: o.obj.metadata.generation,
             requeue_ms: status.progress.requeue_after_ms,
-            ready: status.ready,
+            watching: o.provisioned,
             deleting: false,
         },
         &status.progress.waits,
