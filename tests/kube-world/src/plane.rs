@@ -43,6 +43,9 @@ pub struct PlaneOpts {
     pub audit_policy: Option<String>,
 }
 
+/// The user of the plane's admin kubeconfig (tests, and the controllers it runs).
+pub const ADMIN_USER: &str = "kube-world-admin";
+
 /// An audit policy recording every write (request metadata only) and nothing else.
 pub const AUDIT_WRITES_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -172,7 +175,7 @@ impl Plane {
             "kubernetes",
             "kubernetes.default",
         ])?;
-        let admin = ca.client("kube-world-admin", &["system:masters"])?;
+        let admin = ca.client(ADMIN_USER, &["system:masters"])?;
         write(&pki.join("ca.crt"), ca.cert_pem())?;
         write(&pki.join("apiserver.crt"), &serving.cert)?;
         write(&pki.join("apiserver.key"), &serving.key)?;

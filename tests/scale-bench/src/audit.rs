@@ -49,6 +49,22 @@ pub fn first_writes(events: &[Value], resource: &str) -> HashMap<String, u64> {
     out
 }
 
+/// How long the API server took to answer each `verb` of `resource` among `events`
+/// (received → response complete, admission and conversion webhooks included), in ms.
+pub fn durations(events: &[Value], verb: &str, resource: &str) -> Vec<i64> {
+    let ms = |ev: &Value, field: &str| {
+        ev[field]
+            .as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| t.as_millisecond())
+    };
+    events
+        .iter()
+        .filter(|ev| ev["verb"] == verb && ev["objectRef"]["resource"] == resource)
+        .filter_map(|ev| Some(ms(ev, "stageTimestamp")? - ms(ev, "requestReceivedTimestamp")?))
+        .collect()
+}
+
 /// The writes `events` counted by `verb resource[/subresource]`.
 pub fn writes_by(events: &[Value]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();

@@ -317,6 +317,10 @@ async fn run(args: &Args) -> Result<report::Report> {
     host_writes.extend(audit::events_of(&audit_log, HOST_USER, drift_to, audit_to)?);
     let writes = audit::writes_by(&host_writes);
     let first_written = audit::first_writes(&host_writes, &objects::infra_machine().plural);
+    let admin_writes =
+        audit::events_of(&audit_log, kube_world::ADMIN_USER, audit_from, drift_from)?;
+    let create_answered =
+        audit::durations(&admin_writes, "create", &objects::infra_machine().plural);
     let tasks: Vec<sim::SimTask> = sim
         .state()
         .tasks()
@@ -362,6 +366,7 @@ async fn run(args: &Args) -> Result<report::Report> {
         counters,
         writes,
         first_written,
+        create_answered,
         peak_rss,
         peak_heap,
         cpu_lifecycle,
