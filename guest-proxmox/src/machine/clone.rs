@@ -1,13 +1,15 @@
 //! Adopting or cloning the VM, and following the clone task.
 //!
-//! The VMID is chosen and the clone asked for in one call, whose answer (VMID and task)
-//! the host writes before anything else: the first clone of a machine waits for no
-//! status write. Should that answer be lost, the next call finds no VMID and looks for
-//! the machine's VM before cloning: by its marker, or, while PVE still copies the
-//! clone's first disk (its config shows no owner yet), by waiting for the clones seen in
-//! that phase to show theirs (`unreadable_clones`). A VMID another client takes first
-//! (refused at once, or lost inside the clone task, as PVE lets two clones race for one
-//! ID) is replaced by another, recorded before its clone is asked for.
+//! The VMID is chosen in one call and the clone asked for in the next, so the host has
+//! saved it before PVE sees it: whatever happens to a call's result afterwards, the next
+//! call asks for that clone again, PVE refuses the VMID its first clone holds, and the
+//! refusal makes the call look there and find its own clone rather than make a second.
+//! A VMID another client takes first (refused at once, or lost inside the clone task, as
+//! PVE lets two clones race for one ID) is replaced by another.
+//! Asking in one call would save a status write on the way to the first task, but a
+//! lost answer would then leave no VMID: a delete could not find a clone whose config
+//! shows no owner yet, and the create's recovery would rest on the cluster listing
+//! showing the fresh clone at once.
 
 use std::collections::BTreeSet;
 
@@ -28,7 +30,7 @@ use super::{RETRY_MS, SHORT_MS};
 use crate::api::percent_encode;
 
 /// No VM recorded: adopt ours if it exists, else pick the template, a node it can be
-/// cloned to, and a VMID, and go on to clone (`cloning`).
+/// cloned to, and a VMID, and record them.
 pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginError> {
     if let Some((node, vmid, config)) = cx.find_owned()? {
         log::info(
@@ -129,13 +131,16 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         node: src_node,
         template,
     });
-    st.node = Some(node);
+    st.node = Some(node.clone());
     st.vmid = Some(vmid);
     st.upid = None;
     st.step = Step::Cloning;
-    // The clone is asked for in this call (`cloning`): its answer is what the host writes
-    // first.
-    Ok(None)
+    Ok(Some(cx.status(
+        st,
+        "Cloning",
+        format!("cloning template {template} to VM {vmid} on {node}"),
+        Some(0),
+    )))
 }
 
 /// A VMID to clone to, other than those `tried` (the clone verifies it).
@@ -351,17 +356,12 @@ fn post_clone(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, PluginE
             });
             st.upid = upid_of(v);
             st.look_first = false;
-            let mut s = cx.status(
+            Ok(Some(cx.status(
                 st,
                 "Cloning",
                 format!("cloning template {template} to VM {vmid} on {node}"),
                 Some(SHORT_MS),
-            );
-            // Written before the next step: a machine that lost its VMID now would find
-            // its clone again only once PVE writes the clone's config (for a full clone
-            // on real PVE, minutes later: `unreadable_clones`).
-            s.progress.durable = true;
-            Ok(Some(s))
+            )))
         }
         // Taken: maybe by this machine's own clone (a call whose result was lost), so
         // what holds it is looked at before another VMID is tried.

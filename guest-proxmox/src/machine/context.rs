@@ -140,7 +140,9 @@ impl<'a> Ctx<'a> {
         let (mut waits, requeue) = waits_for(st.upid.as_deref(), endpoint, requeue);
         // A ready machine's VM is watched for drift by the observer, once no task of its
         // own is followed (the ISO removal after Ready): the describe at that task's end
-        // names the watch (until then, only the task is asked after, a cheaper look).
+        // names the watch. Until then only the task is asked after (a cheaper look, every
+        // tick); the VM was seen running the moment before, and the task ends within
+        // seconds unless PVE's queue for the node holds it.
         if let (true, None, Some(vmid), Some(node)) = (ready, &st.upid, st.vmid, &st.node) {
             waits.push(Wait {
                 endpoint: endpoint.clone(),

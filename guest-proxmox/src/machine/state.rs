@@ -64,11 +64,11 @@ impl guest_kit::state::Versioned for State {
 }
 
 impl State {
-    /// Whether the host must store this state before the next call: a VMID about to be
-    /// cloned to (another one, after a collision), as is the answer of the call that
-    /// asks for a clone (`clone::post_clone`). Every other step is found again from PVE
-    /// (the recorded VM's config, power state and ISO, or the ownership marker), so the
-    /// host may hold it; becoming ready is written by the host regardless.
+    /// Whether the host must store this state before the next call. Only a VMID about to
+    /// be cloned to is: once the clone is requested, a machine that lost that VMID
+    /// would clone a second VM. Every other step is found again from PVE (the recorded
+    /// VM's config, power state and ISO, or the ownership marker), so the host may hold
+    /// it; becoming ready is written by the host regardless.
     pub(super) fn is_durable(&self) -> bool {
         self.step == Step::Cloning && self.upid.is_none()
     }

@@ -27,12 +27,12 @@ pub const TEMPLATE_RETRY: Duration = Duration::from_secs(60);
 /// Backoff after a failed call: from this, doubling, up to [`BACKOFF_MAX`].
 pub const BACKOFF_BASE: Duration = Duration::from_millis(500);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
-/// How often an endpoint's observer looks while objects that are not ready wait on it:
-/// a task's end is noticed an eighth of a second late on average, for one call per tick
-/// per endpoint (however many machines wait on it).
+/// How often an endpoint's observer looks while objects still provisioning wait on it
+/// (see `waits::StepSeen::watching`): a task's end is noticed an eighth of a second late
+/// on average, for one call per tick per endpoint (however many machines wait on it).
 pub const OBSERVE_EVERY: Duration = Duration::from_millis(250);
-/// How often while only ready objects are watched, and how often their keys are asked
-/// about meanwhile (drift shows within this and a reconcile).
+/// How often while only provisioned objects are watched, and how often their keys are
+/// asked about meanwhile (drift shows within this and a reconcile).
 pub const OBSERVE_IDLE: Duration = Duration::from_secs(5);
 /// A ready machine whose infrastructure the observer watches (it named waits) is
 /// described when the observer reports a change, not every resync period; this is the

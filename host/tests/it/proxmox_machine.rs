@@ -598,8 +598,8 @@ async fn twenty_concurrent_creates_from_two_clusters_share_no_vmid() {
     }
 }
 
-/// Calls create until the clone has been asked of PVE (the first call asks for it, as
-/// long as nothing is in the way); returns that call's status.
+/// Calls create until the clone has been asked of PVE (the VMID is recorded one call
+/// before); returns that call's status.
 async fn create_until_cloning(plugin: &Plugin, req: &mut MachineRequest) -> MachineStatus {
     for _ in 0..5 {
         let s = plugin.create_machine(req).await.unwrap().unwrap();
@@ -626,25 +626,31 @@ async fn a_state_lost_mid_clone_adopts_the_vm_instead_of_cloning_again() {
     let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
     req.bootstrap = Some(bootstrap());
 
-    // 1. The first call asks for the clone; its answer (VMID and task) is durable.
-    let posted = plugin.create_machine(&req).await.unwrap().unwrap();
+    // 1. The VMID is recorded before the clone is asked for.
+    let intent = plugin.create_machine(&req).await.unwrap().unwrap();
+    let vmid = vmid_of(&intent);
+    assert!(
+        non_templates(&sim).is_empty(),
+        "no clone before the VMID is saved"
+    );
+    // 2. The clone is asked for, and the host loses the result: it replays the intent.
+    let mut lost = req.clone();
+    lost.state = Some(intent.progress.state.clone());
+    let posted = plugin.create_machine(&lost).await.unwrap().unwrap();
     assert!(posted.progress.state.contains("UPID:"));
-    assert!(posted.progress.durable, "the clone's VMID is written first");
-    let vmid = vmid_of(&posted);
     let vm = sim.state().vm(vmid).expect("cloning");
     assert_eq!(vm["config"]["lock"], "clone");
-    // 2. The host loses that answer: it calls again with the state before (none), and
-    // the call waits for the clone it cannot read yet instead of cloning again.
+    req.state = Some(intent.progress.state.clone());
     let again = plugin.create_machine(&req).await.unwrap().unwrap();
     assert_eq!(
-        again.progress.phase, "Pending",
-        "{}",
-        again.progress.message
+        vmid_of(&again),
+        vmid,
+        "the recorded VMID is looked at first"
     );
-    assert!(!again.progress.state.contains("UPID:"));
+    assert_eq!(again.progress.phase, "Cloning");
     req.state = Some(again.progress.state.clone());
     let (status, _) = drive_create(&plugin, &mut req).await.unwrap();
-    assert_eq!(vmid_of(&status), vmid, "adopted once its owner showed");
+    assert_eq!(vmid_of(&status), vmid);
 
     // 3. A second machine loses its whole state while its clone shows no owner yet.
     let mut other = request(&sim, "m2", "c1", req_spec(&req), dhcp_cluster());
@@ -679,7 +685,8 @@ async fn a_state_lost_mid_clone_adopts_the_vm_instead_of_cloning_again() {
     assert_eq!(vmid_of(&status), vmid);
     assert_eq!(non_templates(&sim).len(), 2);
     let counters = sim.state().counters();
-    // Whatever was lost, nothing was cloned twice: one clone task each.
+    // The replayed clone request is refused at once (the VMID holds the first clone's
+    // config), which is how the plugin finds its own clone: one clone task each.
     let clone_tasks = sim
         .state()
         .tasks()
@@ -746,7 +753,7 @@ async fn delete_with_a_stale_vmid_leaves_the_other_machines_vm_alone() {
 async fn errors_are_classified_and_keep_the_pve_message() {
     let sim = sim_with(Config::fast()).await;
     let (_rt, plugin) = load("proxmox", Limits::default()).await;
-    // Up to the clone call (the first, unless a step before it asks to go on).
+    // Up to the clone call (the VMID is recorded one call before it).
     let call = async |spec: Value| {
         let mut req = request(&sim, "m1", "c1", spec, dhcp_cluster());
         let mut last = None;

@@ -49,8 +49,9 @@ pub fn first_writes(events: &[Value], resource: &str) -> HashMap<String, u64> {
     out
 }
 
-/// How long the API server took to answer each `verb` of `resource` among `events`
-/// (received → response complete, admission and conversion webhooks included), in ms.
+/// How long the API server took to answer each successful `verb` of `resource` among
+/// `events` (received → response complete, admission and conversion webhooks
+/// included), in ms.
 pub fn durations(events: &[Value], verb: &str, resource: &str) -> Vec<i64> {
     let ms = |ev: &Value, field: &str| {
         ev[field]
@@ -61,6 +62,11 @@ pub fn durations(events: &[Value], verb: &str, resource: &str) -> Vec<i64> {
     events
         .iter()
         .filter(|ev| ev["verb"] == verb && ev["objectRef"]["resource"] == resource)
+        .filter(|ev| {
+            ev["responseStatus"]["code"]
+                .as_u64()
+                .is_some_and(|c| c < 400)
+        })
         .filter_map(|ev| Some(ms(ev, "stageTimestamp")? - ms(ev, "requestReceivedTimestamp")?))
         .collect()
 }

@@ -67,9 +67,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     )
     .await?;
     ctx.coalescer.wrote(&o.obj.uid().unwrap_or_default(), owned);
-    // A step that asks to go on at once (its state stored first, e.g. another VMID after
-    // a collision, before its clone is asked for) goes on in this reconcile, not after a
-    // round through the queue.
+    // A step that asks to go on at once (its state stored first, e.g. a VMID before the
+    // clone is asked for) goes on in this reconcile, not after a round through the queue.
     let mut steps = 0;
     let status = loop {
         let status = match call(&ctx, &o).await {
