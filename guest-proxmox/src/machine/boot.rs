@@ -221,10 +221,9 @@ pub(super) fn waiting_for_agent(
 /// How long to wait before asking a booting guest's agent again after `tries` looks
 /// (none yet: the wait from its start task's end, as a rule): no guest boots and starts
 /// its agent within a second of its start, so the first look is [`BOOT_MS`] / 2 after
-/// it; then evenly
-/// and often (a cloud image answers within seconds; a doubling wait would overshoot its
-/// answer by as much as it waited), then doubling to at most every [`BOOT_MS`] × 2 for
-/// guests that boot for minutes.
+/// it; then evenly and often (a cloud image answers within seconds; a doubling wait
+/// would overshoot its answer by as much as it waited), then doubling to at most every
+/// [`BOOT_MS`] × 2 for guests that boot for minutes.
 fn boot_wait(tries: u8) -> u64 {
     const EVEN_LOOKS: u8 = 3;
     match tries {

@@ -182,8 +182,8 @@ impl Waits {
     /// [`requeue::OBSERVE_IDLE`] while only provisioned ones are watched); the objects of
     /// the keys it fires are woken. Ends when nothing waits on the endpoint. A fast tick
     /// asks only about the keys of objects that are provisioning: a provisioned one's
-    /// keys watch for drift, asked about every [`requeue::OBSERVE_IDLE`] (so a plugin whose drift
-    /// watch costs a call of its own makes it that often, not every tick).
+    /// keys watch for drift, asked about every [`requeue::OBSERVE_IDLE`] (so a plugin
+    /// whose drift watch costs a call of its own makes it that often, not every tick).
     async fn observe(self: Arc<Self>, id: EndpointId) {
         let hurry = match self
             .registry
@@ -282,8 +282,9 @@ struct Asked {
 
 impl Registry {
     /// What a tick of endpoint `id`'s loop asks: the keys of objects that are
-    /// provisioning, and every key when `all_due` or when only watching objects wait. `None` when nothing
-    /// waits on the endpoint any more (it is forgotten: its loop ends).
+    /// provisioning, and every key when `all_due` or when only watching objects wait.
+    /// `None` when nothing waits on the endpoint any more (it is forgotten: its loop
+    /// ends).
     fn tick_request(&mut self, id: &EndpointId, all_due: bool) -> Option<Asked> {
         let Some(e) = self.endpoints.get(id).filter(|e| !e.keys.is_empty()) else {
             self.endpoints.remove(id);
@@ -484,14 +485,19 @@ mod tests {
         }
     }
 
+    /// A step at generation 1 (`requeue_ms`, watching for drift or not, a delete's or not).
+    fn step(requeue_ms: Option<u64>, watching: bool, deleting: bool) -> StepSeen {
+        StepSeen {
+            generation: Some(1),
+            requeue_ms,
+            watching,
+            deleting,
+        }
+    }
+
     /// `o` (generation 1) waits for `key`, its requeue 15 s after `now`.
     fn waiting_on(registry: &mut Registry, o: &Obj, key: &str, now: Instant, deleting: bool) {
-        let step = StepSeen {
-            generation: Some(1),
-            requeue_ms: Some(15_000),
-            watching: false,
-            deleting,
-        };
+        let step = step(Some(15_000), false, deleting);
         let c = credentials("s");
         registry.set(o.clone(), step, &[wait(key)], (&c, &[]), now);
     }
@@ -558,12 +564,7 @@ mod tests {
     #[test]
     fn the_same_endpoint_and_token_with_another_secret_is_another_endpoint() {
         let (a, b) = (obj("a"), obj("b"));
-        let step = StepSeen {
-            generation: Some(1),
-            requeue_ms: None,
-            watching: false,
-            deleting: false,
-        };
+        let step = step(None, false, false);
         let (mine, theirs) = (credentials("mine"), credentials("theirs"));
         let mut registry = Registry::default();
         let now = Instant::now();
@@ -581,12 +582,7 @@ mod tests {
     #[test]
     fn waits_a_call_cannot_name_or_that_exceed_the_bounds_are_dropped() {
         let o = obj("a");
-        let step = StepSeen {
-            generation: Some(1),
-            requeue_ms: None,
-            watching: false,
-            deleting: false,
-        };
+        let step = step(None, false, false);
         let c = credentials("s");
         let mut waits: Vec<Wait> = (0..MAX_WAITS_PER_OBJECT + 4)
             .map(|i| wait(&format!("k{i}")))
@@ -636,12 +632,7 @@ mod tests {
         let (busy, watching) = (obj("busy"), obj("watching"));
         waiting_on(&mut registry, &busy, "task:1", now, false);
         let c = credentials("s");
-        let step = StepSeen {
-            generation: Some(1),
-            requeue_ms: None,
-            watching: true,
-            deleting: false,
-        };
+        let step = step(None, true, false);
         registry.set(watching.clone(), step, &[wait("vm:2")], (&c, &[]), now);
         let id = EndpointId::of(&c);
         let asked = |r: &mut Registry, all_due| {
