@@ -190,6 +190,8 @@ struct Run<'a> {
     ledger: Ledger,
     timeout: Duration,
     happened: Vec<String>,
+    /// Each cluster's ProxmoxMachineTemplate, which its machines are made from.
+    templates: Vec<objects::MachineTemplate>,
 }
 
 /// What keeps running beside the waves, for the record.
@@ -240,6 +242,7 @@ pub async fn run(args: &Args) -> Result<Outcome> {
         ledger: Ledger::default(),
         timeout: Duration::from_secs(args.timeout_secs),
         happened: vec![],
+        templates: vec![],
     };
     let (evidence, background) = run.go().await?;
     let Run {
@@ -276,6 +279,14 @@ impl Run<'_> {
         let pve = objects::Pve::of(&self.sim, DEFAULT_TOKEN)?;
         for c in 0..args.clusters {
             objects::create_cluster(&self.client, c, self.node_of(c), &pve).await?;
+            let template = objects::create_machine_template(
+                &self.client,
+                c,
+                self.node_of(c),
+                &self.extra_spec(),
+            )
+            .await?;
+            self.templates.push(template);
         }
         self.wait("every cluster provisioned", |client| async move {
             objects::all_provisioned(&client, &objects::infra_cluster(), args.clusters).await
@@ -413,7 +424,6 @@ impl Run<'_> {
     async fn create_in_waves(&mut self) -> Result<()> {
         let args = self.args;
         let per = per_cluster(args);
-        let extra = self.extra_spec();
         for w in 0..args.waves {
             self.supervisor
                 .phase(format!("creation wave {}/{}", w + 1, args.waves));
@@ -425,11 +435,9 @@ impl Run<'_> {
             let created: Vec<(usize, usize, objects::Created)> =
                 futures::stream::iter(batch.clone())
                     .map(|(c, m)| {
-                        let (client, extra, node) =
-                            (self.client.clone(), extra.clone(), self.node_of(c));
+                        let (client, template) = (self.client.clone(), &self.templates[c]);
                         async move {
-                            let created =
-                                objects::create_machine(&client, c, m, node, &extra).await?;
+                            let created = objects::create_machine(&client, c, m, template).await?;
                             Ok::<_, anyhow::Error>((c, m, created))
                         }
                     })

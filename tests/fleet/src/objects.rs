@@ -43,9 +43,20 @@ pub fn infra_machine() -> ApiResource {
 pub fn infra_machine_stored() -> ApiResource {
     ar(
         "infrastructure.cluster.x-k8s.io",
-        "v1alpha2",
+        STORED_VERSION,
         "ProxmoxMachine",
         "proxmoxmachines",
+    )
+}
+/// The version the API server stores the provider's kinds in, the last its CRDs' contract
+/// label names.
+pub const STORED_VERSION: &str = "v1alpha2";
+fn infra_machine_template(version: &str) -> ApiResource {
+    ar(
+        "infrastructure.cluster.x-k8s.io",
+        version,
+        "ProxmoxMachineTemplate",
+        "proxmoxmachinetemplates",
     )
 }
 
@@ -193,15 +204,69 @@ pub struct Created {
     pub uid: String,
 }
 
+/// A cluster's ProxmoxMachineTemplate, as CAPI's MachineSet reads it: what it copies into
+/// every ProxmoxMachine it creates.
+#[derive(Debug, Clone)]
+pub struct MachineTemplate {
+    pub name: String,
+    /// `spec.template.spec` in the version the API server stores.
+    pub spec: Value,
+}
+
+/// Cluster `c`'s ProxmoxMachineTemplate, written in the served `v1alpha1` as
+/// `clusterctl generate cluster` writes it: node `node`'s template, plus `extra_spec`'s
+/// keys (e.g. `vmIDRange`). It is read back in the stored version, as CAPI reads it (the
+/// version CRD's contract label names last), so machines are created the way CAPI creates
+/// them and not in a version every later write has to be converted to.
+pub async fn create_machine_template(
+    client: &Client,
+    c: usize,
+    node: usize,
+    extra_spec: &Value,
+) -> Result<MachineTemplate> {
+    let ns = namespace(c);
+    let name = format!("{}-workers", cluster_name(c));
+    let mut spec = json!({
+        "sourceNode": node_name(node),
+        "templateID": template_id(node),
+        "numCores": 2,
+        "memoryMiB": VM_MEMORY_MIB,
+        "network": {"default": {"bridge": "vmbr0"}},
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
+    create_converted(
+        &Api::namespaced_with(client.clone(), &ns, &infra_machine_template("v1alpha1")),
+        &object(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "ProxmoxMachineTemplate",
+            "metadata": {"name": name},
+            "spec": {"template": {"spec": spec}},
+        })),
+    )
+    .await
+    .with_context(|| format!("creating ProxmoxMachineTemplate {ns}/{name}"))?;
+    let stored = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &infra_machine_template(STORED_VERSION),
+    )
+    .get(&name)
+    .await
+    .with_context(|| format!("reading ProxmoxMachineTemplate {ns}/{name}"))?;
+    let spec = stored.data["spec"]["template"]["spec"].clone();
+    Ok(MachineTemplate { name, spec })
+}
+
 /// Bootstrap Secret, Machine and ProxmoxMachine (owned by the Machine), in that order.
-/// The ProxmoxMachine's spec clones node `node`'s template, plus `extra_spec`'s keys
-/// (e.g. `vmIDRange`).
+/// The ProxmoxMachine is made from `template` as CAPI's MachineSet makes it: its spec,
+/// the cloned-from annotations, in the stored version.
 pub async fn create_machine(
     client: &Client,
     c: usize,
     m: usize,
-    node: usize,
-    extra_spec: &Value,
+    template: &MachineTemplate,
 ) -> Result<Created> {
     let ns = namespace(c);
     let cluster = cluster_name(c);
@@ -235,30 +300,26 @@ pub async fn create_machine(
         )
         .await
         .with_context(|| format!("creating Machine {ns}/{name}"))?;
-    let mut spec = json!({
-        "sourceNode": node_name(node),
-        "templateID": template_id(node),
-        "numCores": 2,
-        "memoryMiB": VM_MEMORY_MIB,
-        "network": {"default": {"bridge": "vmbr0"}},
-    });
-    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra_spec.as_object()) {
-        spec.extend(extra.clone());
-    }
     let at_ms = crate::now_ms();
     let infra = create_converted(
-        &Api::namespaced_with(client.clone(), &ns, &infra_machine()),
+        &Api::namespaced_with(client.clone(), &ns, &infra_machine_stored()),
         &object(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ProxmoxMachine",
+            "apiVersion": format!("infrastructure.cluster.x-k8s.io/{STORED_VERSION}"),
+            "kind": "ProxmoxMachine",
             "metadata": {
                 "name": name,
                 "labels": {CLUSTER_NAME_LABEL: cluster},
+                "annotations": {
+                    "cluster.x-k8s.io/cloned-from-name": template.name,
+                    "cluster.x-k8s.io/cloned-from-groupkind":
+                        "ProxmoxMachineTemplate.infrastructure.cluster.x-k8s.io",
+                },
                 "ownerReferences": [{
                     "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
                     "name": name, "uid": machine.uid().unwrap_or_default(),
                 }],
             },
-            "spec": spec,
+            "spec": template.spec,
         })),
     )
     .await

@@ -204,8 +204,13 @@ async fn run(args: &Args) -> Result<report::Report> {
     let timeout = Duration::from_secs(args.timeout_secs);
 
     eprintln!("[bench] {} clusters", args.clusters);
+    let mut templates = Vec::with_capacity(args.clusters);
     for c in 0..args.clusters {
         objects::create_cluster_with(&client, c, node_of(c), &pve, &cluster_spec(args, c)).await?;
+        templates.push(
+            objects::create_machine_template(&client, c, node_of(c), &serde_json::json!({}))
+                .await?,
+        );
     }
     let ready = watch::wait(&mut host, &plane, timeout, "the ProxmoxClusters", || {
         let client = client.clone();
@@ -225,10 +230,9 @@ async fn run(args: &Args) -> Result<report::Report> {
         (0..args.machines).flat_map(|m| (0..args.clusters).map(move |c| (c, m))),
     )
     .map(|(c, m)| {
-        let client = client.clone();
+        let (client, template) = (client.clone(), &templates[c]);
         async move {
-            let created =
-                objects::create_machine(&client, c, m, node_of(c), &serde_json::json!({})).await?;
+            let created = objects::create_machine(&client, c, m, template).await?;
             Ok::<_, anyhow::Error>((
                 format!("{}/{}", objects::namespace(c), objects::machine_name(c, m)),
                 created.at_ms,
