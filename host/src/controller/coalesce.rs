@@ -128,6 +128,14 @@ impl Coalescer {
         }
     }
 
+    /// A fresh read of `uid`'s object showed `version`. That version holds our last
+    /// write, so a cached object at it is current too: after another writer's change
+    /// (Cluster API's owner patch, a deletion) one read is enough, not one per
+    /// reconcile until our next write.
+    pub fn read_at(&self, uid: &str, version: Option<String>) {
+        self.wrote(uid, version);
+    }
+
     /// Whether a cached object is current enough to reconcile from, with no fresh read:
     /// it is the version our last write made (nobody wrote since), or we have not
     /// written it at all (nothing of ours for the cache to lag behind; the plugin state
@@ -630,5 +638,16 @@ mod tests {
         assert!(!c.is_current("a", Some("7")));
         c.forget("a");
         assert!(c.is_current("a", Some("7")));
+    }
+
+    #[test]
+    fn a_fresh_read_makes_its_version_current() {
+        let c = Coalescer::default();
+        c.written("a", Some("7".into()));
+        // Someone else wrote after us: the cache at 8 may or may not hold our write.
+        assert!(!c.is_current("a", Some("8")));
+        c.read_at("a", Some("8".into()));
+        assert!(c.is_current("a", Some("8")));
+        assert!(!c.is_current("a", Some("7")));
     }
 }

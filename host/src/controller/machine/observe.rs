@@ -71,7 +71,12 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let read = if current {
         Some(cached.clone())
     } else {
-        objects::fresh(&own, cached).await?
+        let read = objects::fresh(&own, cached).await?;
+        if let Some(obj) = &read {
+            ctx.coalescer
+                .read_at(&obj.uid().unwrap_or_default(), obj.resource_version());
+        }
+        read
     };
     let Some(obj) = read else {
         return Ok(Step::Done(Action::await_change()));
