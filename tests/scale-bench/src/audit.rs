@@ -1,5 +1,6 @@
-//! Kubernetes writes made by one user, from the API server's audit log (JSON lines, one
-//! event per completed write; see `kube_world::AUDIT_WRITES_POLICY`).
+//! Kubernetes requests made by one user, from the API server's audit log (JSON lines, one
+//! event per completed write, and per read of one object by the manager; see the
+//! benchmark's `AUDIT_POLICY`).
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -12,7 +13,7 @@ pub fn mark(log: &Path) -> u64 {
     std::fs::metadata(log).map(|m| m.len()).unwrap_or(0)
 }
 
-/// The writes by `user` between two marks (read and parsed once; the figures below
+/// The requests by `user` between two marks (read and parsed once; the figures below
 /// are taken from them).
 pub fn events_of(log: &Path, user: &str, from: u64, to: u64) -> Result<Vec<Value>> {
     let mut f = std::fs::File::open(log)?;
@@ -71,8 +72,8 @@ pub fn durations(events: &[Value], verb: &str, resource: &str) -> Vec<i64> {
         .collect()
 }
 
-/// The writes `events` counted by `verb resource[/subresource]`.
-pub fn writes_by(events: &[Value]) -> BTreeMap<String, u64> {
+/// The requests among `events` counted by `verb resource[/subresource]`.
+pub fn by_request(events: &[Value]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for ev in events {
         let r = &ev["objectRef"];

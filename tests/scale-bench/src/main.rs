@@ -17,11 +17,24 @@ use fleet::{HostSpec, now_ms, objects, world};
 use futures::{StreamExt, TryStreamExt};
 use hyperplug_runtime::bindings::machine::TemplateRequest;
 use hyperplug_runtime::{Limits, ObjectRef, Runtime, overhead};
-use kube_world::{AUDIT_WRITES_POLICY, PlaneOpts};
+use kube_world::PlaneOpts;
 use pve_sim::{ListenOpts, Simulator};
 
 /// The user the host authenticates as, so the audit log tells its writes apart.
 const HOST_USER: &str = "hyperplug";
+/// Every write, as `kube_world::AUDIT_WRITES_POLICY` records them, and the manager's
+/// reads of single objects (`get`; lists and watches are its caches).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: Metadata
+  users: [hyperplug]
+  verbs: [get]
+- level: None
+";
 
 /// Provisioning at scale: M clusters × N machines through CAPI, pve-sim and hyperplug.
 #[derive(Debug, Parser)]
@@ -169,7 +182,7 @@ async fn run(args: &Args) -> Result<report::Report> {
         &args.hyperplug,
         &args.plugin,
         PlaneOpts {
-            audit_policy: Some(AUDIT_WRITES_POLICY.into()),
+            audit_policy: Some(AUDIT_POLICY.into()),
             ..PlaneOpts::default()
         },
     )
@@ -317,9 +330,12 @@ async fn run(args: &Args) -> Result<report::Report> {
     let tasks_seen: Vec<String> = sim.state().tasks().iter().map(|t| t.to_string()).collect();
     let _ = std::fs::write(plane.dir().join("pve-tasks.jsonl"), tasks_seen.join("\n"));
     let audit_to = audit::mark(&audit_log);
-    let mut host_writes = audit::events_of(&audit_log, HOST_USER, audit_from, drift_from)?;
-    host_writes.extend(audit::events_of(&audit_log, HOST_USER, drift_to, audit_to)?);
-    let writes = audit::writes_by(&host_writes);
+    let mut host_events = audit::events_of(&audit_log, HOST_USER, audit_from, drift_from)?;
+    host_events.extend(audit::events_of(&audit_log, HOST_USER, drift_to, audit_to)?);
+    let (host_reads, host_writes): (Vec<_>, Vec<_>) =
+        host_events.into_iter().partition(|ev| ev["verb"] == "get");
+    let writes = audit::by_request(&host_writes);
+    let reads = audit::by_request(&host_reads);
     let first_written = audit::first_writes(&host_writes, &objects::infra_machine().plural);
     let admin_writes =
         audit::events_of(&audit_log, kube_world::ADMIN_USER, audit_from, drift_from)?;
@@ -369,6 +385,7 @@ async fn run(args: &Args) -> Result<report::Report> {
         tasks,
         counters,
         writes,
+        reads,
         first_written,
         create_answered,
         peak_rss,

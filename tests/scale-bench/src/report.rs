@@ -23,6 +23,8 @@ pub struct Inputs {
     pub tasks: Vec<SimTask>,
     pub counters: BTreeMap<String, u64>,
     pub writes: BTreeMap<String, u64>,
+    /// The host's reads of single objects (`get resource`), from the audit log.
+    pub reads: BTreeMap<String, u64>,
     /// Per machine: when the host first wrote it or its status (its first reconcile), Unix
     /// ms from the audit log.
     pub first_written: HashMap<String, u64>,
@@ -46,6 +48,13 @@ pub struct Report {
 
 fn secs(ms: u64) -> String {
     format!("{:.1} s", ms as f64 / 1000.0)
+}
+
+/// Counts, the largest first (ties by name).
+fn most_first(counts: &BTreeMap<String, u64>) -> Vec<(&String, &u64)> {
+    let mut by_count: Vec<_> = counts.iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    by_count
 }
 
 fn percentile(sorted: &[i64], p: f64) -> i64 {
@@ -208,9 +217,7 @@ impl Report {
             format!("{:.2}", clones as f64 / n),
             "1.00",
         );
-        let mut by_count: Vec<_> = i.counters.iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (endpoint, count) in by_count {
+        for (endpoint, count) in most_first(&i.counters) {
             row(
                 format!("  `{endpoint}`"),
                 format!("{:.2}", *count as f64 / n),
@@ -223,9 +230,16 @@ impl Report {
             format!("{:.2}", writes_total as f64 / n),
             "≤ 6 DHCP / ≤ 7 static",
         );
-        let mut by_count: Vec<_> = i.writes.iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (what, count) in by_count {
+        for (what, count) in most_first(&i.writes) {
+            row(format!("  {what}"), format!("{:.2}", *count as f64 / n), "");
+        }
+        let reads_total: u64 = i.reads.values().sum();
+        row(
+            "kube API reads of one object per machine lifecycle (`get`, user hyperplug)".into(),
+            format!("{:.2}", reads_total as f64 / n),
+            "",
+        );
+        for (what, count) in most_first(&i.reads) {
             row(format!("  {what}"), format!("{:.2}", *count as f64 / n), "");
         }
         row(
