@@ -42,8 +42,10 @@ struct Held {
 #[derive(Default)]
 pub struct Coalescer {
     held: Mutex<HashMap<String, Held>>,
-    /// The resource version of each machine's last status write, by object UID: a
-    /// cached object at that version is as the API server has it, and needs no read.
+    /// By object UID, a resource version known to hold every write of ours to the
+    /// object: the one our last recorded write made, or one a fresh read showed since.
+    /// A cached object at that version is as the API server has it, and needs no read.
+    /// [`UNSURE`] after a write whose version is not known.
     written_at: Mutex<HashMap<String, String>>,
 }
 
@@ -128,19 +130,32 @@ impl Coalescer {
         }
     }
 
-    /// A fresh read of `uid`'s object showed `version`. That version holds our last
-    /// write, so a cached object at it is current too: after another writer's change
-    /// (Cluster API's owner patch, a deletion) one read is enough, not one per
-    /// reconcile until our next write.
+    /// A fresh read of `uid`'s object showed `version`. A read that follows our writes'
+    /// answers holds them all, so a cached object at that version is current too: after
+    /// another writer's change (Cluster API's owner patch, a deletion) one read is
+    /// enough, not one per reconcile until our next write. It holds only the writes
+    /// that were answered before it: a write that failed, or whose version is not told,
+    /// must be marked [`Self::unsure`].
     pub fn read_at(&self, uid: &str, version: Option<String>) {
         self.wrote(uid, version);
     }
 
+    /// A write of `uid`'s object is about to be sent, or failed, and its version will
+    /// not be told (a failed write may still have been applied): no cached object is
+    /// current until the next fresh read.
+    pub fn unsure(&self, uid: &str) {
+        self.written_at
+            .lock()
+            .expect("coalescer")
+            .insert(uid.to_string(), UNSURE.to_string());
+    }
+
     /// Whether a cached object is current enough to reconcile from, with no fresh read:
-    /// it is the version our last write made (nobody wrote since), or we have not
-    /// written it at all (nothing of ours for the cache to lag behind; the plugin state
-    /// it carries is as the API server has it). A new machine's first reconciles, many
-    /// at once, then read nothing from the API server for it.
+    /// it is at a version known to hold every write of ours (our last write's, or a
+    /// fresh read's since), or we have not written it at all (nothing of ours for the
+    /// cache to lag behind; the plugin state it carries is as the API server has it). A
+    /// new machine's first reconciles, many at once, then read nothing from the API
+    /// server for it.
     pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
         let at = self.written_at.lock().expect("coalescer");
         version.is_some()
@@ -155,6 +170,10 @@ impl Coalescer {
         self.held.lock().expect("coalescer").len()
     }
 }
+
+/// What [`Coalescer::unsure`] records: no resource version is empty, so no cached
+/// object is current at it.
+const UNSURE: &str = "";
 
 /// How long what is held has waited: since the first step held after the last write,
 /// and since the held step (phase and condition reasons) first showed.
@@ -649,5 +668,13 @@ mod tests {
         c.read_at("a", Some("8".into()));
         assert!(c.is_current("a", Some("8")));
         assert!(!c.is_current("a", Some("7")));
+        // A write whose answer was lost: the cache at 8 may lack it, and so may one we
+        // never wrote.
+        c.unsure("a");
+        assert!(!c.is_current("a", Some("8")));
+        c.unsure("b");
+        assert!(!c.is_current("b", Some("1")));
+        c.read_at("a", Some("9".into()));
+        assert!(c.is_current("a", Some("9")));
     }
 }

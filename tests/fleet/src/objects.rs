@@ -1,6 +1,7 @@
 //! The objects a CAPI user (and CAPI's own controllers) create: per cluster a namespace,
-//! the credentials Secret, a Cluster and its ProxmoxCluster; per machine a bootstrap
-//! Secret, a Machine referencing it, and a ProxmoxMachine owned by the Machine.
+//! the credentials Secret, a Cluster, its ProxmoxCluster and a ProxmoxMachineTemplate;
+//! per machine a bootstrap Secret, a Machine referencing it, and a ProxmoxMachine owned
+//! by the Machine, made from the template.
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
@@ -36,10 +37,10 @@ pub fn infra_machine() -> ApiResource {
         "proxmoxmachines",
     )
 }
-/// The same kind in the version the API server stores: what an observer that only reads
-/// should watch and list, as the manager and Cluster API do. Reading the served
-/// `v1alpha1` makes the API server call the manager's conversion webhook for every
-/// object of every list and watch event.
+/// The same kind in the version the API server stores: what machines are created in and
+/// what an observer should watch and list, as the manager and Cluster API do. Reading
+/// the served `v1alpha1` makes the API server call the manager's conversion webhook for
+/// every object of every list and watch event.
 pub fn infra_machine_stored() -> ApiResource {
     ar(
         "infrastructure.cluster.x-k8s.io",
@@ -216,7 +217,7 @@ pub struct MachineTemplate {
 /// Cluster `c`'s ProxmoxMachineTemplate, written in the served `v1alpha1` as
 /// `clusterctl generate cluster` writes it: node `node`'s template, plus `extra_spec`'s
 /// keys (e.g. `vmIDRange`). It is read back in the stored version, as CAPI reads it (the
-/// version CRD's contract label names last), so machines are created the way CAPI creates
+/// version the CRD's contract label names last), so machines are created the way CAPI creates
 /// them and not in a version every later write has to be converted to.
 pub async fn create_machine_template(
     client: &Client,
@@ -255,7 +256,13 @@ pub async fn create_machine_template(
     .get(&name)
     .await
     .with_context(|| format!("reading ProxmoxMachineTemplate {ns}/{name}"))?;
-    let spec = stored.data["spec"]["template"]["spec"].clone();
+    let spec = stored
+        .data
+        .pointer("/spec/template/spec")
+        .cloned()
+        .with_context(|| {
+            format!("ProxmoxMachineTemplate {ns}/{name} read back without its spec")
+        })?;
     Ok(MachineTemplate { name, spec })
 }
 
@@ -301,29 +308,31 @@ pub async fn create_machine(
         .await
         .with_context(|| format!("creating Machine {ns}/{name}"))?;
     let at_ms = crate::now_ms();
-    let infra = create_converted(
-        &Api::namespaced_with(client.clone(), &ns, &infra_machine_stored()),
-        &object(json!({
-            "apiVersion": format!("infrastructure.cluster.x-k8s.io/{STORED_VERSION}"),
-            "kind": "ProxmoxMachine",
-            "metadata": {
-                "name": name,
-                "labels": {CLUSTER_NAME_LABEL: cluster},
-                "annotations": {
-                    "cluster.x-k8s.io/cloned-from-name": template.name,
-                    "cluster.x-k8s.io/cloned-from-groupkind":
-                        "ProxmoxMachineTemplate.infrastructure.cluster.x-k8s.io",
+    // In the stored version no conversion is asked for: a plain create.
+    let infra = Api::namespaced_with(client.clone(), &ns, &infra_machine_stored())
+        .create(
+            &PostParams::default(),
+            &object(json!({
+                "apiVersion": format!("infrastructure.cluster.x-k8s.io/{STORED_VERSION}"),
+                "kind": "ProxmoxMachine",
+                "metadata": {
+                    "name": name,
+                    "labels": {CLUSTER_NAME_LABEL: cluster},
+                    "annotations": {
+                        "cluster.x-k8s.io/cloned-from-name": template.name,
+                        "cluster.x-k8s.io/cloned-from-groupkind":
+                            "ProxmoxMachineTemplate.infrastructure.cluster.x-k8s.io",
+                    },
+                    "ownerReferences": [{
+                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                        "name": name, "uid": machine.uid().unwrap_or_default(),
+                    }],
                 },
-                "ownerReferences": [{
-                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                    "name": name, "uid": machine.uid().unwrap_or_default(),
-                }],
-            },
-            "spec": template.spec,
-        })),
-    )
-    .await
-    .with_context(|| format!("creating ProxmoxMachine {ns}/{name}"))?;
+                "spec": template.spec,
+            })),
+        )
+        .await
+        .with_context(|| format!("creating ProxmoxMachine {ns}/{name}"))?;
     Ok(Created {
         at_ms,
         uid: infra.uid().unwrap_or_default(),

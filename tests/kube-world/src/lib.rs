@@ -30,6 +30,8 @@ pub mod registry;
 pub mod tools;
 
 pub use managers::{Manager, ManagerSpec, WebhookServer};
-pub use plane::{ADMIN_USER, AUDIT_WRITES_POLICY, Plane, PlaneOpts, free_port};
+pub use plane::{
+    ADMIN_USER, AUDIT_WRITES_POLICY, Plane, PlaneOpts, audit_writes_and_gets_by, free_port,
+};
 pub use registry::{CosignKeys, OciRegistry};
 pub use tools::Tools;

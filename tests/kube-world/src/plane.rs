@@ -46,15 +46,29 @@ pub struct PlaneOpts {
 /// The user of the plane's admin kubeconfig (tests, and the controllers it runs).
 pub const ADMIN_USER: &str = "kube-world-admin";
 
-/// An audit policy recording every write (request metadata only) and nothing else.
-pub const AUDIT_WRITES_POLICY: &str = "apiVersion: audit.k8s.io/v1
+/// The rules of [`AUDIT_WRITES_POLICY`] before its last, which records nothing more.
+macro_rules! audit_writes_rules {
+    () => {
+        "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
-- level: None
-";
+"
+    };
+}
+
+/// An audit policy recording every write (request metadata only) and nothing else.
+pub const AUDIT_WRITES_POLICY: &str = concat!(audit_writes_rules!(), "- level: None\n");
+
+/// [`AUDIT_WRITES_POLICY`], and every read of one object (`get`) by `user`.
+pub fn audit_writes_and_gets_by(user: &str) -> String {
+    format!(
+        "{}- level: Metadata\n  users: [{user}]\n  verbs: [get]\n- level: None\n",
+        audit_writes_rules!()
+    )
+}
 
 /// A running test control plane. Dropping it kills every process it started; if the
 /// thread is panicking (a failed test), its directory with all logs is kept and printed.

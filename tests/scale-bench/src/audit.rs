@@ -1,6 +1,6 @@
 //! Kubernetes requests made by one user, from the API server's audit log (JSON lines, one
 //! event per completed write, and per read of one object by the manager; see the
-//! benchmark's `AUDIT_POLICY`).
+//! `kube_world::audit_writes_and_gets_by`).
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;

@@ -22,19 +22,6 @@ use pve_sim::{ListenOpts, Simulator};
 
 /// The user the host authenticates as, so the audit log tells its writes apart.
 const HOST_USER: &str = "hyperplug";
-/// Every write, as `kube_world::AUDIT_WRITES_POLICY` records them, and the manager's
-/// reads of single objects (`get`; lists and watches are its caches).
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: [RequestReceived]
-rules:
-- level: Metadata
-  verbs: [create, update, patch, delete, deletecollection]
-- level: Metadata
-  users: [hyperplug]
-  verbs: [get]
-- level: None
-";
 
 /// Provisioning at scale: M clusters × N machines through CAPI, pve-sim and hyperplug.
 #[derive(Debug, Parser)]
@@ -182,7 +169,9 @@ async fn run(args: &Args) -> Result<report::Report> {
         &args.hyperplug,
         &args.plugin,
         PlaneOpts {
-            audit_policy: Some(AUDIT_POLICY.into()),
+            // Every write, and the manager's reads of one object (lists and watches are its
+            // caches).
+            audit_policy: Some(kube_world::audit_writes_and_gets_by(HOST_USER)),
             ..PlaneOpts::default()
         },
     )

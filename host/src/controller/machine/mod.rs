@@ -65,7 +65,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &adoption::previous_finalizer(&ctx.resource),
         o.write_id.as_deref().filter(|_| id_later.is_none()),
     )
-    .await?;
+    .await
+    .inspect_err(|_| observe::unsure(&ctx, &o.obj))?;
     ctx.coalescer.wrote(&o.obj.uid().unwrap_or_default(), owned);
     // A step that asks to go on at once (its state stored first, e.g. a VMID before the
     // clone is asked for) goes on in this reconcile, not after a round through the queue.
@@ -77,6 +78,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 // The step failed: what it waited for before is no reason to hold its
                 // retry (the error policy's backoff brings it back).
                 ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
+                observe::unsure(&ctx, &o.obj);
                 return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
             }
         };
@@ -146,7 +148,9 @@ pub(super) async fn write_or_hold(
     ) {
         return Ok(false);
     }
-    let version = patch::status(&o.own, &o.obj, next).await?;
+    let version = patch::status(&o.own, &o.obj, next)
+        .await
+        .inspect_err(|_| ctx.coalescer.unsure(&uid))?;
     ctx.coalescer.written(&uid, version);
     Ok(true)
 }
@@ -207,9 +211,15 @@ async fn persist(
             ctx.seen.wrote(&after);
         }
         if let Some(patched) =
-            patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation).await?
+            patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation)
+                .await
+                .inspect_err(|_| observe::unsure(ctx, &o.obj))?
         {
             ctx.seen.wrote(&patched);
+            ctx.coalescer.wrote(
+                o.obj.uid().as_deref().unwrap_or_default(),
+                patched.resource_version(),
+            );
             generation = patched.metadata.generation;
         }
     }

@@ -72,9 +72,13 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         Some(cached.clone())
     } else {
         let read = objects::fresh(&own, cached).await?;
-        if let Some(obj) = &read {
-            ctx.coalescer
-                .read_at(&obj.uid().unwrap_or_default(), obj.resource_version());
+        match &read {
+            Some(obj) => ctx
+                .coalescer
+                .read_at(&obj.uid().unwrap_or_default(), obj.resource_version()),
+            None => ctx
+                .coalescer
+                .forget(cached.uid().as_deref().unwrap_or_default()),
         }
         read
     };
@@ -110,6 +114,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     .await?;
     // Pause: no plugin call at all, and say so.
     if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
+        unsure(ctx, &obj);
         patch::conditions(
             &own,
             &obj,
@@ -157,6 +162,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
             format!("waiting for cluster {cluster_name}"),
         );
+        unsure(ctx, &obj);
         patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await?;
         return Ok(Step::Done(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
     };
@@ -165,6 +171,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let (machine_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
         Ownership::Unproven { message } => {
+            unsure(ctx, &obj);
             return unverified::refuse(ctx, &own, &obj, message)
                 .await
                 .map(Step::Done);
@@ -182,6 +189,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
                 cluster_kind.kind,
                 infra_cluster.name_any()
             );
+            unsure(ctx, &obj);
             return unverified::refuse(ctx, &own, &obj, message)
                 .await
                 .map(Step::Done);
@@ -195,6 +203,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     // Made by another provider: only where an administrator granted adoption.
     let state = prev.progress.plugin_state.as_deref();
     if !deleting && adoption::made_elsewhere(&obj, state) && !ctx.options.may_adopt(&ns) {
+        unsure(ctx, &obj);
         return adoption::not_granted(ctx, &own, &obj).await.map(Step::Done);
     }
     // Provisioned without a record of ours (taken over, or the state was lost): create
@@ -255,6 +264,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let creds = match creds {
         Ok(creds) => creds,
         Err(e) => {
+            unsure(ctx, &obj);
             return outcome::fail(ctx, &own, &obj, e, None)
                 .await
                 .map(Step::Done);
@@ -273,6 +283,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let ((spec, plugin_status), cluster_spec) = match specs {
         Ok(specs) => specs,
         Err(e) => {
+            unsure(ctx, &obj);
             return outcome::fail(ctx, &own, &obj, e, None)
                 .await
                 .map(Step::Done);
@@ -308,6 +319,12 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         stored,
         prev,
     })))
+}
+
+/// A write whose version is not recorded is about to be sent: see `Coalescer::unsure`.
+pub(super) fn unsure(ctx: &Context, obj: &DynamicObject) {
+    ctx.coalescer
+        .unsure(obj.uid().as_deref().unwrap_or_default());
 }
 
 async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option<BootstrapData>> {
