@@ -70,12 +70,15 @@ pub async fn not_granted(
     );
     let before =
         conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
-    patch::conditions(
+    let written = patch::conditions(
         own,
         obj,
         &[Condition::new(READY, false, ADOPTION_NOT_GRANTED, &message)],
     )
-    .await?;
+    .await;
+    ctx.coalescer
+        .record(obj.uid().as_deref().unwrap_or_default(), &written);
+    written?;
     if before.as_deref() != Some(ADOPTION_NOT_GRANTED) {
         tracing::warn!(kind = %ctx.kind.kind, object = %format!("{ns}/{}", obj.name_any()), "made by another provider; adoption not granted in its namespace");
         events::publish(ctx, obj, &Event::warning(ADOPTION_NOT_GRANTED, &message)).await;

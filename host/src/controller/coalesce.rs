@@ -45,7 +45,9 @@ pub struct Coalescer {
     /// By object UID, a resource version known to hold every write of ours to the
     /// object: the one our last recorded write made, or one a fresh read showed since.
     /// A cached object at that version is as the API server has it, and needs no read.
-    /// [`UNSURE`] after a write whose version is not known.
+    /// [`UNSURE`] after a write that failed. An entry goes when its object's deletion
+    /// completes or a fresh read finds it gone; one of an object deleted without our
+    /// finalizer stays (a short string).
     written_at: Mutex<HashMap<String, String>>,
 }
 
@@ -133,16 +135,25 @@ impl Coalescer {
     /// A fresh read of `uid`'s object showed `version`. A read that follows our writes'
     /// answers holds them all, so a cached object at that version is current too: after
     /// another writer's change (Cluster API's owner patch, a deletion) one read is
-    /// enough, not one per reconcile until our next write. It holds only the writes
-    /// that were answered before it: a write that failed, or whose version is not told,
-    /// must be marked [`Self::unsure`].
+    /// enough, not one per reconcile until our next write. So every write of the object
+    /// is recorded ([`Self::written`], [`Self::record`]), and a failed one marked
+    /// [`Self::unsure`].
     pub fn read_at(&self, uid: &str, version: Option<String>) {
         self.wrote(uid, version);
     }
 
-    /// A write of `uid`'s object is about to be sent, or failed, and its version will
-    /// not be told (a failed write may still have been applied): no cached object is
-    /// current until the next fresh read.
+    /// What a write of `uid`'s object came to, when not through [`Self::written`]: the
+    /// version it made (none: nothing differed, nothing was sent), or, when it failed,
+    /// [`Self::unsure`] (a write whose answer was lost may still have been applied).
+    pub fn record<E>(&self, uid: &str, write: &Result<Option<String>, E>) {
+        match write {
+            Ok(version) => self.wrote(uid, version.clone()),
+            Err(_) => self.unsure(uid),
+        }
+    }
+
+    /// A write of `uid`'s object failed, and may still have been applied: no cached
+    /// object is current until the next fresh read.
     pub fn unsure(&self, uid: &str) {
         self.written_at
             .lock()
@@ -668,13 +679,18 @@ mod tests {
         c.read_at("a", Some("8".into()));
         assert!(c.is_current("a", Some("8")));
         assert!(!c.is_current("a", Some("7")));
-        // A write whose answer was lost: the cache at 8 may lack it, and so may one we
-        // never wrote.
-        c.unsure("a");
-        assert!(!c.is_current("a", Some("8")));
-        c.unsure("b");
-        assert!(!c.is_current("b", Some("1")));
-        c.read_at("a", Some("9".into()));
+        // A write that sent nothing changes nothing; one that made 9 makes 9 current.
+        c.record("a", &Ok::<_, ()>(None));
+        assert!(c.is_current("a", Some("8")));
+        c.record("a", &Ok::<_, ()>(Some("9".into())));
         assert!(c.is_current("a", Some("9")));
+        // A write whose answer was lost: the cache at 9 may lack it, and so may the
+        // cache of an object we never wrote before.
+        c.record("a", &Err::<Option<String>, _>(()));
+        assert!(!c.is_current("a", Some("9")));
+        c.record("b", &Err::<Option<String>, _>(()));
+        assert!(!c.is_current("b", Some("1")));
+        c.read_at("a", Some("10".into()));
+        assert!(c.is_current("a", Some("10")));
     }
 }

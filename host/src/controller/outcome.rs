@@ -1,9 +1,9 @@
 //! What a plugin call came to, in the controllers' terms, and how a failure (of the call
 //! or of what a reconcile read before it) shows on the object. Shared by every kind.
 use hyperplug_runtime::{CallError, PluginError};
-use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
 
 use super::conditions::{self, Condition, READY, reasons};
 use super::context::Context;
@@ -134,7 +134,10 @@ pub async fn fail(
     if let Some(event) = event {
         events::publish(ctx, obj, &event).await;
     }
-    patch::status(own, obj, &next).await?;
+    let written = patch::status(own, obj, &next).await;
+    ctx.coalescer
+        .record(obj.uid().as_deref().unwrap_or_default(), &written);
+    written?;
     match (terminal, credentials) {
         (true, Some(_)) => Ok(Action::requeue(ctx.options.resync)),
         (true, None) => Ok(Action::await_change()),

@@ -175,7 +175,7 @@ pub async fn conditions(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     updates: &[super::conditions::Condition],
-) -> Result<()> {
+) -> Result<Option<String>> {
     let mut status = Progressing::of(obj);
     status.conditions = super::conditions::merge(
         &status.conditions,
@@ -183,8 +183,7 @@ pub async fn conditions(
         obj.metadata.generation.unwrap_or(0),
         &super::conditions::now(),
     );
-    self::status(api, obj, &status).await?;
-    Ok(())
+    self::status(api, obj, &status).await
 }
 
 #[cfg(test)]

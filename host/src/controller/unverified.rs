@@ -31,12 +31,15 @@ pub(super) async fn refuse(
     };
     let before =
         conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
-    patch::conditions(
+    let written = patch::conditions(
         own,
         obj,
         &[Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message)],
     )
-    .await?;
+    .await;
+    ctx.coalescer
+        .record(obj.uid().as_deref().unwrap_or_default(), &written);
+    written?;
     if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
         tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
         events::publish(ctx, obj, &Event::warning(OWNERSHIP_UNVERIFIED, &message)).await;

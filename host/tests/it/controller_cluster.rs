@@ -121,7 +121,7 @@ async fn a_spec_error_is_a_terminal_condition_until_the_spec_is_fixed() {
         .await;
     // No retries while the generation stays, not even at the 5 s resync: the
     // simulator sees no further calls.
-    let ready = world.failed_terminally(&clusters, "demo").await;
+    let ready = world.failed_terminally(&clusters, "demo", &[]).await;
     assert_eq!(ready["reason"], "InvalidSpec");
     assert!(
         ready["message"]

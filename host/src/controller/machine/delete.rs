@@ -72,7 +72,6 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
         Outcome::Failed(err) => {
             // The step failed: what it waited for before is no reason to hold its retry.
             ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
-            super::observe::unsure(ctx, &o.obj);
             outcome::fail(ctx, &o.own, &o.obj, err, Some(&o.credentials)).await
         }
     }

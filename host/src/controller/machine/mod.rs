@@ -65,9 +65,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &adoption::previous_finalizer(&ctx.resource),
         o.write_id.as_deref().filter(|_| id_later.is_none()),
     )
-    .await
-    .inspect_err(|_| observe::unsure(&ctx, &o.obj))?;
-    ctx.coalescer.wrote(&o.obj.uid().unwrap_or_default(), owned);
+    .await;
+    observe::record(&ctx, &o.obj, &owned);
+    owned?;
     // A step that asks to go on at once (its state stored first, e.g. a VMID before the
     // clone is asked for) goes on in this reconcile, not after a round through the queue.
     let mut steps = 0;
@@ -78,7 +78,6 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 // The step failed: what it waited for before is no reason to hold its
                 // retry (the error policy's backoff brings it back).
                 ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
-                observe::unsure(&ctx, &o.obj);
                 return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
             }
         };
@@ -210,16 +209,13 @@ async fn persist(
                 .insert(key.to_string(), value.to_string());
             ctx.seen.wrote(&after);
         }
-        if let Some(patched) =
-            patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation)
-                .await
-                .inspect_err(|_| observe::unsure(ctx, &o.obj))?
-        {
+        let patched = patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation).await;
+        let version = patched
+            .as_ref()
+            .map(|p| p.as_ref().and_then(|p| p.resource_version()));
+        observe::record(ctx, &o.obj, &version);
+        if let Some(patched) = patched? {
             ctx.seen.wrote(&patched);
-            ctx.coalescer.wrote(
-                o.obj.uid().as_deref().unwrap_or_default(),
-                patched.resource_version(),
-            );
             generation = patched.metadata.generation;
         }
     }

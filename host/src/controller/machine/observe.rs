@@ -114,13 +114,14 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     .await?;
     // Pause: no plugin call at all, and say so.
     if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
-        unsure(ctx, &obj);
-        patch::conditions(
+        let written = patch::conditions(
             &own,
             &obj,
             &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
         )
-        .await?;
+        .await;
+        record(ctx, &obj, &written);
+        written?;
         return Ok(Step::Done(Action::await_change()));
     }
     // Failed for good on this generation: nothing more to read until the spec changes
@@ -162,8 +163,9 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
             format!("waiting for cluster {cluster_name}"),
         );
-        unsure(ctx, &obj);
-        patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await?;
+        let written = patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await;
+        record(ctx, &obj, &written);
+        written?;
         return Ok(Step::Done(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
     };
     // Whose infrastructure this is: proven by the manager's MAC, never by what a user
@@ -171,7 +173,6 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let (machine_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
         Ownership::Unproven { message } => {
-            unsure(ctx, &obj);
             return unverified::refuse(ctx, &own, &obj, message)
                 .await
                 .map(Step::Done);
@@ -189,7 +190,6 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
                 cluster_kind.kind,
                 infra_cluster.name_any()
             );
-            unsure(ctx, &obj);
             return unverified::refuse(ctx, &own, &obj, message)
                 .await
                 .map(Step::Done);
@@ -203,7 +203,6 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     // Made by another provider: only where an administrator granted adoption.
     let state = prev.progress.plugin_state.as_deref();
     if !deleting && adoption::made_elsewhere(&obj, state) && !ctx.options.may_adopt(&ns) {
-        unsure(ctx, &obj);
         return adoption::not_granted(ctx, &own, &obj).await.map(Step::Done);
     }
     // Provisioned without a record of ours (taken over, or the state was lost): create
@@ -264,7 +263,6 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let creds = match creds {
         Ok(creds) => creds,
         Err(e) => {
-            unsure(ctx, &obj);
             return outcome::fail(ctx, &own, &obj, e, None)
                 .await
                 .map(Step::Done);
@@ -283,7 +281,6 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let ((spec, plugin_status), cluster_spec) = match specs {
         Ok(specs) => specs,
         Err(e) => {
-            unsure(ctx, &obj);
             return outcome::fail(ctx, &own, &obj, e, None)
                 .await
                 .map(Step::Done);
@@ -321,10 +318,14 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     })))
 }
 
-/// A write whose version is not recorded is about to be sent: see `Coalescer::unsure`.
-pub(super) fn unsure(ctx: &Context, obj: &DynamicObject) {
+/// What a write of the machine came to (see `Coalescer::record`).
+pub(super) fn record<E>(
+    ctx: &Context,
+    obj: &DynamicObject,
+    write: &std::result::Result<Option<String>, E>,
+) {
     ctx.coalescer
-        .unsure(obj.uid().as_deref().unwrap_or_default());
+        .record(obj.uid().as_deref().unwrap_or_default(), write);
 }
 
 async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option<BootstrapData>> {
