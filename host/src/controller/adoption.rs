@@ -76,8 +76,7 @@ pub async fn not_granted(
         &[Condition::new(READY, false, ADOPTION_NOT_GRANTED, &message)],
     )
     .await;
-    ctx.coalescer
-        .record(obj.uid().as_deref().unwrap_or_default(), &written);
+    ctx.coalescer.record(obj, &written);
     written?;
     if before.as_deref() != Some(ADOPTION_NOT_GRANTED) {
         tracing::warn!(kind = %ctx.kind.kind, object = %format!("{ns}/{}", obj.name_any()), "made by another provider; adoption not granted in its namespace");

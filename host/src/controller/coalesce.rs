@@ -13,6 +13,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+
 use crate::status::{ConditionStatus, InfraMachineStatus};
 
 /// The longest a new phase or condition reason stays unwritten, counted from the first
@@ -142,10 +145,14 @@ impl Coalescer {
         self.wrote(uid, version);
     }
 
-    /// What a write of `uid`'s object came to, when not through [`Self::written`]: the
-    /// version it made (none: nothing differed, nothing was sent), or, when it failed,
+    /// What a write of `obj` came to, when not through [`Self::written`]: the version it
+    /// made (none: nothing differed, nothing was sent), or, when it failed,
     /// [`Self::unsure`] (a write whose answer was lost may still have been applied).
-    pub fn record<E>(&self, uid: &str, write: &Result<Option<String>, E>) {
+    pub fn record<E>(&self, obj: &DynamicObject, write: &Result<Option<String>, E>) {
+        self.record_uid(obj.uid().as_deref().unwrap_or_default(), write);
+    }
+
+    fn record_uid<E>(&self, uid: &str, write: &Result<Option<String>, E>) {
         match write {
             Ok(version) => self.wrote(uid, version.clone()),
             Err(_) => self.unsure(uid),
@@ -680,15 +687,15 @@ mod tests {
         assert!(c.is_current("a", Some("8")));
         assert!(!c.is_current("a", Some("7")));
         // A write that sent nothing changes nothing; one that made 9 makes 9 current.
-        c.record("a", &Ok::<_, ()>(None));
+        c.record_uid("a", &Ok::<_, ()>(None));
         assert!(c.is_current("a", Some("8")));
-        c.record("a", &Ok::<_, ()>(Some("9".into())));
+        c.record_uid("a", &Ok::<_, ()>(Some("9".into())));
         assert!(c.is_current("a", Some("9")));
         // A write whose answer was lost: the cache at 9 may lack it, and so may the
         // cache of an object we never wrote before.
-        c.record("a", &Err::<Option<String>, _>(()));
+        c.record_uid("a", &Err::<Option<String>, _>(()));
         assert!(!c.is_current("a", Some("9")));
-        c.record("b", &Err::<Option<String>, _>(()));
+        c.record_uid("b", &Err::<Option<String>, _>(()));
         assert!(!c.is_current("b", Some("1")));
         c.read_at("a", Some("10".into()));
         assert!(c.is_current("a", Some("10")));

@@ -1,9 +1,9 @@
 //! What a plugin call came to, in the controllers' terms, and how a failure (of the call
 //! or of what a reconcile read before it) shows on the object. Shared by every kind.
 use hyperplug_runtime::{CallError, PluginError};
+use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
 
 use super::conditions::{self, Condition, READY, reasons};
 use super::context::Context;
@@ -135,8 +135,7 @@ pub async fn fail(
         events::publish(ctx, obj, &event).await;
     }
     let written = patch::status(own, obj, &next).await;
-    ctx.coalescer
-        .record(obj.uid().as_deref().unwrap_or_default(), &written);
+    ctx.coalescer.record(obj, &written);
     written?;
     match (terminal, credentials) {
         (true, Some(_)) => Ok(Action::requeue(ctx.options.resync)),

@@ -37,8 +37,7 @@ pub(super) async fn refuse(
         &[Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message)],
     )
     .await;
-    ctx.coalescer
-        .record(obj.uid().as_deref().unwrap_or_default(), &written);
+    ctx.coalescer.record(obj, &written);
     written?;
     if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
         tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");

@@ -217,8 +217,8 @@ pub struct MachineTemplate {
 /// Cluster `c`'s ProxmoxMachineTemplate, written in the served `v1alpha1` as
 /// `clusterctl generate cluster` writes it: node `node`'s template, plus `extra_spec`'s
 /// keys (e.g. `vmIDRange`). It is read back in the stored version, as CAPI reads it (the
-/// version the CRD's contract label names last), so machines are created the way CAPI creates
-/// them and not in a version every later write has to be converted to.
+/// version the CRD's contract label names last), so machines are created the way CAPI
+/// creates them and not in a version every later write has to be converted to.
 pub async fn create_machine_template(
     client: &Client,
     c: usize,

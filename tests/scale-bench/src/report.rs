@@ -224,23 +224,24 @@ impl Report {
                 "",
             );
         }
-        let writes_total: u64 = i.writes.values().sum();
-        row(
-            "kube API writes per machine lifecycle (audit log, user hyperplug)".into(),
-            format!("{:.2}", writes_total as f64 / n),
-            "≤ 6 DHCP / ≤ 7 static",
-        );
-        for (what, count) in most_first(&i.writes) {
-            row(format!("  {what}"), format!("{:.2}", *count as f64 / n), "");
-        }
-        let reads_total: u64 = i.reads.values().sum();
-        row(
-            "kube API reads of one object per machine lifecycle (`get`, user hyperplug)".into(),
-            format!("{:.2}", reads_total as f64 / n),
-            "",
-        );
-        for (what, count) in most_first(&i.reads) {
-            row(format!("  {what}"), format!("{:.2}", *count as f64 / n), "");
+        let requests = [
+            (
+                "kube API writes per machine lifecycle (audit log, user hyperplug)",
+                &i.writes,
+                "≤ 6 DHCP / ≤ 7 static",
+            ),
+            (
+                "kube API reads of one object per machine lifecycle (`get`, user hyperplug)",
+                &i.reads,
+                "",
+            ),
+        ];
+        for (title, counts, goal) in requests {
+            let total: u64 = counts.values().sum();
+            row(title.into(), format!("{:.2}", total as f64 / n), goal);
+            for (what, count) in most_first(counts) {
+                row(format!("  {what}"), format!("{:.2}", *count as f64 / n), "");
+            }
         }
         row(
             "host peak RSS (VmHWM)".into(),

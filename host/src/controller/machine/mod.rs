@@ -66,7 +66,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         o.write_id.as_deref().filter(|_| id_later.is_none()),
     )
     .await;
-    observe::record(&ctx, &o.obj, &owned);
+    ctx.coalescer.record(&o.obj, &owned);
     owned?;
     // A step that asks to go on at once (its state stored first, e.g. a VMID before the
     // clone is asked for) goes on in this reconcile, not after a round through the queue.
@@ -213,7 +213,7 @@ async fn persist(
         let version = patched
             .as_ref()
             .map(|p| p.as_ref().and_then(|p| p.resource_version()));
-        observe::record(ctx, &o.obj, &version);
+        ctx.coalescer.record(&o.obj, &version);
         if let Some(patched) = patched? {
             ctx.seen.wrote(&patched);
             generation = patched.metadata.generation;

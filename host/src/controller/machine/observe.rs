@@ -120,7 +120,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
         )
         .await;
-        record(ctx, &obj, &written);
+        ctx.coalescer.record(&obj, &written);
         written?;
         return Ok(Step::Done(Action::await_change()));
     }
@@ -164,7 +164,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             format!("waiting for cluster {cluster_name}"),
         );
         let written = patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await;
-        record(ctx, &obj, &written);
+        ctx.coalescer.record(&obj, &written);
         written?;
         return Ok(Step::Done(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
     };
@@ -316,16 +316,6 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         stored,
         prev,
     })))
-}
-
-/// What a write of the machine came to (see `Coalescer::record`).
-pub(super) fn record<E>(
-    ctx: &Context,
-    obj: &DynamicObject,
-    write: &std::result::Result<Option<String>, E>,
-) {
-    ctx.coalescer
-        .record(obj.uid().as_deref().unwrap_or_default(), write);
 }
 
 async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option<BootstrapData>> {
