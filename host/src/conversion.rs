@@ -70,6 +70,12 @@ impl Conversions {
             }
         };
         let desired = request.desired_api_version.clone();
+        // Which objects the API server converts, and at which versions: what tells a
+        // write's own conversion from a cache's or a reader's.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let objects: Vec<String> = request.objects.iter().map(describe_version).collect();
+            tracing::debug!(%desired, ?objects, "conversion review");
+        }
         let mut converted = Vec::with_capacity(request.objects.len());
         for object in &request.objects {
             match self.convert(object, &desired).await {
@@ -197,6 +203,17 @@ fn keep_preserved(object: &mut Value, preserved: Option<String>) {
 }
 
 /// `Kind namespace/name` for messages.
+/// `describe(object)` at its `apiVersion` and `resourceVersion`.
+fn describe_version(object: &Value) -> String {
+    let field = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("?");
+    format!(
+        "{} {} rv {}",
+        describe(object),
+        field("/apiVersion"),
+        field("/metadata/resourceVersion")
+    )
+}
+
 fn describe(object: &Value) -> String {
     let kind = object["kind"].as_str().unwrap_or("object");
     let name = object.pointer("/metadata/name").and_then(Value::as_str);

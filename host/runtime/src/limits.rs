@@ -128,6 +128,7 @@ pub struct Limits {
     /// Most plugin calls in flight at once, all plugins together (instances are pooled up
     /// to this number); more wait for a slot, first come first served. Each call alive
     /// holds its sandbox's memory, so this bounds the manager's memory for plugins.
+    /// Calls that can reach no endpoint (conversions) have 4 slots of their own besides.
     #[arg(
         long = "plugin-concurrency",
         default_value_t = 16,

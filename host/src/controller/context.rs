@@ -85,6 +85,8 @@ pub struct Context {
     /// What the own kind's watch and the reconciler's own writes last showed of each
     /// object (see `watch::Seen`).
     pub seen: super::watch::Seen,
+    /// Specs the plugin converted for this kind's calls (see `versions`).
+    pub specs: super::versions::SpecConversions,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

@@ -124,6 +124,7 @@ pub async fn run(
                 secrets: Default::default(),
                 asked: Default::default(),
                 seen: Default::default(),
+                specs: Default::default(),
                 caches: others.as_ref().map(|o| watch::Caches {
                     clusters: o.clusters.1.clone(),
                     infra_clusters: o.infra_clusters.1.clone(),

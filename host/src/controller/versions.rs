@@ -5,11 +5,21 @@
 //! would be a conversion webhook round trip). Metadata and the host's status fields are
 //! the same in every version. Only the spec a call hands the plugin must be in the
 //! plugin's `api-version`: converted here, in process, by the plugin itself.
-use hyperplug_runtime::bindings::conversion::ConversionRequest;
+//!
+//! Every reconcile hands the plugin its object's spec and its cluster's, which seldom
+//! change, and the machines of a MachineDeployment share one spec: a conversion is
+//! remembered by what it was asked ([`SpecConversions`]), so most reconciles make none.
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+
+use hyperplug_runtime::bindings::conversion::{ConversionRequest, Converted};
 use hyperplug_runtime::bindings::identity::{KindInfo, PluginInfo};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
+
+use lru::LruCache;
+use sha2::{Digest, Sha256};
 
 use super::conditions::reasons;
 use super::context::Context;
@@ -73,13 +83,21 @@ pub async fn for_plugin(
         preserved: obj.annotations().get(PRESERVED_ANNOTATION).cloned(),
     };
     let name = ctx.plugin.name();
-    let result = ctx
-        .metrics
-        .plugin_call(name, "conversion.convert", ctx.plugin.convert(&req))
-        .await;
-    let converted = match outcome::of(name, "conversion.convert", result) {
-        Outcome::Done(converted) => converted,
-        Outcome::Failed(e) => return Err(e),
+    let converted = match ctx.specs.get(&req) {
+        Some(converted) => converted,
+        None => {
+            let result = ctx
+                .metrics
+                .plugin_call(name, "conversion.convert", ctx.plugin.convert(&req))
+                .await;
+            match outcome::of(name, "conversion.convert", result) {
+                Outcome::Done(converted) => {
+                    ctx.specs.put(&req, &converted);
+                    converted
+                }
+                Outcome::Failed(e) => return Err(e),
+            }
+        }
     };
     let mut object: Value =
         serde_json::from_str(&converted.object).map_err(|e| Error::Terminal {
@@ -120,4 +138,118 @@ fn plugin_status(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     (!mine.is_empty()).then_some(Value::Object(mine))
+}
+
+/// Conversions the plugin made for calls, by a digest of the request: a plugin's
+/// conversion is a function of what it is asked (a fresh sandbox each call, no clock
+/// it is meant to read), so the same request gets the same answer without a call.
+/// Bounded: [`SpecConversions::ENTRIES`] answers of at most
+/// [`SpecConversions::MAX_BYTES`] each (a larger one is not kept).
+pub struct SpecConversions {
+    answers: Mutex<LruCache<[u8; 32], Converted>>,
+}
+
+impl Default for SpecConversions {
+    fn default() -> Self {
+        let entries = NonZeroUsize::new(Self::ENTRIES).expect("ENTRIES is not zero");
+        SpecConversions {
+            answers: Mutex::new(LruCache::new(entries)),
+        }
+    }
+}
+
+impl SpecConversions {
+    /// Answers kept: a spec per MachineDeployment, cluster and template in use, with room.
+    pub const ENTRIES: usize = 256;
+    /// Largest answer kept (a machine's spec is well under 1 KiB).
+    pub const MAX_BYTES: usize = 16 << 10;
+
+    fn key(req: &ConversionRequest) -> [u8; 32] {
+        let mut h = Sha256::new();
+        let preserved = req.preserved.as_deref();
+        for part in [
+            Some(req.kind.as_str()),
+            Some(req.from_version.as_str()),
+            Some(req.to_version.as_str()),
+            Some(req.object.as_str()),
+            preserved,
+        ] {
+            // Length-prefixed, so no two requests share a digest input; a missing
+            // `preserved` differs from an empty one.
+            match part {
+                Some(p) => {
+                    h.update((p.len() as u64).to_le_bytes());
+                    h.update(p.as_bytes());
+                }
+                None => h.update(u64::MAX.to_le_bytes()),
+            }
+        }
+        h.finalize().into()
+    }
+
+    fn get(&self, req: &ConversionRequest) -> Option<Converted> {
+        let key = Self::key(req);
+        self.answers
+            .lock()
+            .expect("spec conversions poisoned")
+            .get(&key)
+            .cloned()
+    }
+
+    fn put(&self, req: &ConversionRequest, converted: &Converted) {
+        let size = converted.object.len() + converted.preserved.as_ref().map_or(0, String::len);
+        if size > Self::MAX_BYTES {
+            return;
+        }
+        let key = Self::key(req);
+        self.answers
+            .lock()
+            .expect("spec conversions poisoned")
+            .put(key, converted.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(object: &str, preserved: Option<&str>) -> ConversionRequest {
+        ConversionRequest {
+            kind: "ProxmoxMachine".into(),
+            from_version: "v1alpha2".into(),
+            to_version: "v1alpha1".into(),
+            object: object.into(),
+            preserved: preserved.map(str::to_string),
+        }
+    }
+
+    fn answer(object: &str) -> Converted {
+        Converted {
+            object: object.into(),
+            preserved: None,
+        }
+    }
+
+    #[test]
+    fn a_conversion_is_remembered_by_all_it_was_asked() {
+        let specs = SpecConversions::default();
+        let asked = request(r#"{"spec":{"a":1}}"#, None);
+        assert!(specs.get(&asked).is_none());
+        specs.put(&asked, &answer(r#"{"spec":{"b":1}}"#));
+        assert_eq!(specs.get(&asked).unwrap().object, r#"{"spec":{"b":1}}"#);
+        // Anything else asked is another conversion.
+        assert!(specs.get(&request(r#"{"spec":{"a":2}}"#, None)).is_none());
+        assert!(
+            specs
+                .get(&request(r#"{"spec":{"a":1}}"#, Some("")))
+                .is_none()
+        );
+        let mut back = asked.clone();
+        back.to_version = "v1alpha3".into();
+        assert!(specs.get(&back).is_none());
+        // An answer too large to keep is not kept.
+        let big = request(r#"{"spec":{"big":1}}"#, None);
+        specs.put(&big, &answer(&"x".repeat(SpecConversions::MAX_BYTES + 1)));
+        assert!(specs.get(&big).is_none());
+    }
 }

@@ -372,6 +372,20 @@ pub async fn count(client: &Client, ar: &ApiResource) -> Result<usize> {
         .len())
 }
 
+/// Whether all `want` ProxmoxMachineTemplates have been described (`status.capacity`
+/// set): the manager's one write per template is then behind us, not in a measurement.
+pub async fn all_templates_described(client: &Client, want: usize) -> Result<bool> {
+    let list =
+        Api::<DynamicObject>::all_with(client.clone(), &infra_machine_template(STORED_VERSION))
+            .list(&Default::default())
+            .await?;
+    Ok(list.items.len() == want
+        && list
+            .items
+            .iter()
+            .all(|o| o.data.pointer("/status/capacity").is_some()))
+}
+
 /// Whether every object of a kind has `status.initialization.provisioned`.
 pub async fn all_provisioned(client: &Client, ar: &ApiResource, want: usize) -> Result<bool> {
     let list = Api::<DynamicObject>::all_with(client.clone(), ar)

@@ -214,10 +214,24 @@ async fn run(args: &Args) -> Result<report::Report> {
                 .await?,
         );
     }
-    let ready = watch::wait(&mut host, &plane, timeout, "the ProxmoxClusters", || {
-        let client = client.clone();
-        async move { objects::all_provisioned(&client, &objects::infra_cluster(), args.clusters).await }
-    });
+    // The templates' status too: the manager describes each once, and that write is
+    // not one of the machines'.
+    let ready = watch::wait(
+        &mut host,
+        &plane,
+        timeout,
+        "the ProxmoxClusters and templates",
+        || {
+            let client = client.clone();
+            async move {
+                Ok(
+                    objects::all_provisioned(&client, &objects::infra_cluster(), args.clusters)
+                        .await?
+                        && objects::all_templates_described(&client, args.clusters).await?,
+                )
+            }
+        },
+    );
     ready.await?;
 
     // The machines' lifecycle: everything from here to the last machine gone is theirs.
