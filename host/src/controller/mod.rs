@@ -21,6 +21,7 @@ mod output;
 pub mod ownership;
 mod packed;
 mod patch;
+mod priority;
 mod requeue;
 #[cfg(test)]
 mod result_properties;
@@ -125,6 +126,7 @@ pub async fn run(
                 asked: Default::default(),
                 seen: Default::default(),
                 specs: Default::default(),
+                reconciling: Default::default(),
                 caches: others.as_ref().map(|o| watch::Caches {
                     clusters: o.clusters.1.clone(),
                     infra_clusters: o.infra_clusters.1.clone(),
@@ -187,6 +189,15 @@ fn provisioning(store: &Store<Packed>, m: &ObjectRef<Packed>) -> bool {
         .is_none_or(|o| !objects::provisioned(&o.unpack()))
 }
 
+/// Whether waking the cached machine `m` is urgent (see `priority`): it is being
+/// provisioned or deleted (or not cached: then a reconcile finds out).
+fn urgent(store: &Store<Packed>, m: &ObjectRef<Packed>) -> bool {
+    store.get(m).is_none_or(|o| {
+        let o = o.unpack();
+        o.metadata.deletion_timestamp.is_some() || !objects::provisioned(&o)
+    })
+}
+
 fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
     match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -223,8 +234,18 @@ async fn machines(
     );
     let controller = Controller::for_stream_with(own, store, ar.clone());
     let store = controller.store();
-    let woken_ar = ar.clone();
-    let woken = woken.map(move |r| r.into_kind_unchecked::<Packed>(woken_ar.clone()));
+    let (woken_ar, urgent_ar, urgent_store) = (ar.clone(), ar.clone(), store.clone());
+    let woken = priority::prioritised(
+        woken,
+        move |r| {
+            urgent(
+                &urgent_store,
+                &r.clone().into_kind_unchecked(urgent_ar.clone()),
+            )
+        },
+        ctx.reconciling.clone(),
+    )
+    .map(move |r| r.into_kind_unchecked::<Packed>(woken_ar.clone()));
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let machine_ar = ar.clone();
     let cluster_ar = ar.clone();
@@ -372,6 +393,7 @@ type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Resu
 
 /// Count and time every reconcile by kind and result (of the object unpacked).
 async fn timed(obj: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
+    let _in_flight = ctx.reconciling.enter();
     let started = Instant::now();
     let result = f(Arc::new(obj.unpack()), ctx.clone()).await;
     let label = match &result {
