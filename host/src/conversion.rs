@@ -202,7 +202,6 @@ fn keep_preserved(object: &mut Value, preserved: Option<String>) {
     }
 }
 
-/// `Kind namespace/name` for messages.
 /// `describe(object)` at its `apiVersion` and `resourceVersion`.
 fn describe_version(object: &Value) -> String {
     let field = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("?");
@@ -214,6 +213,7 @@ fn describe_version(object: &Value) -> String {
     )
 }
 
+/// `Kind namespace/name` for messages.
 fn describe(object: &Value) -> String {
     let kind = object["kind"].as_str().unwrap_or("object");
     let name = object.pointer("/metadata/name").and_then(Value::as_str);

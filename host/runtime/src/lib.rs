@@ -91,8 +91,9 @@ struct RuntimeInner {
 }
 
 /// Pooled instance slots, besides `--plugin-concurrency`'s, for calls given no
-/// credentials. Such a call can reach no endpoint, so it only computes (within the CPU
-/// limit) and ends in a fraction of a millisecond. Queued behind calls that wait on an
+/// credentials (conversions, template descriptions, identity). Such a call reaches no
+/// endpoint and no claims, and its CPU budget is its wall-clock limit too: it only
+/// computes, usually for well under a millisecond. Queued behind calls that wait on an
 /// endpoint, it would wait as long as they do, and the conversion webhook answers the
 /// API server's writes of every object with such calls: at 1,000 machines, one in
 /// twenty conversions waited 50 to 200 ms for a slot.
@@ -159,7 +160,8 @@ impl RuntimeBuilder {
             .async_stack_keep_resident(KEEP_RESIDENT)
             // A slot used before is taken again before a fresh one: the slots that hold
             // memory between calls are as many as calls ever ran at once, not the whole
-            // pool (at 1,000 machines all 24 slots kept about 800 KiB each).
+            // pool (at 1,000 machines, before the offline slots, all 24 slots kept about
+            // 800 KiB each).
             .max_unused_warm_slots(0);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config)?;
@@ -686,8 +688,17 @@ impl Plugin {
         let inner = &self.runtime.inner;
         let limits = &inner.limits;
         let plugin = self.name.to_string();
+        // A call given no credentials reaches nothing outside its sandbox: it only
+        // computes, in a slot of its own, with its CPU budget as its wall-clock limit too
+        // (it has nothing to wait for), so it cannot hold an offline slot for long.
+        let offline = credentials.is_empty();
+        let timeout_ms = if offline {
+            limits.timeout_ms.min(limits.cpu_ms)
+        } else {
+            limits.timeout_ms
+        };
         // Held until the call's store is dropped, at the end of this function.
-        let slots = if credentials.is_empty() {
+        let slots = if offline {
             &inner.offline_slots
         } else {
             &inner.slots
@@ -729,6 +740,7 @@ impl Plugin {
             claim_calls: limits.claim_calls,
             reservations: inner.reservations.clone(),
             reservation_calls_left: reservations::MAX_CALLS_PER_CALL,
+            offline,
         };
         let state = CallState::new(
             limits,
@@ -758,13 +770,15 @@ impl Plugin {
             };
             f(&mut store, &instance).await
         };
-        let outcome = tokio::time::timeout(limits.timeout(), Metered::call(run, meter)).await;
+        let outcome =
+            tokio::time::timeout(Duration::from_millis(timeout_ms), Metered::call(run, meter))
+                .await;
         let result = match outcome {
             Err(_) => {
                 return Err(CallError::Timeout {
                     plugin,
                     call,
-                    limit_ms: limits.timeout_ms,
+                    limit_ms: timeout_ms,
                 });
             }
             Ok(Err(Stop::Cpu)) => {

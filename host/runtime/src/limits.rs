@@ -33,7 +33,8 @@ pub struct Limits {
     )]
     pub cpu_ms: u64,
     /// Wall-clock time one call may take, including time the plugin waits on HTTP
-    /// through the host, in milliseconds.
+    /// through the host, in milliseconds. A call given no credentials (a conversion)
+    /// waits on nothing: it may take no longer than --plugin-cpu-ms.
     #[arg(
         long = "plugin-timeout-ms",
         default_value_t = 30_000,
@@ -128,7 +129,8 @@ pub struct Limits {
     /// Most plugin calls in flight at once, all plugins together (instances are pooled up
     /// to this number); more wait for a slot, first come first served. Each call alive
     /// holds its sandbox's memory, so this bounds the manager's memory for plugins.
-    /// Calls that can reach no endpoint (conversions) have 4 slots of their own besides.
+    /// Calls given no credentials (conversions, template descriptions), which reach no
+    /// endpoint, have 4 slots of their own besides.
     #[arg(
         long = "plugin-concurrency",
         default_value_t = 16,

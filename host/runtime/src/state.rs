@@ -57,6 +57,9 @@ pub struct Services {
     pub reservations: Arc<Reservations>,
     /// `reservations` calls this call may still make.
     pub reservation_calls_left: u32,
+    /// The call was given no credentials: it reaches nothing outside its sandbox (no
+    /// endpoint, no claims), so it runs in an offline slot (see `OFFLINE_SLOTS`).
+    pub offline: bool,
 }
 
 impl Services {
@@ -281,6 +284,11 @@ impl claims::Host for CallState {
     async fn holder(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, String>> {
         self.services.claim_call()?;
         let s = &self.services;
+        if s.offline {
+            return Ok(Err(
+                "this call was given no credentials: it reaches no claims".into(),
+            ));
+        }
         Ok(match check_key(&key) {
             Ok(()) => s.claims.holder(&s.plugin, &key).await,
             Err(e) => Err(e),

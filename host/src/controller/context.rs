@@ -87,8 +87,8 @@ pub struct Context {
     pub seen: super::watch::Seen,
     /// Specs the plugin converted for this kind's calls (see `versions`).
     pub specs: super::versions::SpecConversions,
-    /// This kind's reconciles in flight (see `priority`).
-    pub reconciling: super::priority::InFlight,
+    /// This kind's reconciles of provisioned objects in flight (see `priority`).
+    pub housekeeping: super::priority::InFlight,
 }
 
 /// The finalizer on every object whose infrastructure we may create.

@@ -126,7 +126,7 @@ pub async fn run(
                 asked: Default::default(),
                 seen: Default::default(),
                 specs: Default::default(),
-                reconciling: Default::default(),
+                housekeeping: Default::default(),
                 caches: others.as_ref().map(|o| watch::Caches {
                     clusters: o.clusters.1.clone(),
                     infra_clusters: o.infra_clusters.1.clone(),
@@ -192,10 +192,9 @@ fn provisioning(store: &Store<Packed>, m: &ObjectRef<Packed>) -> bool {
 /// Whether waking the cached machine `m` is urgent (see `priority`): it is being
 /// provisioned or deleted (or not cached: then a reconcile finds out).
 fn urgent(store: &Store<Packed>, m: &ObjectRef<Packed>) -> bool {
-    store.get(m).is_none_or(|o| {
-        let o = o.unpack();
-        o.metadata.deletion_timestamp.is_some() || !objects::provisioned(&o)
-    })
+    store
+        .get(m)
+        .is_none_or(|o| o.metadata.deletion_timestamp.is_some() || priority::is_urgent(&o.unpack()))
 }
 
 fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
@@ -243,7 +242,7 @@ async fn machines(
                 &r.clone().into_kind_unchecked(urgent_ar.clone()),
             )
         },
-        ctx.reconciling.clone(),
+        ctx.housekeeping.clone(),
     )
     .map(move |r| r.into_kind_unchecked::<Packed>(woken_ar.clone()));
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
@@ -393,9 +392,10 @@ type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Resu
 
 /// Count and time every reconcile by kind and result (of the object unpacked).
 async fn timed(obj: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
-    let _in_flight = ctx.reconciling.enter();
     let started = Instant::now();
-    let result = f(Arc::new(obj.unpack()), ctx.clone()).await;
+    let obj = obj.unpack();
+    let _housekeeping = (!priority::is_urgent(&obj)).then(|| ctx.housekeeping.enter());
+    let result = f(Arc::new(obj), ctx.clone()).await;
     let label = match &result {
         Ok(_) => "ok",
         Err(e) => e.metric_label(),

@@ -2,15 +2,17 @@
 //! provisioned ones.
 //!
 //! The observer wakes every object whose wait is over at once. When many waits end
-//! together (PVE drains a node's task queue, a node fails and its VMs drift), hundreds
-//! of provisioned objects are woken for housekeeping (a finished cleanup task, a drift
-//! report), and a machine still being provisioned, whose next look is due, queued
-//! behind all of them: at 1,000 machines, 850 ISO removals ended within two seconds and
-//! the last machines of each cluster waited 1.3 s more for their guest agent look.
-//! Here a provisioned object's wake is held while the controller is busy: it goes on
-//! once fewer than [`HOUSEKEEPING_WHEN_BELOW`] reconciles are in flight, and at least
-//! one every [`RELEASE_EVERY`] whatever the load, so none waits for ever and the
-//! endpoint is not flooded by a burst of them either.
+//! together (an endpoint drains a long task queue, a whole site drifts), hundreds of
+//! provisioned objects are woken for housekeeping (a finished cleanup task, a drift
+//! report), and an object still being provisioned, whose next look was due, queued
+//! behind all of them: at 1,000 machines, 850 cleanup tasks ended within two seconds
+//! and the last machine of each cluster waited 1.3 s more for its last step.
+//! Here a provisioned object's wake is held while [`HOUSEKEEPING_AT_ONCE`] reconciles
+//! of provisioned objects are in flight, and goes on as soon as one of them ends, or
+//! after [`RELEASE_EVERY`] at the latest (one per tick, so a held wake never waits for
+//! ever behind reconciles that hang on a slow endpoint). Objects being provisioned or
+//! deleted are neither held nor counted: their reconciles never wait for housekeeping's
+//! turn, and a burst of housekeeping reaches its endpoint a few calls at a time.
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,14 +24,16 @@ use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use tokio::sync::Notify;
 
+use super::objects;
+
 type Obj = ObjectRef<DynamicObject>;
 
-/// Held wakes go on while fewer reconciles than this are in flight.
-pub const HOUSEKEEPING_WHEN_BELOW: usize = 8;
+/// Reconciles of provisioned objects in flight at once, past which their wakes are held.
+pub const HOUSEKEEPING_AT_ONCE: usize = 8;
 /// How often held wakes are looked at; one goes on each time even when busy.
 pub const RELEASE_EVERY: Duration = Duration::from_millis(50);
 
-/// Reconciles of one controller in flight, and a signal each time one ends.
+/// Reconciles of provisioned objects in flight, and a signal each time one ends.
 #[derive(Clone, Default)]
 pub struct InFlight(Arc<Counter>);
 
@@ -60,6 +64,11 @@ impl Drop for Entered {
     }
 }
 
+/// Whether `obj`'s reconcile is urgent: it is being deleted or not provisioned yet.
+pub fn is_urgent(obj: &DynamicObject) -> bool {
+    obj.metadata.deletion_timestamp.is_some() || !objects::provisioned(obj)
+}
+
 /// The wakes of `woken`, those `urgent` says are urgent at once, the others held as
 /// the module says. Each object is held once however often it is woken (the
 /// controller would merge the wakes anyway), so what is held is bounded by the objects.
@@ -76,7 +85,7 @@ pub fn prioritised(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let room = |at_least| {
-                HOUSEKEEPING_WHEN_BELOW
+                HOUSEKEEPING_AT_ONCE
                     .saturating_sub(in_flight.get())
                     .max(at_least)
             };
@@ -94,10 +103,10 @@ pub fn prioritised(
                     }
                     0
                 }
-                // A reconcile ended: as many as there is room for.
-                _ = in_flight.0.ended.notified(), if !held.is_empty() => room(0),
                 // At least one per tick, however busy.
                 _ = tick.tick(), if !held.is_empty() => room(1),
+                // A reconcile ended: as many as there is room for.
+                _ = in_flight.0.ended.notified(), if !held.is_empty() => room(0),
             };
             for obj in held.drain(..release.min(held.len())) {
                 holding.remove(&obj);
@@ -136,7 +145,7 @@ mod tests {
     async fn urgent_wakes_go_first_and_held_ones_go_as_room_allows() {
         let (tx, rx) = unbounded();
         let busy = InFlight::default();
-        let many: Vec<_> = (0..HOUSEKEEPING_WHEN_BELOW + 2)
+        let many: Vec<_> = (0..HOUSEKEEPING_AT_ONCE + 2)
             .map(|_| busy.enter())
             .collect();
         let mut out = prioritised(rx, |o: &Obj| o.name.starts_with("new"), busy.clone());

@@ -215,7 +215,7 @@ mod tests {
 
     fn request(object: &str, preserved: Option<&str>) -> ConversionRequest {
         ConversionRequest {
-            kind: "ProxmoxMachine".into(),
+            kind: "InfraMachine".into(),
             from_version: "v1alpha2".into(),
             to_version: "v1alpha1".into(),
             object: object.into(),

@@ -365,7 +365,7 @@ async fn slow_endpoint(delay: std::time::Duration) -> String {
 
 #[tokio::test]
 async fn calls_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing() {
-    // One slot (`--plugin-concurrency 1`; the pool keeps 8 spare instances): 24 calls at
+    // One slot (`--plugin-concurrency 1`; the pool keeps 12 spare instances): 24 calls at
     // once, each holding its instance while its request waits for a slow answer, are
     // more than the pool holds.
     let addr = slow_endpoint(std::time::Duration::from_millis(100)).await;
