@@ -364,6 +364,48 @@ async fn slow_endpoint(delay: std::time::Duration) -> String {
 }
 
 #[tokio::test]
+async fn a_conversion_does_not_wait_behind_calls_that_hold_every_slot() {
+    // One slot, held by a call whose request is never answered: a call given no
+    // credentials (the conversion webhook's) has slots of its own and goes on.
+    let (addr, mut connections) = silent_endpoint().await;
+    let (_rt, plugin) = load(
+        "hostile",
+        Limits {
+            concurrency: 1,
+            timeout_ms: 30_000,
+            ..limits()
+        },
+    )
+    .await;
+    let stuck = spawn_attack(
+        &plugin,
+        json!({"attack": "connect", "authority": addr}),
+        format!("http://{addr}"),
+    );
+    connections
+        .recv()
+        .await
+        .expect("the call reached its endpoint");
+    let converted = plugin
+        .convert(
+            &hyperplug_runtime::bindings::conversion::ConversionRequest {
+                kind: "HostileMachine".into(),
+                from_version: "v1alpha1".into(),
+                to_version: "v1alpha1".into(),
+                object: r#"{"spec":{}}"#.into(),
+                preserved: None,
+            },
+        )
+        .await;
+    assert!(matches!(converted, Ok(Ok(_))), "{converted:?}");
+    assert!(
+        !stuck.is_finished(),
+        "the slot's holder still waits on its endpoint"
+    );
+    stuck.abort();
+}
+
+#[tokio::test]
 async fn calls_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing() {
     // One slot (`--plugin-concurrency 1`; the pool keeps 12 spare instances): 24 calls at
     // once, each holding its instance while its request waits for a slow answer, are
