@@ -92,12 +92,16 @@ struct RuntimeInner {
 
 /// Pooled instance slots, besides `--plugin-concurrency`'s, for calls given no
 /// credentials (conversions, template descriptions, identity). Such a call reaches no
-/// endpoint and no claims, and its CPU budget is its wall-clock limit too: it only
-/// computes, usually for well under a millisecond. Queued behind calls that wait on an
+/// endpoint and no claims, and its wall-clock limit is [`OFFLINE_WALL_PER_CPU`] CPU
+/// budgets: it only computes, usually for well under a millisecond. Queued behind calls that wait on an
 /// endpoint, it would wait as long as they do, and the conversion webhook answers the
 /// API server's writes of every object with such calls: at 1,000 machines, one in
 /// twenty conversions waited 50 to 200 ms for a slot.
 pub const OFFLINE_SLOTS: u32 = 4;
+
+/// An offline call's wall-clock limit, in CPU budgets (`--plugin-cpu-ms`): room for
+/// waiting on a busy CPU, none for waiting on anything else.
+pub const OFFLINE_WALL_PER_CPU: u64 = 4;
 
 /// How a [`Runtime`] is made: its limits, where compiled plugins are cached, who hears
 /// of plugins' HTTP requests, and the stores behind the `blobs` and `claims` imports.
@@ -689,11 +693,14 @@ impl Plugin {
         let limits = &inner.limits;
         let plugin = self.name.to_string();
         // A call given no credentials reaches nothing outside its sandbox: it only
-        // computes, in a slot of its own, with its CPU budget as its wall-clock limit too
-        // (it has nothing to wait for), so it cannot hold an offline slot for long.
+        // computes, in a slot of its own, within a wall-clock limit of a few times its
+        // CPU budget (it has nothing to wait for but the CPU, which other work shares),
+        // so it cannot hold an offline slot for long.
         let offline = credentials.is_empty();
         let timeout_ms = if offline {
-            limits.timeout_ms.min(limits.cpu_ms)
+            limits
+                .timeout_ms
+                .min(limits.cpu_ms.saturating_mul(OFFLINE_WALL_PER_CPU))
         } else {
             limits.timeout_ms
         };

@@ -34,7 +34,7 @@ pub struct Limits {
     pub cpu_ms: u64,
     /// Wall-clock time one call may take, including time the plugin waits on HTTP
     /// through the host, in milliseconds. A call given no credentials (a conversion)
-    /// waits on nothing: it may take no longer than --plugin-cpu-ms.
+    /// waits on nothing: it may take no longer than 4 × --plugin-cpu-ms.
     #[arg(
         long = "plugin-timeout-ms",
         default_value_t = 30_000,
