@@ -104,6 +104,23 @@ impl Fleet {
             .expect("call completes")
     }
 
+    /// `create`, called again after a transient failure as the host's backoff would:
+    /// the emulator keeps its state in SQLite, which answers concurrent requests with
+    /// "database is locked" (HTTP 500) now and then.
+    async fn create_retrying(&self, req: &MachineRequest) -> MachineStatus {
+        for _ in 0..10 {
+            match self.create(req).await {
+                Err(PluginError::Transient(_)) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await
+                }
+                other => return other.expect("create"),
+            }
+        }
+        self.create(req)
+            .await
+            .expect("create, after transient failures")
+    }
+
     /// Create until ready through the host's driver, the state fed back as the host
     /// does.
     async fn create_until_ready(&self, req: &mut MachineRequest) -> MachineStatus {
@@ -250,12 +267,7 @@ async fn many_machines_at_once_never_share_a_host() {
     let calls = names.iter().map(|n| {
         let fleet = fleet.clone();
         let req = fleet.request(n);
-        async move {
-            (
-                req.machine.name.clone(),
-                fleet.create(&req).await.expect("create"),
-            )
-        }
+        async move { (req.machine.name.clone(), fleet.create_retrying(&req).await) }
     });
     let results = futures::future::join_all(calls).await;
     let mut claimed: Vec<(String, String)> = results
