@@ -85,18 +85,17 @@ struct RuntimeInner {
     /// One permit per pooled instance slot (`--plugin-concurrency`): a call waits for
     /// one rather than fail because the pool is full.
     slots: Arc<Semaphore>,
-    /// The slots of calls given no credentials (conversions, identity): see
-    /// [`OFFLINE_SLOTS`].
+    /// The slots of calls given no credentials: see [`OFFLINE_SLOTS`].
     offline_slots: Arc<Semaphore>,
 }
 
 /// Pooled instance slots, besides `--plugin-concurrency`'s, for calls given no
 /// credentials (conversions, template descriptions, identity). Such a call reaches no
 /// endpoint and no claims, and its wall-clock limit is [`OFFLINE_WALL_PER_CPU`] CPU
-/// budgets: it only computes, usually for well under a millisecond. Queued behind calls that wait on an
-/// endpoint, it would wait as long as they do, and the conversion webhook answers the
-/// API server's writes of every object with such calls: at 1,000 machines, one in
-/// twenty conversions waited 50 to 200 ms for a slot.
+/// budgets: it only computes, usually for well under a millisecond. Queued behind
+/// calls that wait on an endpoint, it would wait as long as they do, and the conversion
+/// webhook answers the API server's writes of every object with such calls: at 1,000
+/// machines, one in twenty conversions waited 50 to 200 ms for a slot.
 pub const OFFLINE_SLOTS: u32 = 4;
 
 /// An offline call's wall-clock limit, in CPU budgets (`--plugin-cpu-ms`): room for

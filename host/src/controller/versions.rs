@@ -83,7 +83,8 @@ pub async fn for_plugin(
         preserved: obj.annotations().get(PRESERVED_ANNOTATION).cloned(),
     };
     let name = ctx.plugin.name();
-    let converted = match ctx.specs.get(&req) {
+    let key = SpecConversions::key(&req);
+    let converted = match ctx.specs.get(&key) {
         Some(converted) => converted,
         None => {
             let result = ctx
@@ -92,7 +93,7 @@ pub async fn for_plugin(
                 .await;
             match outcome::of(name, "conversion.convert", result) {
                 Outcome::Done(converted) => {
-                    ctx.specs.put(&req, &converted);
+                    ctx.specs.put(key, &converted);
                     converted
                 }
                 Outcome::Failed(e) => return Err(e),
@@ -187,21 +188,19 @@ impl SpecConversions {
         h.finalize().into()
     }
 
-    fn get(&self, req: &ConversionRequest) -> Option<Converted> {
-        let key = Self::key(req);
+    fn get(&self, key: &[u8; 32]) -> Option<Converted> {
         self.answers
             .lock()
             .expect("spec conversions poisoned")
-            .get(&key)
+            .get(key)
             .cloned()
     }
 
-    fn put(&self, req: &ConversionRequest, converted: &Converted) {
+    fn put(&self, key: [u8; 32], converted: &Converted) {
         let size = converted.object.len() + converted.preserved.as_ref().map_or(0, String::len);
         if size > Self::MAX_BYTES {
             return;
         }
-        let key = Self::key(req);
         self.answers
             .lock()
             .expect("spec conversions poisoned")
@@ -234,22 +233,33 @@ mod tests {
     fn a_conversion_is_remembered_by_all_it_was_asked() {
         let specs = SpecConversions::default();
         let asked = request(r#"{"spec":{"a":1}}"#, None);
-        assert!(specs.get(&asked).is_none());
-        specs.put(&asked, &answer(r#"{"spec":{"b":1}}"#));
-        assert_eq!(specs.get(&asked).unwrap().object, r#"{"spec":{"b":1}}"#);
+        let key = SpecConversions::key;
+        assert!(specs.get(&key(&asked)).is_none());
+        specs.put(key(&asked), &answer(r#"{"spec":{"b":1}}"#));
+        assert_eq!(
+            specs.get(&key(&asked)).unwrap().object,
+            r#"{"spec":{"b":1}}"#
+        );
         // Anything else asked is another conversion.
-        assert!(specs.get(&request(r#"{"spec":{"a":2}}"#, None)).is_none());
         assert!(
             specs
-                .get(&request(r#"{"spec":{"a":1}}"#, Some("")))
+                .get(&key(&request(r#"{"spec":{"a":2}}"#, None)))
+                .is_none()
+        );
+        assert!(
+            specs
+                .get(&key(&request(r#"{"spec":{"a":1}}"#, Some(""))))
                 .is_none()
         );
         let mut back = asked.clone();
         back.to_version = "v1alpha3".into();
-        assert!(specs.get(&back).is_none());
+        assert!(specs.get(&key(&back)).is_none());
         // An answer too large to keep is not kept.
         let big = request(r#"{"spec":{"big":1}}"#, None);
-        specs.put(&big, &answer(&"x".repeat(SpecConversions::MAX_BYTES + 1)));
-        assert!(specs.get(&big).is_none());
+        specs.put(
+            key(&big),
+            &answer(&"x".repeat(SpecConversions::MAX_BYTES + 1)),
+        );
+        assert!(specs.get(&key(&big)).is_none());
     }
 }
