@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
+use super::written::WrittenAt;
 use crate::status::{ConditionStatus, InfraMachineStatus};
 
 /// The longest a new phase or condition reason stays unwritten, counted from the first
@@ -45,13 +46,11 @@ struct Held {
 #[derive(Default)]
 pub struct Coalescer {
     held: Mutex<HashMap<String, Held>>,
-    /// By object UID, a resource version known to hold every write of ours to the
-    /// object: the one our last recorded write made, or one a fresh read showed since.
-    /// A cached object at that version is as the API server has it, and needs no read.
-    /// [`UNSURE`] after a write that failed. An entry goes when its object's deletion
-    /// completes or a fresh read finds it gone; one of an object deleted without our
-    /// finalizer stays (a short string).
-    written_at: Mutex<HashMap<String, String>>,
+    /// By object UID, the newest resource version known to hold every write of ours to
+    /// the object: the one our last recorded write made, one a fresh read showed
+    /// since, or one the watch showed after either. A cached object at that version is
+    /// as the API server has it, and needs no read.
+    written_at: WrittenAt,
 }
 
 impl Coalescer {
@@ -111,27 +110,21 @@ impl Coalescer {
     pub fn written(&self, uid: &str, version: Option<String>) {
         self.held.lock().expect("coalescer").remove(uid);
         if let Some(v) = version {
-            self.written_at
-                .lock()
-                .expect("coalescer")
-                .insert(uid.to_string(), v);
+            self.written_at.at(uid, v);
         }
     }
 
     /// `uid`'s object is gone: nothing is kept for it.
     pub fn forget(&self, uid: &str) {
         self.held.lock().expect("coalescer").remove(uid);
-        self.written_at.lock().expect("coalescer").remove(uid);
+        self.written_at.forget(uid);
     }
 
     /// `uid`'s object itself (not its status) was written, making `version`: a cached
     /// object is current from that version on (see [`Self::is_current`]).
     pub fn wrote(&self, uid: &str, version: Option<String>) {
         if let Some(v) = version {
-            self.written_at
-                .lock()
-                .expect("coalescer")
-                .insert(uid.to_string(), v);
+            self.written_at.at(uid, v);
         }
     }
 
@@ -162,25 +155,20 @@ impl Coalescer {
     /// A write of `uid`'s object failed, and may still have been applied: no cached
     /// object is current until the next fresh read.
     pub fn unsure(&self, uid: &str) {
-        self.written_at
-            .lock()
-            .expect("coalescer")
-            .insert(uid.to_string(), UNSURE.to_string());
+        self.written_at.unsure(uid);
     }
 
-    /// Whether a cached object is current enough to reconcile from, with no fresh read:
-    /// it is at a version known to hold every write of ours (our last write's, or a
-    /// fresh read's since), or we have not written it at all (nothing of ours for the
-    /// cache to lag behind; the plugin state it carries is as the API server has it). A
-    /// new machine's first reconciles, many at once, then read nothing from the API
-    /// server for it.
+    /// Whether a cached object is current enough to reconcile from, with no fresh read
+    /// (see [`WrittenAt::is_current`]). A new machine's first reconciles, many at once,
+    /// then read nothing from the API server for it; nor does a step after Cluster
+    /// API's patch of the object, once the watch has shown our last write.
     pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
-        let at = self.written_at.lock().expect("coalescer");
-        version.is_some()
-            && match at.get(uid) {
-                Some(written) => Some(written.as_str()) == version,
-                None => true,
-            }
+        self.written_at.is_current(uid, version)
+    }
+
+    /// What the watch of the objects' kind tells of the versions it shows.
+    pub fn written_at(&self) -> WrittenAt {
+        self.written_at.clone()
     }
 
     /// How many statuses are held (metrics, tests).
@@ -188,10 +176,6 @@ impl Coalescer {
         self.held.lock().expect("coalescer").len()
     }
 }
-
-/// What [`Coalescer::unsure`] records: no resource version is empty, so no cached
-/// object is current at it.
-const UNSURE: &str = "";
 
 /// How long what is held has waited: since the first step held after the last write,
 /// and since the held step (phase and condition reasons) first showed.

@@ -31,6 +31,7 @@ mod unverified;
 mod versions;
 mod waits;
 mod watch;
+mod written;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -146,8 +147,14 @@ pub async fn run(
             }
         }
     }
-    futures::future::join_all(running).await;
-    Ok(())
+    // Each controller on its own task: none waits for another's watch events or
+    // reconciles, and none runs on the thread that started the runtime. One that stops
+    // (a panic) stops the manager, as it did when they shared that thread.
+    if running.is_empty() {
+        return Ok(());
+    }
+    let (ended, _, _) = futures::future::select_all(running.into_iter().map(tokio::spawn)).await;
+    ended.map_err(|e| anyhow::anyhow!("a controller stopped: {e}"))
 }
 
 fn all_or_namespaced<K>(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<K>
@@ -230,6 +237,7 @@ async fn machines(
         all_or_namespaced(&ctx.client, &ar, ns),
         &ar,
         ctx.seen.clone(),
+        ctx.coalescer.written_at(),
     );
     let controller = Controller::for_stream_with(own, store, ar.clone());
     let store = controller.store();
@@ -343,6 +351,7 @@ async fn clusters(ctx: Arc<Context>) {
         all_or_namespaced(&ctx.client, &ar, ns),
         &ar,
         ctx.seen.clone(),
+        ctx.coalescer.written_at(),
     );
     Controller::for_stream_with(own, store, ar.clone())
         .with_config(config(&ctx))
@@ -376,6 +385,7 @@ async fn templates(ctx: Arc<Context>) {
         all_or_namespaced(&ctx.client, &ar, &ctx.options.namespace),
         &ar,
         ctx.seen.clone(),
+        ctx.coalescer.written_at(),
     );
     Controller::for_stream_with(own, store, ar)
         .with_config(config(&ctx))
@@ -395,7 +405,13 @@ async fn timed(obj: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Acti
     let started = Instant::now();
     let obj = obj.unpack();
     let _housekeeping = (!priority::is_urgent(&obj)).then(|| ctx.housekeeping.enter());
-    let result = f(Arc::new(obj), ctx.clone()).await;
+    // On the runtime's workers, not on the task that drives the controller: that task
+    // also decodes every watch event and hands out the next reconciles, and a plugin
+    // call's CPU (or a slow status write) inside it held all of that up.
+    let result = match tokio::spawn(f(Arc::new(obj), ctx.clone())).await {
+        Ok(result) => result,
+        Err(e) => Err(Error::Transient(format!("reconcile stopped: {e}"))),
+    };
     let label = match &result {
         Ok(_) => "ok",
         Err(e) => e.metric_label(),

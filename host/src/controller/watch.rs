@@ -27,17 +27,24 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 use super::packed::{Packed, SpecOnly};
+use super::written::WrittenAt;
 
 /// The objects of `api` that need a reconcile, and the store that caches them: those
 /// whose [`acted_on`] digest differs from the last one `seen` (by this watch, or by the
-/// reconciler in its own write).
-pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen) -> Watched {
+/// reconciler in its own write). Every version shown is told to `written`, once the
+/// store holds it.
+pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: WrittenAt) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .reflect(writer)
         .filter_map(move |event| {
+            if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = &event
+                && let (Some(uid), Some(version)) = (&o.metadata.uid, &o.metadata.resource_version)
+            {
+                written.watched(uid, version);
+            }
             let out = match event {
                 Ok(watcher::Event::Apply(o)) => seen.changed(&o).then_some(Ok(o)),
                 Ok(watcher::Event::InitApply(o)) => {

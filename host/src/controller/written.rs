@@ -1,0 +1,117 @@
+//! Which cached versions of an object hold every write of ours, so a reconcile can
+//! start from the cache instead of a fresh read.
+//!
+//! Resource versions are opaque: a version other than the one our write made says
+//! nothing about whether it holds that write. The watch stream does: it shows one
+//! object's versions in order, so once it has shown the version our write made, every
+//! version it shows after holds that write too. A machine whose status we wrote before
+//! Cluster API patched it (its owner references, at the clone) is then reconciled from
+//! the cache, not read again at its next step.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// What [`WrittenAt::unsure`] records: no resource version is empty, so no cached
+/// object is current at it.
+const UNSURE: &str = "";
+
+/// By object UID, the newest version known to hold every write of ours. Shared by the
+/// reconciler (which records its writes and fresh reads) and the watch of the object's
+/// kind (which moves the version on as it shows newer ones, see [`Self::watched`]).
+///
+/// An entry goes when its object's deletion completes or a fresh read finds it gone;
+/// one of an object deleted without our finalizer stays (a short string).
+#[derive(Clone, Default)]
+pub struct WrittenAt(Arc<Mutex<HashMap<String, Mark>>>);
+
+struct Mark {
+    version: String,
+    /// The watch has shown `version` (after its cache took it): every version it shows
+    /// from now on holds our writes.
+    shown: bool,
+}
+
+impl WrittenAt {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Mark>> {
+        self.0.lock().expect("written versions")
+    }
+
+    /// Our write of `uid`'s object made `version`, or a fresh read showed it (a read
+    /// that follows our writes' answers holds them all).
+    pub fn at(&self, uid: &str, version: String) {
+        self.lock().insert(
+            uid.to_string(),
+            Mark {
+                version,
+                shown: false,
+            },
+        );
+    }
+
+    /// A write of `uid`'s object failed, and may still have been applied: no cached
+    /// object is current until the next fresh read.
+    pub fn unsure(&self, uid: &str) {
+        self.at(uid, UNSURE.to_string());
+    }
+
+    pub fn forget(&self, uid: &str) {
+        self.lock().remove(uid);
+    }
+
+    /// The watch of the object's kind showed `uid` at `version`, its cache holding it
+    /// already. Call it for every event, in the stream's order.
+    pub fn watched(&self, uid: &str, version: &str) {
+        if let Some(mark) = self.lock().get_mut(uid)
+            && (mark.shown || (mark.version == version && !version.is_empty()))
+        {
+            mark.version = version.to_string();
+            mark.shown = true;
+        }
+    }
+
+    /// Whether a cached object at `version` holds every write of ours: it is at the
+    /// version recorded (or moved on to by the watch), or we have not written it at all
+    /// (nothing of ours for the cache to lag behind).
+    pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
+        version.is_some()
+            && match self.lock().get(uid) {
+                Some(mark) => !mark.version.is_empty() && Some(mark.version.as_str()) == version,
+                None => true,
+            }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn once_the_watch_shows_our_write_every_later_version_is_current() {
+        let w = WrittenAt::default();
+        w.at("a", "7".into());
+        // Someone else's write, before the watch showed ours: it may not hold ours.
+        w.watched("a", "6");
+        w.watched("a", "8");
+        assert!(!w.is_current("a", Some("8")));
+        w.at("a", "9".into());
+        w.watched("a", "9");
+        assert!(w.is_current("a", Some("9")));
+        // Cluster API patches after our write: the cache's next version holds it.
+        w.watched("a", "12");
+        assert!(w.is_current("a", Some("12")));
+        // A reconcile holding the version before the newest reads afresh.
+        assert!(!w.is_current("a", Some("9")));
+        // Our next write starts over until the watch shows it.
+        w.at("a", "13".into());
+        w.watched("a", "14");
+        assert!(!w.is_current("a", Some("14")));
+        // A failed write is never shown: nothing is current until a fresh read.
+        w.unsure("a");
+        w.watched("a", "");
+        w.watched("a", "15");
+        assert!(!w.is_current("a", Some("15")));
+        assert!(!w.is_current("a", Some("")));
+        // Objects we never wrote are current as cached; the watch adds no entry.
+        w.watched("b", "3");
+        assert!(w.is_current("b", Some("3")));
+    }
+}
