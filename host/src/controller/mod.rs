@@ -57,7 +57,7 @@ use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
 use packed::{Packed, SpecOnly};
 
-/// Run every controller until they stop (they do not, unless the API is gone). Fails
+/// Run every controller until one stops (none does, unless a task panics). Fails
 /// at start if the ownership key can be neither read nor created. The plugins' runtime
 /// keeps their claims where every replica sees them ([`claims::LeaseClaims`]).
 pub async fn run(
@@ -147,14 +147,20 @@ pub async fn run(
             }
         }
     }
-    // Each controller on its own task: none waits for another's watch events or
-    // reconciles, and none runs on the thread that started the runtime. One that stops
-    // (a panic) stops the manager, as it did when they shared that thread.
-    if running.is_empty() {
-        return Ok(());
+    // Each controller on its own task, on the runtime's workers: its watches' decoding
+    // and its queue no longer share the one thread that started the runtime with every
+    // other controller's (kube already runs each reconcile as a task of its own). A
+    // controller that ends stops the manager; dropping the set stops them all (leader
+    // lost, interrupted).
+    let mut controllers = tokio::task::JoinSet::new();
+    for c in running {
+        controllers.spawn(c);
     }
-    let (ended, _, _) = futures::future::select_all(running.into_iter().map(tokio::spawn)).await;
-    ended.map_err(|e| anyhow::anyhow!("a controller stopped: {e}"))
+    match controllers.join_next().await {
+        None => Ok(()),
+        Some(Ok(())) => anyhow::bail!("a controller stopped: its watch ended"),
+        Some(Err(e)) => anyhow::bail!("a controller stopped: {e}"),
+    }
 }
 
 fn all_or_namespaced<K>(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<K>
@@ -405,13 +411,7 @@ async fn timed(obj: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Acti
     let started = Instant::now();
     let obj = obj.unpack();
     let _housekeeping = (!priority::is_urgent(&obj)).then(|| ctx.housekeeping.enter());
-    // On the runtime's workers, not on the task that drives the controller: that task
-    // also decodes every watch event and hands out the next reconciles, and a plugin
-    // call's CPU (or a slow status write) inside it held all of that up.
-    let result = match tokio::spawn(f(Arc::new(obj), ctx.clone())).await {
-        Ok(result) => result,
-        Err(e) => Err(Error::Transient(format!("reconcile stopped: {e}"))),
-    };
+    let result = f(Arc::new(obj), ctx.clone()).await;
     let label = match &result {
         Ok(_) => "ok",
         Err(e) => e.metric_label(),

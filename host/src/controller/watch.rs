@@ -31,8 +31,8 @@ use super::written::WrittenAt;
 
 /// The objects of `api` that need a reconcile, and the store that caches them: those
 /// whose [`acted_on`] digest differs from the last one `seen` (by this watch, or by the
-/// reconciler in its own write). Every version shown is told to `written`, once the
-/// store holds it.
+/// reconciler in its own write). Every changed version the watch shows is told to
+/// `written`, once the store holds it.
 pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: WrittenAt) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
@@ -40,7 +40,9 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
         .default_backoff()
         .reflect(writer)
         .filter_map(move |event| {
-            if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = &event
+            // Changes only, not a relist's objects: those reach the store at its end, and
+            // a relist read from a lagging cache could show a version before our write.
+            if let Ok(watcher::Event::Apply(o)) = &event
                 && let (Some(uid), Some(version)) = (&o.metadata.uid, &o.metadata.resource_version)
             {
                 written.watched(uid, version);

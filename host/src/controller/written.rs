@@ -57,8 +57,9 @@ impl WrittenAt {
         self.lock().remove(uid);
     }
 
-    /// The watch of the object's kind showed `uid` at `version`, its cache holding it
-    /// already. Call it for every event, in the stream's order.
+    /// The watch of the object's kind showed a change of `uid` to `version`, its cache
+    /// holding it already. Call it for every change, in the stream's order, and never
+    /// for a relist's objects (a relist may be served from a cache that lags).
     pub fn watched(&self, uid: &str, version: &str) {
         if let Some(mark) = self.lock().get_mut(uid)
             && (mark.shown || (mark.version == version && !version.is_empty()))

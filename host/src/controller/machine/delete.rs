@@ -30,8 +30,6 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             // What the plugin published or claimed for this object dies with it, even
             // if the plugin forgot to give it up.
             let uid = &o.request.machine.uid;
-            ctx.coalescer.forget(&o.obj.uid().unwrap_or_default());
-            ctx.asked.forget(&o.obj.uid().unwrap_or_default());
             let runtime = ctx.plugin.runtime();
             runtime.blobs().withdraw_object(uid);
             runtime
@@ -46,6 +44,9 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
             )
             .await;
             patch::remove_finalizer(&o.own, &o.obj, &finalizer(&ctx.plugin)).await?;
+            // Only now: a retry of a step above reads the object afresh, as before.
+            ctx.coalescer.forget(&o.obj.uid().unwrap_or_default());
+            ctx.asked.forget(&o.obj.uid().unwrap_or_default());
             Ok(Action::await_change())
         }
         Outcome::Done(Some(progress)) => {

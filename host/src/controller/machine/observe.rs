@@ -63,7 +63,7 @@ pub enum Step {
 pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let ns = cached.namespace().unwrap_or_default();
     let own = api(&ctx.client, &ctx.resource, &ns);
-    // The cache lags our own writes; it is read again unless it shows our last one.
+    // The cache lags our own writes; it is read again unless it holds our last one.
     let current = ctx.coalescer.is_current(
         cached.uid().as_deref().unwrap_or_default(),
         cached.resource_version().as_deref(),
