@@ -55,6 +55,9 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
                 }
                 Ok(watcher::Event::Delete(o)) => {
                     seen.forget(&o);
+                    if let Some(uid) = &o.metadata.uid {
+                        written.forget(uid);
+                    }
                     None
                 }
                 Ok(watcher::Event::Init) => {
@@ -62,7 +65,10 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
                     None
                 }
                 Ok(watcher::Event::InitDone) => {
-                    seen.relisted();
+                    // Objects deleted while the watch was down.
+                    for uid in seen.relisted() {
+                        written.forget(&uid);
+                    }
                     None
                 }
                 Err(e) => Some(Err(e)),
@@ -116,11 +122,22 @@ impl Seen {
         }
     }
 
-    fn relisted(&self) {
+    /// The relist ended: objects it did not show are forgotten, and returned.
+    fn relisted(&self) -> Vec<String> {
         let mut d = self.lock();
-        if let Some(listed) = d.listed.take() {
-            d.by_uid.retain(|uid, _| listed.contains(uid));
+        let Some(listed) = d.listed.take() else {
+            return Vec::new();
+        };
+        let gone: Vec<String> = d
+            .by_uid
+            .keys()
+            .filter(|uid| !listed.contains(*uid))
+            .cloned()
+            .collect();
+        for uid in &gone {
+            d.by_uid.remove(uid);
         }
+        gone
     }
 
     /// The reconciler wrote `obj` (as the API server answered its write): its echo is

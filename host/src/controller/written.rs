@@ -18,16 +18,22 @@ const UNSURE: &str = "";
 /// reconciler (which records its writes and fresh reads) and the watch of the object's
 /// kind (which moves the version on as it shows newer ones, see [`Self::watched`]).
 ///
-/// An entry goes when its object's deletion completes or a fresh read finds it gone;
-/// one of an object deleted without our finalizer stays (a short string).
+/// An entry goes when the watch shows its object deleted, or when its deletion
+/// completes or a fresh read finds it gone.
 #[derive(Clone, Default)]
 pub struct WrittenAt(Arc<Mutex<HashMap<String, Mark>>>);
 
+#[derive(Default)]
 struct Mark {
-    version: String,
+    /// The version our last write made or a fresh read showed; none: nothing of ours
+    /// for the cache to lag behind.
+    version: Option<String>,
     /// The watch has shown `version` (after its cache took it): every version it shows
     /// from now on holds our writes.
     shown: bool,
+    /// The last version the watch showed. Under load its event can come before our
+    /// write's answer: the write's version is then shown already.
+    latest: String,
 }
 
 impl WrittenAt {
@@ -38,13 +44,10 @@ impl WrittenAt {
     /// Our write of `uid`'s object made `version`, or a fresh read showed it (a read
     /// that follows our writes' answers holds them all).
     pub fn at(&self, uid: &str, version: String) {
-        self.lock().insert(
-            uid.to_string(),
-            Mark {
-                version,
-                shown: false,
-            },
-        );
+        let mut marks = self.lock();
+        let mark = marks.entry(uid.to_string()).or_default();
+        mark.shown = !version.is_empty() && mark.latest == version;
+        mark.version = Some(version);
     }
 
     /// A write of `uid`'s object failed, and may still have been applied: no cached
@@ -61,10 +64,13 @@ impl WrittenAt {
     /// holding it already. Call it for every change, in the stream's order, and never
     /// for a relist's objects (a relist may be served from a cache that lags).
     pub fn watched(&self, uid: &str, version: &str) {
-        if let Some(mark) = self.lock().get_mut(uid)
-            && (mark.shown || (mark.version == version && !version.is_empty()))
+        let mut marks = self.lock();
+        let mark = marks.entry(uid.to_string()).or_default();
+        mark.latest = version.to_string();
+        if let Some(ours) = &mut mark.version
+            && (mark.shown || (ours == version && !version.is_empty()))
         {
-            mark.version = version.to_string();
+            *ours = version.to_string();
             mark.shown = true;
         }
     }
@@ -74,8 +80,8 @@ impl WrittenAt {
     /// (nothing of ours for the cache to lag behind).
     pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
         version.is_some()
-            && match self.lock().get(uid) {
-                Some(mark) => !mark.version.is_empty() && Some(mark.version.as_str()) == version,
+            && match self.lock().get(uid).and_then(|m| m.version.as_deref()) {
+                Some(ours) => !ours.is_empty() && Some(ours) == version,
                 None => true,
             }
     }
@@ -111,8 +117,29 @@ mod tests {
         w.watched("a", "15");
         assert!(!w.is_current("a", Some("15")));
         assert!(!w.is_current("a", Some("")));
-        // Objects we never wrote are current as cached; the watch adds no entry.
+        // Objects we never wrote are current as cached.
         w.watched("b", "3");
         assert!(w.is_current("b", Some("3")));
+    }
+
+    #[test]
+    fn a_write_whose_event_came_before_its_answer_is_shown_already() {
+        let w = WrittenAt::default();
+        w.watched("a", "4");
+        w.at("a", "4".into());
+        w.watched("a", "5");
+        assert!(w.is_current("a", Some("5")));
+        // A fresh read of the version the watch showed last: shown too.
+        w.at("a", "6".into());
+        w.watched("a", "7");
+        w.at("a", "7".into());
+        w.watched("a", "8");
+        assert!(w.is_current("a", Some("8")));
+        // Not when the watch has shown a newer one since: that one may lack nothing,
+        // but which came first is not known.
+        w.at("a", "9".into());
+        w.watched("a", "10");
+        w.at("a", "9".into());
+        assert!(!w.is_current("a", Some("10")));
     }
 }
