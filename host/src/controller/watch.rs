@@ -36,7 +36,10 @@ use super::written::WrittenAt;
 pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: WrittenAt) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
-    let stream = watcher(api, watcher::Config::default())
+    // Relists are quorum reads and the watch resumes from their version, so no event
+    // shows a version older than one shown before: `written` relies on that.
+    let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+    let stream = watcher(api, config)
         .default_backoff()
         .reflect(writer)
         .filter_map(move |event| {
@@ -56,7 +59,7 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
                 Ok(watcher::Event::Delete(o)) => {
                     seen.forget(&o);
                     if let Some(uid) = &o.metadata.uid {
-                        written.forget(uid);
+                        written.gone(uid);
                     }
                     None
                 }
@@ -67,7 +70,7 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
                 Ok(watcher::Event::InitDone) => {
                     // Objects deleted while the watch was down.
                     for uid in seen.relisted() {
-                        written.forget(&uid);
+                        written.gone(&uid);
                     }
                     None
                 }

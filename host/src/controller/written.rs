@@ -18,8 +18,10 @@ const UNSURE: &str = "";
 /// reconciler (which records its writes and fresh reads) and the watch of the object's
 /// kind (which moves the version on as it shows newer ones, see [`Self::watched`]).
 ///
-/// An entry goes when the watch shows its object deleted, or when its deletion
-/// completes or a fresh read finds it gone.
+/// An entry goes when its deletion completes or a fresh read finds it gone, or when the
+/// watch shows it deleted and it holds nothing of ours. One the watch shows deleted with
+/// a write of ours in it is only made unsure (see [`Self::gone`]): it may stay (a short
+/// string), as may one whose write was answered after the object went.
 #[derive(Clone, Default)]
 pub struct WrittenAt(Arc<Mutex<HashMap<String, Mark>>>);
 
@@ -54,6 +56,25 @@ impl WrittenAt {
     /// object is current until the next fresh read.
     pub fn unsure(&self, uid: &str) {
         self.at(uid, UNSURE.to_string());
+    }
+
+    /// The watch showed `uid`'s object deleted (or a relist no longer lists it). A
+    /// reconcile may already hold its last cached version: where we wrote, that version
+    /// is no longer current (its fresh read finds the object gone and forgets it).
+    /// Where we never wrote, nothing is kept.
+    pub fn gone(&self, uid: &str) {
+        let mut marks = self.lock();
+        match marks.get_mut(uid) {
+            Some(mark) if mark.version.is_some() => {
+                mark.version = Some(UNSURE.to_string());
+                mark.shown = false;
+                mark.latest.clear();
+            }
+            Some(_) => {
+                marks.remove(uid);
+            }
+            None => {}
+        }
     }
 
     pub fn forget(&self, uid: &str) {
@@ -135,11 +156,28 @@ mod tests {
         w.at("a", "7".into());
         w.watched("a", "8");
         assert!(w.is_current("a", Some("8")));
-        // Not when the watch has shown a newer one since: that one may lack nothing,
-        // but which came first is not known.
+        // Not when the watch has shown a newer one since: a write answered late says
+        // only that 9 holds it, and 10 is not known to come after 9.
         w.at("a", "9".into());
         w.watched("a", "10");
         w.at("a", "9".into());
         assert!(!w.is_current("a", Some("10")));
+    }
+
+    #[test]
+    fn a_deleted_object_we_wrote_is_not_current_and_one_we_never_wrote_is_forgotten() {
+        let w = WrittenAt::default();
+        w.at("a", "4".into());
+        w.watched("a", "4");
+        w.watched("a", "5");
+        w.gone("a");
+        // A reconcile that took version 5 from the cache before the delete reads fresh.
+        assert!(!w.is_current("a", Some("5")));
+        w.watched("b", "3");
+        w.gone("b");
+        assert!(w.lock().get("b").is_none());
+        // Gone twice, or gone unknown: no entry is made.
+        w.gone("c");
+        assert!(w.lock().get("c").is_none());
     }
 }
