@@ -86,7 +86,11 @@ impl WrittenAt {
     /// for a relist's objects (a relist may be served from a cache that lags).
     pub fn watched(&self, uid: &str, version: &str) {
         let mut marks = self.lock();
-        let mark = marks.entry(uid.to_string()).or_default();
+        // Most events are of objects already marked: no new key for those.
+        if !marks.contains_key(uid) {
+            marks.insert(uid.to_string(), Mark::default());
+        }
+        let mark = marks.get_mut(uid).expect("inserted above");
         mark.latest = version.to_string();
         if let Some(ours) = &mut mark.version
             && (mark.shown || (ours == version && !version.is_empty()))
