@@ -9,21 +9,35 @@
 //! the cache, not read again at its next step.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// What [`WrittenAt::unsure`] records: no resource version is empty, so no cached
 /// object is current at it.
 const UNSURE: &str = "";
 
+/// How long the mark of an object shown deleted is kept: longer than a reconcile that
+/// took the object from the cache just before its deletion can run on (a plugin call's
+/// limit is 30 s), so such a reconcile still reads afresh. Marks older than this are
+/// swept at the next deletion.
+const KEEP_GONE: Duration = Duration::from_secs(120);
+
 /// By object UID, the newest version known to hold every write of ours. Shared by the
 /// reconciler (which records its writes and fresh reads) and the watch of the object's
 /// kind (which moves the version on as it shows newer ones, see [`Self::watched`]).
 ///
-/// An entry goes when its deletion completes or a fresh read finds it gone, or when the
-/// watch shows it deleted and it holds nothing of ours. One the watch shows deleted with
-/// a write of ours in it is only made unsure (see [`Self::gone`]): it may stay (a short
-/// string), as may one whose write was answered after the object went.
+/// An entry goes when its deletion completes or a fresh read finds it gone. One the
+/// watch shows deleted is made unsure and kept for [`KEEP_GONE`] (see [`Self::gone`]),
+/// as is a write answered after its object went: so the marks are those of the objects
+/// the watch holds, plus those deleted within the last [`KEEP_GONE`].
 #[derive(Clone, Default)]
-pub struct WrittenAt(Arc<Mutex<HashMap<String, Mark>>>);
+pub struct WrittenAt(Arc<Mutex<Marks>>);
+
+#[derive(Default)]
+struct Marks {
+    by_uid: HashMap<String, Mark>,
+    /// When marks of deleted objects were last swept.
+    swept: Option<Instant>,
+}
 
 #[derive(Default)]
 struct Mark {
@@ -36,10 +50,12 @@ struct Mark {
     /// The last version the watch showed. Under load its event can come before our
     /// write's answer: the write's version is then shown already.
     latest: String,
+    /// When the watch showed the object deleted (or a relist stopped listing it).
+    gone: Option<Instant>,
 }
 
 impl WrittenAt {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Mark>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Marks> {
         self.0.lock().expect("written versions")
     }
 
@@ -47,7 +63,7 @@ impl WrittenAt {
     /// that follows our writes' answers holds them all).
     pub fn at(&self, uid: &str, version: String) {
         let mut marks = self.lock();
-        let mark = marks.entry(uid.to_string()).or_default();
+        let mark = marks.by_uid.entry(uid.to_string()).or_default();
         mark.shown = !version.is_empty() && mark.latest == version;
         mark.version = Some(version);
     }
@@ -60,25 +76,37 @@ impl WrittenAt {
 
     /// The watch showed `uid`'s object deleted (or a relist no longer lists it). A
     /// reconcile may already hold its last cached version: where we wrote, that version
-    /// is no longer current (its fresh read finds the object gone and forgets it).
-    /// Where we never wrote, nothing is kept.
+    /// is no longer current (its fresh read finds the object gone and forgets it). The
+    /// mark stays for [`KEEP_GONE`], also where we never wrote, so a write of ours
+    /// answered after the deletion is swept with it.
     pub fn gone(&self, uid: &str) {
+        self.gone_at(uid, Instant::now());
+    }
+
+    fn gone_at(&self, uid: &str, now: Instant) {
         let mut marks = self.lock();
-        match marks.get_mut(uid) {
-            Some(mark) if mark.version.is_some() => {
-                mark.version = Some(UNSURE.to_string());
-                mark.shown = false;
-                mark.latest.clear();
-            }
-            Some(_) => {
-                marks.remove(uid);
-            }
-            None => {}
+        let mark = marks.by_uid.entry(uid.to_string()).or_default();
+        if mark.version.is_some() {
+            mark.version = Some(UNSURE.to_string());
+        }
+        mark.shown = false;
+        mark.latest.clear();
+        mark.gone.get_or_insert(now);
+        // At most one pass over the marks per KEEP_GONE, so a burst of deletions costs
+        // one pass, not one per deletion.
+        if marks
+            .swept
+            .is_none_or(|at| now.duration_since(at) >= KEEP_GONE)
+        {
+            marks.swept = Some(now);
+            marks
+                .by_uid
+                .retain(|_, m| m.gone.is_none_or(|at| now.duration_since(at) < KEEP_GONE));
         }
     }
 
     pub fn forget(&self, uid: &str) {
-        self.lock().remove(uid);
+        self.lock().by_uid.remove(uid);
     }
 
     /// The watch of the object's kind showed a change of `uid` to `version`, its cache
@@ -87,11 +115,12 @@ impl WrittenAt {
     pub fn watched(&self, uid: &str, version: &str) {
         let mut marks = self.lock();
         // Most events are of objects already marked: no new key for those.
-        if !marks.contains_key(uid) {
-            marks.insert(uid.to_string(), Mark::default());
+        if !marks.by_uid.contains_key(uid) {
+            marks.by_uid.insert(uid.to_string(), Mark::default());
         }
-        let mark = marks.get_mut(uid).expect("inserted above");
+        let mark = marks.by_uid.get_mut(uid).expect("inserted above");
         mark.latest = version.to_string();
+        mark.gone = None;
         if let Some(ours) = &mut mark.version
             && (mark.shown || (ours == version && !version.is_empty()))
         {
@@ -105,7 +134,12 @@ impl WrittenAt {
     /// (nothing of ours for the cache to lag behind).
     pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
         version.is_some()
-            && match self.lock().get(uid).and_then(|m| m.version.as_deref()) {
+            && match self
+                .lock()
+                .by_uid
+                .get(uid)
+                .and_then(|m| m.version.as_deref())
+            {
                 Some(ours) => !ours.is_empty() && Some(ours) == version,
                 None => true,
             }
@@ -169,19 +203,31 @@ mod tests {
     }
 
     #[test]
-    fn a_deleted_object_we_wrote_is_not_current_and_one_we_never_wrote_is_forgotten() {
+    fn a_deleted_object_we_wrote_is_not_current_and_its_mark_goes_in_time() {
         let w = WrittenAt::default();
+        let t0 = Instant::now();
         w.at("a", "4".into());
         w.watched("a", "4");
         w.watched("a", "5");
-        w.gone("a");
+        w.gone_at("a", t0);
         // A reconcile that took version 5 from the cache before the delete reads fresh.
         assert!(!w.is_current("a", Some("5")));
+        // Never written: still current as cached, marked only to be swept.
         w.watched("b", "3");
-        w.gone("b");
-        assert!(w.lock().get("b").is_none());
-        // Gone twice, or gone unknown: no entry is made.
-        w.gone("c");
-        assert!(w.lock().get("c").is_none());
+        w.gone_at("b", t0);
+        assert!(w.is_current("b", Some("3")));
+        // A write of ours answered after the deletion keeps the deletion's time.
+        w.gone_at("c", t0);
+        w.at("c", "9".into());
+        w.watched("d", "1");
+        let later = t0 + KEEP_GONE;
+        w.gone_at("e", later);
+        let left: Vec<String> = w.lock().by_uid.keys().cloned().collect();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(w.lock().by_uid.contains_key("d") && w.lock().by_uid.contains_key("e"));
+        // Gone again later does not move its time on.
+        w.gone_at("e", later + KEEP_GONE);
+        w.gone_at("f", later + KEEP_GONE);
+        assert!(!w.lock().by_uid.contains_key("e"));
     }
 }
