@@ -25,6 +25,7 @@ mod priority;
 mod requeue;
 #[cfg(test)]
 mod result_properties;
+mod supervise;
 mod template;
 mod triggers;
 mod unverified;
@@ -69,7 +70,7 @@ pub async fn run(
     let (key_ns, key_name) = &options.ownership_key_secret;
     let ownership =
         Arc::new(ownership::OwnershipKeys::load_or_create(client.clone(), key_ns, key_name).await?);
-    let mut running: Vec<BoxFuture<'static, ()>> = Vec::new();
+    let mut running: Vec<(String, BoxFuture<'static, ()>)> = Vec::new();
     let reporter = Reporter {
         controller: "hyperplug".into(),
         instance: std::env::var("HOSTNAME").ok(),
@@ -135,32 +136,20 @@ pub async fn run(
                 }),
             });
             tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
+            let name = format!("{} (plugin {})", kind.kind, plugin.name());
             match kind.role {
                 KindRole::InfraMachine => {
                     let others = others.expect("built for the InfraMachine kind");
-                    running.push(Box::pin(machines(ctx, woken, others)))
+                    running.push((name, Box::pin(machines(ctx, woken, others))))
                 }
-                KindRole::InfraCluster => running.push(Box::pin(clusters(ctx))),
-                KindRole::InfraMachineTemplate => running.push(Box::pin(templates(ctx))),
+                KindRole::InfraCluster => running.push((name, Box::pin(clusters(ctx)))),
+                KindRole::InfraMachineTemplate => running.push((name, Box::pin(templates(ctx)))),
                 // Nothing to reconcile: ClusterClass copies it into InfraClusters.
                 KindRole::InfraClusterTemplate => {}
             }
         }
     }
-    // Each controller on its own task, on the runtime's workers: its watches' decoding
-    // and its queue no longer share the one thread that started the runtime with every
-    // other controller's (kube already runs each reconcile as a task of its own). A
-    // controller that ends stops the manager; dropping the set stops them all (leader
-    // lost, interrupted).
-    let mut controllers = tokio::task::JoinSet::new();
-    for c in running {
-        controllers.spawn(c);
-    }
-    match controllers.join_next().await {
-        None => Ok(()),
-        Some(Ok(())) => anyhow::bail!("a controller stopped: its watch ended"),
-        Some(Err(e)) => anyhow::bail!("a controller stopped: {e}"),
-    }
+    supervise::until_one_ends(running).await
 }
 
 fn all_or_namespaced<K>(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<K>
