@@ -29,7 +29,7 @@ use super::objects;
 type Obj = ObjectRef<DynamicObject>;
 
 /// Reconciles of provisioned objects in flight at once, past which their wakes are held.
-pub const HOUSEKEEPING_AT_ONCE: usize = 8;
+pub const HOUSEKEEPING_AT_ONCE: usize = 4;
 /// How often held wakes are looked at; one goes on each time even when busy.
 pub const RELEASE_EVERY: Duration = Duration::from_millis(50);
 

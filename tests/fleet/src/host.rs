@@ -124,17 +124,7 @@ impl Host {
 
     /// User + system CPU seconds so far.
     pub fn cpu_seconds(&self) -> Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        // Fields after the command name (which may hold spaces) start at state, field 3.
-        let rest = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .context("malformed /proc/PID/stat")?;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        Ok(ticks as f64 / hz)
+        crate::cpu::process_seconds(self.pid())
     }
 }
 

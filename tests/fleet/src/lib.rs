@@ -9,6 +9,7 @@
 //! and finding or building the binaries ([`binaries`]).
 
 pub mod binaries;
+pub mod cpu;
 pub mod host;
 pub mod objects;
 pub mod plane;

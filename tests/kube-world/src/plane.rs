@@ -464,6 +464,15 @@ impl Plane {
     pub fn pids(&self) -> Vec<u32> {
         self.procs.lock().unwrap().iter().map(Proc::pid).collect()
     }
+    /// Every process the plane started, by name (etcd first).
+    pub fn named_pids(&self) -> Vec<(String, u32)> {
+        self.procs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|p| (p.name().to_string(), p.pid()))
+            .collect()
+    }
     /// Paths of all process logs so far.
     pub fn log_paths(&self) -> Vec<PathBuf> {
         self.procs

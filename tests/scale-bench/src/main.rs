@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use fleet::cpu::{self, MachineCpu};
 use fleet::{HostSpec, now_ms, objects, world};
 use futures::{StreamExt, TryStreamExt};
 use hyperplug_runtime::bindings::machine::TemplateRequest;
@@ -239,6 +240,8 @@ async fn run(args: &Args) -> Result<report::Report> {
     sim.state().reset_counters();
     let audit_from = audit::mark(&audit_log);
     let cpu_from = host.cpu_seconds()?;
+    let others_from = others_cpu(&plane);
+    let machine_from = MachineCpu::now()?;
     let t0 = now_ms();
     let started = Instant::now();
     eprintln!("[bench] creating {total} machines");
@@ -258,6 +261,7 @@ async fn run(args: &Args) -> Result<report::Report> {
     .buffer_unordered(args.parallelism)
     .try_collect()
     .await?;
+    let busy_creating = MachineCpu::now()?.busy_since(&machine_from);
     let w = watcher.clone();
     watch::wait(
         &mut host,
@@ -317,6 +321,13 @@ async fn run(args: &Args) -> Result<report::Report> {
     .await?;
     let t_gone = now_ms();
     let cpu_lifecycle = host.cpu_seconds()? - cpu_from;
+    let others_lifecycle: Vec<(String, f64)> = others_cpu(&plane)
+        .into_iter()
+        .filter_map(|(name, to)| {
+            let from = others_from.iter().find(|(n, _)| *n == name)?.1;
+            Some((name, to - from))
+        })
+        .collect();
     if let Ok(m) = host.metrics() {
         let _ = std::fs::write(plane.dir().join("hyperplug-metrics-gone.txt"), m);
     }
@@ -395,6 +406,8 @@ async fn run(args: &Args) -> Result<report::Report> {
         peak_heap,
         cpu_lifecycle,
         cpu_total,
+        busy_creating,
+        others_lifecycle,
         overhead,
         drift,
     }))
@@ -415,6 +428,21 @@ fn cluster_spec(args: &Args, c: usize) -> serde_json::Value {
 }
 
 /// The value of an unlabelled metric in Prometheus text.
+/// CPU seconds so far of every process of the plane (the API server, etcd, Cluster
+/// API's managers, ...) and of this one (the benchmark and pve-sim), by name: the cores
+/// the host shares.
+fn others_cpu(plane: &kube_world::Plane) -> Vec<(String, f64)> {
+    plane
+        .named_pids()
+        .into_iter()
+        .chain([(
+            "scale-bench (the benchmark and pve-sim)".to_string(),
+            std::process::id(),
+        )])
+        .filter_map(|(name, pid)| Some((name, cpu::process_seconds(pid).ok()?)))
+        .collect()
+}
+
 fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))

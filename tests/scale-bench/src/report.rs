@@ -36,6 +36,11 @@ pub struct Inputs {
     pub peak_heap: Option<u64>,
     pub cpu_lifecycle: f64,
     pub cpu_total: f64,
+    /// The share of all cores' time spent busy (every process) while the benchmark
+    /// created its machines.
+    pub busy_creating: f64,
+    /// CPU seconds of the machines' lifecycle of every other process on these cores.
+    pub others_lifecycle: Vec<(String, f64)>,
     pub overhead: CallOverhead,
     /// From one VM destroyed out of band to its machine showing it.
     pub drift: Duration,
@@ -266,6 +271,25 @@ impl Report {
             format!("{:.3} s", i.cpu_lifecycle / n),
             "≤ 0.1 s",
         );
+        // The host shares its cores with the plane and the benchmark: when they are
+        // busy, every step of every process waits for a core (the latencies above).
+        row(
+            format!(
+                "cores busy (every process) while the benchmark creates, {} cores",
+                fleet::cpu::cores()
+            ),
+            format!("{:.0} %", i.busy_creating * 100.0),
+            "",
+        );
+        let mut others = i.others_lifecycle.clone();
+        others.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (name, secs) in others.iter().filter(|(_, s)| s / n >= 0.0005) {
+            row(
+                format!("  CPU per machine lifecycle of `{name}`"),
+                format!("{:.3} s", secs / n),
+                "",
+            );
+        }
         row(
             "drift shown after a VM is destroyed out of band".into(),
             format!("{:.1} s", i.drift.as_secs_f64()),
