@@ -41,9 +41,12 @@ mod tests {
         }
     }
 
+    /// Never ends; its flag is set when it is dropped, polled or not (the guard is made
+    /// before the task is spawned, so an abort before its first poll counts too).
     fn forever(flag: Arc<AtomicBool>) -> BoxFuture<'static, ()> {
+        let guard = Dropped(flag);
         Box::pin(async move {
-            let _guard = Dropped(flag);
+            let _guard = guard;
             std::future::pending::<()>().await
         })
     }
@@ -74,19 +77,28 @@ mod tests {
 
     #[tokio::test]
     async fn a_controller_that_panics_stops_the_manager() {
-        let running = vec![(
-            "ExampleMachine (plugin p)".to_string(),
-            Box::pin(async {
-                if std::hint::black_box(true) {
-                    panic!("boom")
-                }
-            }) as BoxFuture<'static, ()>,
-        )];
+        let other = Arc::new(AtomicBool::new(false));
+        let running = vec![
+            (
+                "ExampleCluster (plugin p)".to_string(),
+                forever(other.clone()),
+            ),
+            (
+                "ExampleMachine (plugin p)".to_string(),
+                Box::pin(async {
+                    if std::hint::black_box(true) {
+                        panic!("boom")
+                    }
+                }) as BoxFuture<'static, ()>,
+            ),
+        ];
         let err = until_one_ends(running).await.unwrap_err().to_string();
         assert!(
             err.starts_with("the controller of ExampleMachine (plugin p) stopped: task"),
             "{err}"
         );
+        tokio::task::yield_now().await;
+        assert!(other.load(Ordering::SeqCst), "the others are aborted");
     }
 
     #[tokio::test]

@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 /// object is current at it.
 const UNSURE: &str = "";
 
-/// How long the mark of an object shown deleted is kept: longer than a reconcile that
-/// took the object from the cache just before its deletion can run on (a plugin call's
-/// limit is 30 s), so such a reconcile still reads afresh. Marks older than this are
-/// swept at the next deletion.
+/// How long the mark of an object shown deleted is kept at least: longer than a
+/// reconcile that took the object from the cache just before its deletion can run on (a
+/// plugin call's limit is 30 s), so such a reconcile still reads afresh. The marks are
+/// swept at most once per this period, on a watch event or a deletion: a mark goes
+/// between one and two periods after its object.
 const KEEP_GONE: Duration = Duration::from_secs(120);
 
 /// By object UID, the newest version known to hold every write of ours. Shared by the
@@ -28,7 +29,7 @@ const KEEP_GONE: Duration = Duration::from_secs(120);
 /// An entry goes when its deletion completes or a fresh read finds it gone. One the
 /// watch shows deleted is made unsure and kept for [`KEEP_GONE`] (see [`Self::gone`]),
 /// as is a write answered after its object went: so the marks are those of the objects
-/// the watch holds, plus those deleted within the last [`KEEP_GONE`].
+/// the watch holds, plus those deleted within the last two periods of [`KEEP_GONE`].
 #[derive(Clone, Default)]
 pub struct WrittenAt(Arc<Mutex<Marks>>);
 
@@ -52,6 +53,22 @@ struct Mark {
     latest: String,
     /// When the watch showed the object deleted (or a relist stopped listing it).
     gone: Option<Instant>,
+}
+
+impl Marks {
+    /// Drop the marks of objects deleted [`KEEP_GONE`] ago or more. At most one pass
+    /// over the marks per period, so a burst of events or deletions costs one pass.
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < KEEP_GONE)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        self.by_uid
+            .retain(|_, m| m.gone.is_none_or(|at| now.duration_since(at) < KEEP_GONE));
+    }
 }
 
 impl WrittenAt {
@@ -92,17 +109,7 @@ impl WrittenAt {
         mark.shown = false;
         mark.latest.clear();
         mark.gone.get_or_insert(now);
-        // At most one pass over the marks per KEEP_GONE, so a burst of deletions costs
-        // one pass, not one per deletion.
-        if marks
-            .swept
-            .is_none_or(|at| now.duration_since(at) >= KEEP_GONE)
-        {
-            marks.swept = Some(now);
-            marks
-                .by_uid
-                .retain(|_, m| m.gone.is_none_or(|at| now.duration_since(at) < KEEP_GONE));
-        }
+        marks.sweep(now);
     }
 
     pub fn forget(&self, uid: &str) {
@@ -113,7 +120,12 @@ impl WrittenAt {
     /// holding it already. Call it for every change, in the stream's order, and never
     /// for a relist's objects (a relist may be served from a cache that lags).
     pub fn watched(&self, uid: &str, version: &str) {
+        self.watched_at(uid, version, Instant::now());
+    }
+
+    fn watched_at(&self, uid: &str, version: &str, now: Instant) {
         let mut marks = self.lock();
+        marks.sweep(now);
         // Most events are of objects already marked: no new key for those.
         if !marks.by_uid.contains_key(uid) {
             marks.by_uid.insert(uid.to_string(), Mark::default());
@@ -206,28 +218,40 @@ mod tests {
     fn a_deleted_object_we_wrote_is_not_current_and_its_mark_goes_in_time() {
         let w = WrittenAt::default();
         let t0 = Instant::now();
+        let keys = |w: &WrittenAt| {
+            let mut k: Vec<String> = w.lock().by_uid.keys().cloned().collect();
+            k.sort();
+            k
+        };
         w.at("a", "4".into());
-        w.watched("a", "4");
-        w.watched("a", "5");
+        w.watched_at("a", "4", t0);
+        w.watched_at("a", "5", t0);
         w.gone_at("a", t0);
         // A reconcile that took version 5 from the cache before the delete reads fresh.
         assert!(!w.is_current("a", Some("5")));
         // Never written: still current as cached, marked only to be swept.
-        w.watched("b", "3");
+        w.watched_at("b", "3", t0);
         w.gone_at("b", t0);
         assert!(w.is_current("b", Some("3")));
         // A write of ours answered after the deletion keeps the deletion's time.
         w.gone_at("c", t0);
         w.at("c", "9".into());
-        w.watched("d", "1");
+        // Shown again after a relist called it gone: alive, never swept.
+        w.gone_at("d", t0);
+        w.watched_at("d", "1", t0);
+        // Gone a moment later: younger than the period at the next sweep.
+        let soon = t0 + Duration::from_secs(1);
+        w.gone_at("e", soon);
+        // One sweep per period: just before it is up, nothing goes.
+        w.watched_at("d", "2", t0 + KEEP_GONE - Duration::from_millis(1));
+        assert_eq!(keys(&w), ["a", "b", "c", "d", "e"]);
         let later = t0 + KEEP_GONE;
-        w.gone_at("e", later);
-        let left: Vec<String> = w.lock().by_uid.keys().cloned().collect();
-        assert_eq!(left.len(), 2, "{left:?}");
-        assert!(w.lock().by_uid.contains_key("d") && w.lock().by_uid.contains_key("e"));
-        // Gone again later does not move its time on.
-        w.gone_at("e", later + KEEP_GONE);
+        w.watched_at("d", "3", later);
+        assert_eq!(keys(&w), ["d", "e"]);
+        // Gone again later does not move its time on; the next sweep is a period on.
+        w.gone_at("e", soon + KEEP_GONE);
+        assert_eq!(keys(&w), ["d", "e"]);
         w.gone_at("f", later + KEEP_GONE);
-        assert!(!w.lock().by_uid.contains_key("e"));
+        assert_eq!(keys(&w), ["d", "f"]);
     }
 }

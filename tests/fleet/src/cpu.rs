@@ -16,7 +16,10 @@ pub fn process_seconds(pid: u32) -> Result<f64> {
         .map(|(_, r)| r)
         .context("malformed /proc/PID/stat")?;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>()? + f[12].parse::<u64>()?;
+    let field =
+        |i: usize| -> Result<u64> { Ok(f.get(i).context("short /proc/PID/stat")?.parse::<u64>()?) };
+    // utime and stime, fields 14 and 15.
+    let ticks = field(11)? + field(12)?;
     Ok(ticks as f64 / ticks_per_second())
 }
 

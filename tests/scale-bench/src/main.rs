@@ -427,7 +427,6 @@ fn cluster_spec(args: &Args, c: usize) -> serde_json::Value {
     }})
 }
 
-/// The value of an unlabelled metric in Prometheus text.
 /// CPU seconds so far of every process of the plane (the API server, etcd, Cluster
 /// API's managers, ...) and of this one (the benchmark and pve-sim), by name: the cores
 /// the host shares.
@@ -436,13 +435,14 @@ fn others_cpu(plane: &kube_world::Plane) -> Vec<(String, f64)> {
         .named_pids()
         .into_iter()
         .chain([(
-            "scale-bench (the benchmark and pve-sim)".to_string(),
+            "scale-bench (the benchmark, pve-sim, the watchers)".to_string(),
             std::process::id(),
         )])
         .filter_map(|(name, pid)| Some((name, cpu::process_seconds(pid).ok()?)))
         .collect()
 }
 
+/// The value of an unlabelled metric in Prometheus text.
 fn metric(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
