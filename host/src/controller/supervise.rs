@@ -29,7 +29,6 @@ pub async fn until_one_ends(running: Vec<(String, BoxFuture<'static, ()>)>) -> a
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::time::Duration;
 
     use super::*;
 
@@ -51,20 +50,28 @@ mod tests {
         })
     }
 
-    #[tokio::test]
-    async fn a_controller_that_ends_stops_the_manager_and_names_itself() {
+    /// `ending` as the machines' controller, beside a clusters' one that never ends
+    /// (its flag tells whether it was aborted).
+    fn beside_one_that_never_ends(
+        ending: BoxFuture<'static, ()>,
+    ) -> (Arc<AtomicBool>, Vec<(String, BoxFuture<'static, ()>)>) {
         let other = Arc::new(AtomicBool::new(false));
         let running = vec![
             (
                 "ExampleCluster (plugin p)".to_string(),
                 forever(other.clone()),
             ),
-            (
-                "ExampleMachine (plugin p)".to_string(),
-                Box::pin(async { tokio::time::sleep(Duration::from_millis(10)).await })
-                    as BoxFuture<'static, ()>,
-            ),
+            ("ExampleMachine (plugin p)".to_string(), ending),
         ];
+        (other, running)
+    }
+
+    // `#[tokio::test]` runs on one thread: after `yield_now`, the aborted tasks have been
+    // cancelled (their futures dropped).
+
+    #[tokio::test]
+    async fn a_controller_that_ends_stops_the_manager_and_names_itself() {
+        let (other, running) = beside_one_that_never_ends(Box::pin(async {}));
         let err = until_one_ends(running).await.unwrap_err().to_string();
         assert_eq!(
             err,
@@ -77,21 +84,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_controller_that_panics_stops_the_manager() {
-        let other = Arc::new(AtomicBool::new(false));
-        let running = vec![
-            (
-                "ExampleCluster (plugin p)".to_string(),
-                forever(other.clone()),
-            ),
-            (
-                "ExampleMachine (plugin p)".to_string(),
-                Box::pin(async {
-                    if std::hint::black_box(true) {
-                        panic!("boom")
-                    }
-                }) as BoxFuture<'static, ()>,
-            ),
-        ];
+        let (other, running) = beside_one_that_never_ends(Box::pin(async {
+            if std::hint::black_box(true) {
+                panic!("boom")
+            }
+        }));
         let err = until_one_ends(running).await.unwrap_err().to_string();
         assert!(
             err.starts_with("the controller of ExampleMachine (plugin p) stopped: task"),
@@ -110,7 +107,13 @@ mod tests {
             .map(|(i, f)| (format!("kind {i}"), forever(f.clone())))
             .collect();
         let run = tokio::spawn(until_one_ends(running));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Let it spawn the controllers into its set (it then waits for one to end).
+        tokio::task::yield_now().await;
+        assert!(!run.is_finished());
+        assert!(
+            flags.iter().all(|f| !f.load(Ordering::SeqCst)),
+            "all running"
+        );
         run.abort();
         let _ = run.await;
         tokio::task::yield_now().await;

@@ -5,7 +5,7 @@
 //! nothing about whether it holds that write. The watch stream does: it shows one
 //! object's versions in order, so once it has shown the version our write made, every
 //! version it shows after holds that write too. A machine whose status we wrote before
-//! Cluster API patched it (its owner references, at the clone) is then reconciled from
+//! Cluster API patched it (its owner references, during its first step) is then reconciled from
 //! the cache, not read again at its next step.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -28,6 +28,8 @@ pub fn process_seconds(pid: u32) -> Result<f64> {
 pub struct MachineCpu {
     busy: u64,
     total: u64,
+    /// The cores `/proc/stat` counts (its `cpuN` lines): what the busy share is of.
+    pub cores: usize,
 }
 
 impl MachineCpu {
@@ -46,9 +48,14 @@ impl MachineCpu {
         // user nice system idle iowait irq softirq steal (guest time is within user).
         let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
         let total: u64 = f.iter().take(8).sum();
+        let cores = stat
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count();
         Ok(MachineCpu {
             busy: total.saturating_sub(idle),
             total,
+            cores,
         })
     }
 
@@ -57,9 +64,4 @@ impl MachineCpu {
         let total = self.total.saturating_sub(earlier.total);
         self.busy.saturating_sub(earlier.busy) as f64 / total.max(1) as f64
     }
-}
-
-/// Online cores.
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

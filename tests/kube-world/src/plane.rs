@@ -462,7 +462,7 @@ impl Plane {
     }
     /// Process ids of every process the plane started (etcd first).
     pub fn pids(&self) -> Vec<u32> {
-        self.procs.lock().unwrap().iter().map(Proc::pid).collect()
+        self.named_pids().into_iter().map(|(_, pid)| pid).collect()
     }
     /// Every process the plane started, by name (etcd first).
     pub fn named_pids(&self) -> Vec<(String, u32)> {

@@ -262,6 +262,7 @@ async fn run(args: &Args) -> Result<report::Report> {
     .try_collect()
     .await?;
     let busy_creating = MachineCpu::now()?.busy_since(&machine_from);
+    let cores = machine_from.cores;
     let w = watcher.clone();
     watch::wait(
         &mut host,
@@ -407,6 +408,7 @@ async fn run(args: &Args) -> Result<report::Report> {
         cpu_lifecycle,
         cpu_total,
         busy_creating,
+        cores,
         others_lifecycle,
         overhead,
         drift,

@@ -39,6 +39,8 @@ pub struct Inputs {
     /// The share of all cores' time spent busy (every process) while the benchmark
     /// created its machines.
     pub busy_creating: f64,
+    /// The cores that share is of.
+    pub cores: usize,
     /// CPU seconds of the machines' lifecycle of every other process on these cores.
     pub others_lifecycle: Vec<(String, f64)>,
     pub overhead: CallOverhead,
@@ -276,7 +278,7 @@ impl Report {
         row(
             format!(
                 "cores busy (every process) while the benchmark creates, {} cores",
-                fleet::cpu::cores()
+                i.cores
             ),
             format!("{:.0} %", i.busy_creating * 100.0),
             "",
