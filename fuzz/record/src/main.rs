@@ -3,8 +3,8 @@
 //!
 //! - `pve_replies`: the Proxmox plugin's whole lifecycle recorded against pve-sim (one
 //!   seed per scenario, every reply as pve-sim gave it), then variants where replies
-//!   are replaced by what real Proxmox VE sends (`shared/reference/pve`: captures, task
-//!   status bodies, the error formats with their status lines);
+//!   are replaced by what real Proxmox VE sends (`tests/pve-sim/reference`: captures,
+//!   task status bodies, the error formats with their status lines);
 //! - `specs`: the specs of the fixtures, the docs and the recorded scenarios, as JSON;
 //! - `nocloud_iso`: NoCloud files as the plugins write them, and odd names and labels;
 //! - `fuzz/specs.dict`: the plugins' spec field names (from their CRD schemas), a
@@ -13,8 +13,9 @@
 //! ```sh
 //! cargo run --manifest-path fuzz/Cargo.toml -p hyperplug-fuzz-seeds -- [REFERENCE_DIR]
 //! ```
-//! REFERENCE_DIR defaults to the first `shared/reference/pve` found in a directory above
-//! the repository (the main checkout and worktrees sit at different depths).
+//! REFERENCE_DIR defaults to the repository's copy of the PVE reference data,
+//! `tests/pve-sim/reference` (see its README); pass another directory with the same files
+//! to record from it.
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,7 +43,7 @@ fn main() {
     let reference = std::env::args()
         .nth(1)
         .map(PathBuf::from)
-        .unwrap_or_else(|| reference_dir(&repo));
+        .unwrap_or_else(|| repo.join(REFERENCE_DIR));
     let reference = Reference::load(&reference);
 
     let scenarios = scenarios();
@@ -85,14 +86,8 @@ fn main() {
     println!("seeds written under {}", fuzz.join("seeds").display());
 }
 
-/// `shared/reference/pve` in the nearest directory above the repository that has it.
-fn reference_dir(repo: &Path) -> PathBuf {
-    let rel = Path::new("shared/reference/pve");
-    repo.ancestors()
-        .map(|d| d.join(rel))
-        .find(|p| p.is_dir())
-        .unwrap_or_else(|| panic!("no {} above {}: pass it", rel.display(), repo.display()))
-}
+/// The PVE reference data, relative to the repository's root.
+const REFERENCE_DIR: &str = "tests/pve-sim/reference";
 
 /// The recorded lifecycles: header lines of a script (its specs and inputs).
 fn scenarios() -> Vec<(&'static str, String)> {
@@ -372,7 +367,7 @@ impl Host for Recorder {
     fn log(&mut self, _: Level, _: &str, _: &[(&str, String)]) {}
 }
 
-/// What real Proxmox VE sends, from `shared/reference/pve`.
+/// What real Proxmox VE sends, from `tests/pve-sim/reference` (or the directory passed).
 struct Reference {
     /// Route pattern → a real reply body for it.
     captures: Vec<(&'static str, &'static str, Value)>,

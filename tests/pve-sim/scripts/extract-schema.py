@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Extract the official schema of the endpoints pve-sim serves beyond the shared subset.
+"""Extract the official schema of the endpoints pve-sim serves beyond the reference subset.
 
-`shared/reference/pve/pve-api-schema-capi-subset.json` holds the official schema of ~32
+`reference/pve-api-schema-capi-subset.json` holds the official schema of ~32
 endpoints. pve-sim serves a few more that real clients call (agent exec, migration, the
 container list, volume attributes, ...). This script takes their entries, unchanged, from
 the same source at the same commits (pve-docs `api-viewer/apidata.js`) and writes
@@ -41,7 +41,7 @@ def main(repo):
     res = {
         "source": "github.com/proxmox/pve-docs api-viewer/apidata.js at commits "
         + ", ".join(f"{c} ({v})" for v, c in COMMITS.items())
-        + "; the endpoints pve-sim serves beyond shared/reference/pve/pve-api-schema-capi-subset.json,"
+        + "; the endpoints pve-sim serves beyond reference/pve-api-schema-capi-subset.json,"
         " unchanged (extracted by tests/pve-sim/scripts/extract-schema.py)",
         "endpoints": {},
     }

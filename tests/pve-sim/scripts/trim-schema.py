@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Derive schema/params.json from the official PVE API schema.
 
-Sources: the shared subset (`shared/reference/pve/pve-api-schema-capi-subset.json`, found
-in a parent directory of this repository) and `schema/official-extra.json` (the
+Sources: the official subset kept in the repository
+(`reference/pve-api-schema-capi-subset.json`) and `schema/official-extra.json` (the
 endpoints pve-sim serves beyond it, see extract-schema.py). Keeps, per PVE version and
 endpoint, only what parameter validation needs (type, format, enum, bounds, pattern,
 optional, default_key, aliases, array items), the permission check expression, and the
@@ -13,19 +13,10 @@ import json, os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DST = os.path.join(HERE, "../schema/params.json")
+SUBSET = os.path.join(HERE, "../reference/pve-api-schema-capi-subset.json")
 EXTRA = os.path.join(HERE, "../schema/official-extra.json")
 KEEP = ["type", "enum", "minimum", "maximum", "maxLength", "minLength", "pattern",
         "optional", "default_key", "alias", "keyAlias"]
-
-
-def shared_subset():
-    d = HERE
-    while d != os.path.dirname(d):
-        p = os.path.join(d, "shared/reference/pve/pve-api-schema-capi-subset.json")
-        if os.path.exists(p):
-            return p
-        d = os.path.dirname(d)
-    raise SystemExit("shared/reference/pve/pve-api-schema-capi-subset.json not found above " + HERE)
 
 
 def trim(p):
@@ -41,7 +32,7 @@ def trim(p):
 
 
 res = {}
-for src in [shared_subset(), EXTRA]:
+for src in [SUBSET, EXTRA]:
     for ver, eps in json.load(open(src))["endpoints"].items():
         r = res.setdefault(ver, {})
         for name, ep in eps.items():

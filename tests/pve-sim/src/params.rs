@@ -6,7 +6,7 @@
 //!
 //! Validation uses the parameter definitions of the official API schema
 //! (`schema/params.json`, trimmed by `scripts/trim-schema.py` from
-//! `shared/reference/pve/pve-api-schema-capi-subset.json` and `schema/official-extra.json`,
+//! `reference/pve-api-schema-capi-subset.json` and `schema/official-extra.json`,
 //! the official entries of the further endpoints pve-sim serves) for the PVE version the simulator presents: unknown
 //! parameters, missing required ones, types, enums, bounds, lengths, patterns, property
 //! strings (`net0`, `scsi0`, `agent`, ...) and the common named formats. Error texts follow

@@ -1,6 +1,6 @@
 //! Where pve-sim used to fail more politely than Proxmox VE, one test per difference,
 //! each checking PVE's own words (qemu-server, pve-storage, pve-access-control,
-//! pve-manager sources of the versions in shared/reference/pve).
+//! pve-manager sources of the PVE versions whose official schema is in `reference/`).
 
 use std::time::Duration;
 

@@ -178,24 +178,21 @@ pub fn enc(s: &str) -> String {
 
 // ---- schema checks ----
 
-/// A file of `shared/reference/pve`, found in a parent directory of the repository (the
-/// main checkout and worktrees sit at different depths).
+/// A file of the PVE reference data kept in the repository (`tests/pve-sim/reference/`,
+/// see its README).
 pub fn reference_path(file: &str) -> PathBuf {
-    let rel = PathBuf::from("shared/reference/pve").join(file);
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|d| d.join(&rel))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{} not found above the crate", rel.display()))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/reference")).join(file)
 }
 
 pub fn reference(file: &str) -> Value {
-    let text = std::fs::read_to_string(reference_path(file)).expect("reference file");
+    let path = reference_path(file);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reference file {}: {e}", path.display()));
     serde_json::from_str(&text).expect("reference JSON")
 }
 
-/// The official schema: the shared subset, plus `schema/official-extra.json` (the same
-/// source's entries for the further endpoints pve-sim serves).
+/// The official schema: the subset in `reference/`, plus `schema/official-extra.json`
+/// (the same source's entries for the further endpoints pve-sim serves).
 pub fn schema() -> &'static Value {
     static S: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
     S.get_or_init(|| {
@@ -215,8 +212,9 @@ pub fn schema() -> &'static Value {
     })
 }
 
-/// Fields real PVE returns although the schema does not declare them (seen in the real
-/// captures of shared/reference/pve: `/nodes` has `disk`, `id`, `maxdisk`, `type`; content
+/// Fields real PVE returns although the schema does not declare them (seen in real
+/// captures, `reference/real-pve9-captures.json` and the go-proxmox ones of the shared
+/// reference set, not kept here: `/nodes` has `disk`, `id`, `maxdisk`, `type`; content
 /// listings have `content`; the qemu lists have `disk`; `cpuinfo` of node status has
 /// `flags`, `hvm`, `mhz`, `user_hz` in the go-proxmox capture; the ticket answer has `cap`,
 /// the capabilities the web UI reads). Undeclared fields are flagged only
