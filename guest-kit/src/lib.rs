@@ -18,7 +18,8 @@
 //!   [`observe`]: the observer of a plugin that names no waits.
 //! - [`endpoint`]: the control-plane endpoint every InfraCluster spec carries.
 //! - [`http`]: the one HTTP helper over `wasi:http`; [`schema`]: CRD-ready schemas;
-//!   [`hold`]: the `reservations` import (answered by the fuzzing host too).
+//!   [`hold`]: the `reservations` import (answered by the fuzzing host too);
+//!   [`grants`]: what an administrator granted the call's object (adoption).
 //! - [`testing`]: requests as the host sends them, for unit tests.
 //! - `fuzzing` (feature `fuzzing`, native builds only): the calling thread answers the
 //!   HTTP and log imports, so `fuzz/` runs a plugin's calls natively.
@@ -50,6 +51,7 @@ pub mod errors;
 #[cfg(all(feature = "fuzzing", not(target_arch = "wasm32")))]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grants;
 pub mod hold;
 pub mod http;
 pub mod kinds;

@@ -85,14 +85,14 @@ pub(super) fn start(cx: &Ctx, st: &mut State) -> Result<Option<MachineStatus>, P
         Some(seen) => seen.intersection(&unreadable).copied().collect(),
     };
     if !waiting.is_empty() {
-        let ids: Vec<String> = waiting.iter().map(u32::to_string).collect();
+        // Not named: those clones may be other tenants' VMs.
+        let n = waiting.len();
         st.awaiting = Some(waiting);
         return Ok(Some(cx.status(
             st,
             "Pending",
             format!(
-                "VM {} on {src_node} is being cloned and shows no owner yet; waiting to tell it is not this machine's",
-                ids.join(", ")
+                "{n} clone(s) on {src_node} show no owner yet (their first phase); waiting to tell they are not this machine's"
             ),
             Some(SHORT_MS),
         )));

@@ -14,9 +14,30 @@ use super::{RETRY_MS, SHORT_MS};
 use crate::api::percent_encode;
 use crate::spec::MachineSpec;
 
+/// How the marker line of a machine starts in its VM's description.
+const MACHINE_MARKER: &str = "hyperplug.machine-uid=";
+/// How the line naming the machine's cluster starts.
+const CLUSTER_MARKER: &str = "hyperplug.cluster-uid=";
+/// How the tag carrying a machine's UID starts.
+const UID_TAG_PREFIX: &str = "hp-";
+
 /// The marker line in the VM description.
 pub(super) fn marker(uid: &str) -> String {
-    format!("hyperplug.machine-uid={uid}")
+    format!("{MACHINE_MARKER}{uid}")
+}
+
+/// Whether `text` has a line of the forms only the provider writes (a machine's marker,
+/// its cluster's line): a user's description with one could pass for another machine's
+/// VM.
+pub(super) fn has_marker_line(text: &str) -> bool {
+    text.lines()
+        .map(str::trim)
+        .any(|l| l.starts_with(MACHINE_MARKER) || l.starts_with(CLUSTER_MARKER))
+}
+
+/// Whether `tag` is of the form only the provider writes (a machine's UID tag).
+pub(super) fn is_marker_tag(tag: &str) -> bool {
+    tag.to_ascii_lowercase().starts_with(UID_TAG_PREFIX)
 }
 
 /// A tag carrying the machine UID (PVE tags: `[a-z0-9_][a-z0-9_+.-]*`).
@@ -32,7 +53,7 @@ pub(super) fn uid_tag(uid: &str) -> String {
             }
         })
         .collect();
-    format!("hp-{clean}")
+    format!("{UID_TAG_PREFIX}{clean}")
 }
 
 pub(super) fn owned_by(config: &Value, uid: &str) -> bool {
@@ -172,7 +193,9 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// This machine's VM anywhere in the cluster, found by its marker.
+    /// This machine's VM anywhere in the cluster, found by its marker. Several VMs
+    /// carrying it are an ambiguity, refused: which one is the machine's cannot be
+    /// told, and taking "the first" could take (or destroy) a VM someone marked.
     pub(super) fn find_owned(&self) -> Result<Option<(String, u32, Value)>, PluginError> {
         let tag = uid_tag(self.uid());
         let name = &self.req.machine.name;
@@ -182,16 +205,28 @@ impl<'a> Ctx<'a> {
             .filter(|v| v.name.as_deref() == Some(name.as_str()) || v.has_tag(&tag))
             .filter_map(|v| Some((v.node.as_deref()?.to_string(), v.vmid32()?)))
             .collect();
+        let mut owned = Vec::new();
         for (node, vmid) in candidates {
             let path = format!("/nodes/{}/qemu/{vmid}/config", percent_encode(&node));
             match self.pve.get(&path) {
-                Ok(c) if owned_by(&c, self.uid()) => return Ok(Some((node, vmid, c))),
+                Ok(c) if owned_by(&c, self.uid()) => owned.push((node, vmid, c)),
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => return Err(moving(vmid, &node)),
                 Err(e) => return Err(e.classify("checking a candidate VM")),
             }
         }
-        Ok(None)
+        if owned.len() > 1 {
+            let vmids: Vec<String> = owned.iter().map(|(_, id, _)| id.to_string()).collect();
+            return Err(terminal(
+                "AmbiguousOwnership",
+                format!(
+                    "VMs {} all carry this machine's marker ({}): none is used, adopted or destroyed. Remove the marker line from the descriptions of those that are not this machine's",
+                    vmids.join(", "),
+                    marker(self.uid())
+                ),
+            ));
+        }
+        Ok(owned.pop())
     }
 
     /// Clones on `node` still in their first phase (no owner readable yet).
@@ -213,6 +248,15 @@ mod tests {
 
     use super::*;
     use crate::machine::testing::{UID, request, template_spec};
+
+    #[test]
+    fn marker_forms_are_recognised_in_any_line_and_tag_case() {
+        assert!(has_marker_line(&format!("notes\n  {}\n", marker("x"))));
+        assert!(has_marker_line("hyperplug.cluster-uid=c1"));
+        assert!(!has_marker_line("about hyperplug.machine-uid=x in prose"));
+        assert!(is_marker_tag(&uid_tag("Abc")) && is_marker_tag("HP-1"));
+        assert!(!is_marker_tag("hyperplug") && !is_marker_tag("php-7"));
+    }
 
     #[test]
     fn the_uid_tag_is_a_valid_lower_case_proxmox_tag() {

@@ -1,22 +1,27 @@
 //! Taking over a VM another provider made (CAPMOX): a machine that carries its
 //! provider ID and VMID but whose VM carries no marker of ours.
 //!
-//! The host calls `create` for such a machine only when an administrator has granted
-//! adoption in its namespace; the plugin then adopts the VM only if everything the
-//! other provider left agrees with what is in PVE:
+//! What the machine's spec names is what a tenant wrote, so it is followed only where
+//! an administrator granted adoption for this machine (the `grants` import, decided by
+//! the host from the manager's flags); elsewhere nothing of the named VM is read or
+//! touched (`AdoptionNotGranted`). Granted, the plugin adopts the VM only if everything
+//! the other provider left agrees with what is in PVE:
 //!
 //! * the VM is at `spec.virtualMachineID`, on `status.proxmoxNode` (or, migrated since,
 //!   on the node the cluster lists it on) and is not a template;
 //! * its name is the machine's name;
 //! * its SMBIOS UUID is the one in `spec.providerID` (`proxmox://<uuid>`): set by the
-//!   clone that made it, never shown to another namespace;
+//!   clone that made it;
 //! * it carries no hyperplug marker of another machine.
 //!
 //! A VM that passes gets this machine's marker (the description line and tags a clone of
 //! ours gets) and nothing else: no clone, no restart, no reconfiguration. Its NoCloud
 //! ISO (`user-data-<vmid>.iso`, on `ide0`) is recorded so that deleting the machine
-//! removes it with the VM. A VM that fails is reported (`AdoptionRefused`, naming the
-//! check) and never touched; no other VM is cloned in its place.
+//! removes it with the VM. A VM that fails is refused (`AdoptionRefused`) and never
+//! touched; no other VM is cloned in its place. The refusal the machine shows says no
+//! more than that: which check failed (the VM's name, its UUID, another machine's
+//! marker, "no such VM") would tell the tenant facts of a VM that may not be its own,
+//! one probe per spec edit. The check goes to the manager's log only.
 
 use guest_kit::terminal;
 use guest_kit::types::PluginError;
@@ -31,6 +36,9 @@ use crate::api::percent_encode;
 /// Condition reason of a machine whose VM another provider made and that does not
 /// prove to be this machine's.
 pub(super) const REFUSED: &str = "AdoptionRefused";
+/// Condition reason of a machine naming a VM it has no record of, where adoption is
+/// not granted (the host's own gate has the same name).
+pub(super) const NOT_GRANTED: &str = "AdoptionNotGranted";
 
 /// What another provider recorded on the machine.
 #[derive(Debug, PartialEq)]
@@ -61,9 +69,16 @@ impl Ctx<'_> {
         Some(Claimed { vmid, uuid, node })
     }
 
-    /// Adopt the VM `claimed` names if it proves to be this machine's: its state then
-    /// records it (ready when running).
+    /// Adopt the VM `claimed` names if adoption is granted and it proves to be this
+    /// machine's: its state then records it (ready when running). Not granted, the VM
+    /// is not even read.
     pub(super) fn take_over(&self, claimed: &Claimed, st: &mut State) -> Result<(), PluginError> {
+        if !guest_kit::grants::adoption_allowed() {
+            return Err(terminal(
+                NOT_GRANTED,
+                "spec.providerID and spec.virtualMachineID name a VM this machine has no record of, and adoption is not granted for it: nothing is read, adopted, touched or replaced. An administrator grants adoption with hyperplug run --adopt-namespace; or delete the machine's providerID and virtualMachineID to make a new VM",
+            ));
+        }
         let (node, config) = self.claimed_vm(claimed)?;
         if let Some(why) = disproof(&config, claimed, &self.req.machine.name, self.uid()) {
             return Err(refused(claimed, &node, &why));
@@ -159,7 +174,7 @@ impl Ctx<'_> {
         match read(&node) {
             Ok(c) => Ok((node, c)),
             Err(e) if e.is_not_found() => Err(guest_kit::transient(
-                format!("VM {} is moving between nodes; looking again", claimed.vmid),
+                "the VM named for adoption is moving between nodes; looking again",
                 Some(super::SHORT_MS),
             )),
             Err(e) => Err(e.classify("reading the VM to adopt")),
@@ -200,13 +215,20 @@ pub(super) fn disproof(config: &Value, claimed: &Claimed, name: &str, uid: &str)
     None
 }
 
+/// The refusal of `claimed`: `why` goes to the manager's log, the machine is told only
+/// that the VM does not prove to be its own.
 fn refused(claimed: &Claimed, node: &str, why: &str) -> PluginError {
+    guest_kit::log::warn(
+        "a VM named for adoption does not prove to be the machine's",
+        &[
+            ("vmid", claimed.vmid.to_string()),
+            ("node", node.to_string()),
+            ("why", why.to_string()),
+        ],
+    );
     terminal(
         REFUSED,
-        format!(
-            "spec.virtualMachineID {} and spec.providerID proxmox://{} name a VM another provider made, but it does not prove to be this machine's: on {node}, {why}. It is not adopted, touched or replaced; fix the machine's spec (or delete the machine and deal with the VM by hand)",
-            claimed.vmid, claimed.uuid
-        ),
+        "spec.virtualMachineID and spec.providerID do not prove to be this machine's VM: it is not adopted, touched or replaced (the manager's log says which check failed). Fix the machine's spec, or delete the machine and deal with the VM by hand",
     )
 }
 

@@ -13,34 +13,71 @@ use guest_kit::terminal;
 use guest_kit::types::PluginError;
 
 use super::context::Ctx;
+use super::ownership::{has_marker_line, is_marker_tag};
 use super::properties::{is_drive_key, str_of, u64_of};
 use crate::api::percent_encode;
 use crate::resources::Resource;
 use crate::spec::{MatchPolicy, TemplateSelector};
 
-/// (node, VMID) of the template to clone.
+/// (node, VMID) of the template to clone. Only a template may be a clone's source (PVE
+/// full-clones any VM, a running one with its disks and secrets included), and not one
+/// made from a machine's VM (it carries the machine's marker). What is refused is told
+/// in one message whatever the reason, so the refusal says nothing of a VM that may not
+/// be the tenant's.
 pub(super) fn resolve_template(cx: &Ctx) -> Result<(String, u32), PluginError> {
     if let (Some(id), Some(node)) = (cx.spec.template_id, &cx.spec.source_node) {
-        // Listed on its node by the cluster's listing this call reads anyway: there. Else
-        // its config is asked for, whose refusal says why (gone, or not visible to us).
-        if cx
+        // Listed on its node by the cluster's listing this call reads anyway: judged from
+        // it. Else its config is asked for (a listing can lag a new template).
+        let listed = cx
             .qemu_vms()?
-            .any(|v| v.vmid32() == Some(id) && v.node.as_deref() == Some(node.as_str()))
-        {
-            return Ok((node.clone(), id));
+            .find(|v| v.vmid32() == Some(id) && v.node.as_deref() == Some(node.as_str()));
+        if let Some(v) = listed {
+            return match cloneable(v) {
+                true => Ok((node.clone(), id)),
+                false => Err(not_a_template(id, node)),
+            };
         }
         let path = format!("/nodes/{}/qemu/{id}/config", percent_encode(node));
         return match cx.pve.get(&path) {
-            Ok(_) => Ok((node.clone(), id)),
-            Err(e) if e.is_not_found() => Err(terminal(
-                "TemplateNotFound",
-                format!("template {id} on node {node}: {e}"),
-            )),
+            Ok(c) if is_clean_template(&c) => Ok((node.clone(), id)),
+            Ok(_) => Err(not_a_template(id, node)),
+            Err(e) if e.is_not_found() => Err(not_a_template(id, node)),
             Err(e) => Err(e.classify(&format!("reading template {id} on {node}"))),
         };
     }
     let selector = cx.spec.template_selector.clone().unwrap_or_default();
     choose_template(&selector, cx.qemu_vms()?, cx.req.failure_domain.as_deref())
+}
+
+/// Whether a listed VM may be a clone's source: a template whose tags mark no machine.
+fn cloneable(v: &Resource) -> bool {
+    v.is_template()
+        && !v
+            .tags
+            .as_deref()
+            .unwrap_or_default()
+            .split([';', ',', ' '])
+            .any(is_marker_tag)
+}
+
+/// Whether a VM's config is a template's that marks no machine.
+fn is_clean_template(config: &serde_json::Value) -> bool {
+    u64_of(config, "template") == Some(1)
+        && !str_of(config, "description").is_some_and(|d| has_marker_line(&d))
+        && !str_of(config, "tags")
+            .unwrap_or_default()
+            .split([';', ',', ' '])
+            .any(is_marker_tag)
+}
+
+/// The one refusal of a `templateID` that may not be cloned, whatever the reason.
+fn not_a_template(id: u32, node: &str) -> PluginError {
+    terminal(
+        "TemplateNotFound",
+        format!(
+            "spec.templateID {id} on spec.sourceNode {node} is not a template this machine may clone: clone sources must be templates (template: 1) that are not a machine's VM, visible to the cluster's credentials. Nothing was cloned"
+        ),
+    )
 }
 
 /// The template `selector` picks among `vms` (the cluster's VMs as
@@ -59,7 +96,7 @@ pub(super) fn choose_template<'v>(
     // (extra tags, node, VMID) of every template holding all wanted tags.
     let mut found: Vec<(usize, String, u32)> = vms
         .into_iter()
-        .filter(|v| v.is_template())
+        .filter(|v| cloneable(v))
         .filter_map(|v| {
             let have: BTreeSet<String> = (v.tags.as_deref())
                 .unwrap_or_default()
@@ -152,6 +189,10 @@ pub(super) fn template_reach(cx: &Ctx, node: &str, template: u32) -> Result<Reac
         .pve
         .get(&format!("/nodes/{n}/qemu/{template}/config"))
         .map_err(|e| e.classify(&format!("reading template {template} on {node}")))?;
+    // The listing showed a template; its config may show it made from a machine's VM.
+    if !is_clean_template(&config) {
+        return Err(not_a_template(template, node));
+    }
     let shared: BTreeSet<String> = cx
         .node_storages(node)?
         .iter()
@@ -268,6 +309,19 @@ mod tests {
             choose(&["k8s"], None, replicated, None),
             Err("AmbiguousTemplate".into())
         );
+    }
+
+    #[test]
+    fn a_template_made_from_a_machines_vm_never_matches() {
+        let vms = json!([template(9005, "pve1", "k8s;hyperplug;hp-0b7e2f1c")]);
+        assert_eq!(
+            choose(&["k8s"], Some(MatchPolicy::UniqueSubset), vms, None),
+            Err("TemplateNotFound".into())
+        );
+        let marked = json!({"template": 1, "description": "x\nhyperplug.machine-uid=u1"});
+        assert!(!is_clean_template(&marked));
+        assert!(!is_clean_template(&json!({"template": 0})));
+        assert!(is_clean_template(&json!({"template": 1, "tags": "k8s"})));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use guest_kit::invalid;
 use guest_kit::types::PluginError;
 
 use super::nics::{Nic, Pool, Zone, zone_pools};
+use super::ownership::{has_marker_line, is_marker_tag};
 use crate::spec::{ClusterSpec, MachineSpec, RoutingPolicySpec};
 
 const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
@@ -48,6 +49,20 @@ pub(super) fn validate(
                 format!("`{t}` is not a Proxmox tag (letters, digits, `_`, `-`, `.`, `+`)"),
             ));
         }
+        if is_marker_tag(t) {
+            return Err(invalid(
+                &format!("spec.tags[{i}]"),
+                format!(
+                    "`{t}`: tags starting with `hp-` are the provider's own (they mark which machine a VM is); choose another"
+                ),
+            ));
+        }
+    }
+    if spec.description.as_deref().is_some_and(has_marker_line) {
+        return Err(invalid(
+            "spec.description",
+            "a line starting with `hyperplug.machine-uid=` or `hyperplug.cluster-uid=` is the provider's own marker of which machine a VM is; remove it",
+        ));
     }
     disks(spec)?;
     network(spec, cluster, nics)?;

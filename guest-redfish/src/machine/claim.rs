@@ -61,23 +61,31 @@ pub(super) enum Found {
     Adopted(Host),
 }
 
-/// This machine's host: the one its `providerID` names (set once it was provisioned;
-/// it survives `clusterctl move`, which loses state and claims), the one it holds a
-/// claim on, or a free one it claims now. `Ok(None)`: none is free (yet).
+/// This machine's host: the one it holds a claim on, the one its `providerID` names
+/// (set once it was provisioned; it survives `clusterctl move`, which loses state and
+/// claims) where adoption is granted, or a free one it claims now. `Ok(None)`: none is
+/// free (yet). A claim is the proof a host is this machine's; a provider ID is what
+/// someone wrote, followed only with the administrator's grant.
 pub(super) fn find_or_claim(
     req: &MachineRequest,
     spec: &MachineSpec,
     bmcs: &[Bmc],
 ) -> Result<Option<Found>, PluginError> {
-    if let Some(id) = &spec.provider_id {
-        return by_provider_id(id, bmcs).map(|h| Some(Found::Adopted(h)));
-    }
     if let Some(held) = held_host(bmcs)? {
         log::info(
             "adopting the host this machine holds",
             &[("host", held.name.clone())],
         );
         return Ok(Some(Found::Adopted(held)));
+    }
+    if let Some(id) = &spec.provider_id {
+        if !guest_kit::grants::adoption_allowed() {
+            return Err(terminal(
+                "AdoptionNotGranted",
+                "spec.providerID names a host this machine holds no claim on, and adoption is not granted for it: nothing is touched. An administrator grants adoption with hyperplug run --adopt-namespace (after clusterctl move, for instance)",
+            ));
+        }
+        return by_provider_id(id, bmcs).map(|h| Some(Found::Adopted(h)));
     }
     claim(req, spec, bmcs).map(|h| h.map(Found::Claimed))
 }
@@ -108,13 +116,20 @@ fn by_provider_id(id: &str, bmcs: &[Bmc]) -> Result<Host, PluginError> {
     })?;
     match claims::acquire(&host.claim_key()) {
         Ok(None) => Ok(host),
-        Ok(Some(uid)) => Err(terminal(
-            "HostClaimedByAnother",
-            format!(
-                "host {} ({id}) is claimed by object {uid}; this machine will not touch it",
-                host.name
-            ),
-        )),
+        Ok(Some(uid)) => {
+            // Who holds it is another object's business: the manager's log says, the
+            // machine does not.
+            log::warn(
+                "a providerID names a host another object holds",
+                &[("host", host.name.clone()), ("holder", uid)],
+            );
+            Err(terminal(
+                "HostClaimedByAnother",
+                format!(
+                    "the host {id} names is held by another object; this machine will not touch it"
+                ),
+            ))
+        }
         Err(e) => Err(transient(format!("claiming host {}: {e}", host.name), None)),
     }
 }

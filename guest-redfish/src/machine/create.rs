@@ -175,11 +175,17 @@ fn keep_claim(req: &MachineRequest, host: &Host) -> Result<(), PluginError> {
     }
 }
 
+/// The holder is another object's business: the manager's log names it, the machine's
+/// message does not.
 fn claimed_by_another(host: &Host, uid: &str) -> PluginError {
+    log::warn(
+        "the host this machine recorded is held by another object",
+        &[("host", host.name.clone()), ("holder", uid.to_string())],
+    );
     terminal(
         "HostClaimedByAnother",
         format!(
-            "host {} ({}) is claimed by object {uid}; this machine will not touch it",
+            "host {} ({}) is held by another object; this machine will not touch it",
             host.name, host.uuid
         ),
     )

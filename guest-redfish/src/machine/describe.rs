@@ -52,10 +52,10 @@ pub(super) fn describe(req: &MachineRequest) -> Result<MachineStatus, PluginErro
                 None,
             ));
         }
-        Ownership::Foreign(uid) => {
+        Ownership::Foreign(_) => {
             return Ok(drift_status(
                 "HostForeign",
-                Drift::Foreign(format!("host {} is claimed by object {uid}", host.name)),
+                Drift::Foreign(format!("host {} is held by another object", host.name)),
                 None,
             ));
         }

@@ -96,6 +96,10 @@ pub struct Endpoint {
 /// Most endpoints kept (past it the cache starts over): credentials are the tenants',
 /// so what they may make the host keep is bounded.
 const MAX_ENDPOINTS: usize = 256;
+/// Most bytes of endpoint URLs and TLS policies kept (past it the cache starts over):
+/// bounds count bytes, as a few endpoints with large CA bundles weigh more than many
+/// small ones.
+const MAX_ENDPOINT_BYTES: usize = 4 << 20;
 
 /// Endpoints whose keys share a hash: each with the endpoint URL and TLS policy it was
 /// made for.
@@ -109,6 +113,13 @@ pub struct EndpointCache {
     /// By a hash of the endpoint and TLS policy; entries whose key only collides are
     /// told apart by the key they keep.
     entries: Mutex<HashMap<u64, Bucket>>,
+}
+
+/// The bytes an entry's key keeps.
+fn key_bytes(url: &str, tls: &TlsPolicy) -> usize {
+    url.len()
+        + tls.ca_bundle.as_ref().map_or(0, String::len)
+        + tls.fingerprint.as_ref().map_or(0, String::len)
 }
 
 impl EndpointCache {
@@ -154,7 +165,13 @@ impl EndpointCache {
             .map(|(_, _, e)| e.client.clone())
             .unwrap_or_else(|| client(&tls));
         let endpoint = Arc::new(Endpoint { origin, client });
-        if entries.values().map(Vec::len).sum::<usize>() >= MAX_ENDPOINTS {
+        let (count, bytes) = entries
+            .values()
+            .flatten()
+            .fold((0, 0), |(n, b), (url, tls, _)| {
+                (n + 1, b + key_bytes(url, tls))
+            });
+        if count >= MAX_ENDPOINTS || bytes + key_bytes(&c.endpoint, &tls) > MAX_ENDPOINT_BYTES {
             entries.clear();
         }
         entries

@@ -187,6 +187,10 @@ impl RuntimeBuilder {
             _,
             wasmtime::component::HasSelf<_>,
         >(&mut linker, |state: &mut CallState| state)?;
+        bindings::hyperplug::provider::grants::add_to_linker::<_, wasmtime::component::HasSelf<_>>(
+            &mut linker,
+            |state: &mut CallState| state,
+        )?;
         compat::add_to_linker(&mut linker)?;
         start_epoch_ticker(&engine);
         Ok(Runtime {
@@ -289,7 +293,10 @@ impl Runtime {
             )),
             memory: PluginBudget::new(inner.limits.memory_per_plugin_bytes()),
             request_bodies: PluginBudget::new(inner.limits.request_body_per_plugin_bytes()),
+            asks_grants: false,
         };
+        let grants = format!("{WIT_PACKAGE}/grants@");
+        plugin.asks_grants = plugin.imports().iter().any(|i| i.starts_with(&grants));
         let info = plugin
             .identity()
             .await
@@ -424,6 +431,16 @@ pub struct Plugin {
     memory: Arc<PluginBudget>,
     /// Request body bytes buffered for all calls of this plugin.
     request_bodies: Arc<PluginBudget>,
+    /// It imports `grants` (see [`Plugin::asks_grants`]).
+    asks_grants: bool,
+}
+
+/// What an administrator granted a call's object beyond what it made itself: the host
+/// decides, a plugin asks through the `grants` import (WIT 0.3.1). Nothing by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// The call may take over infrastructure another provider made for the object.
+    pub adoption: bool,
 }
 
 /// Whom a call is about: the object it names (for logs), and whether the blobs and
@@ -461,6 +478,13 @@ impl Plugin {
             Pre::Current(_) => WitMajor::Current,
             Pre::V0_2(_) => WitMajor::V0_2,
         }
+    }
+
+    /// Whether the plugin asks what its calls were granted (it imports `grants`, WIT
+    /// 0.3.1): one that does not cannot be told, so the host must not call it where
+    /// the answer would matter.
+    pub fn asks_grants(&self) -> bool {
+        self.asks_grants
     }
 
     /// Interfaces the component imports (for `hyperplug inspect`).
@@ -535,14 +559,25 @@ impl Plugin {
         .await
     }
 
+    /// `create` with nothing granted (see [`Plugin::create_machine_with`]).
     pub async fn create_machine(
         &self,
         req: &bindings::machine::MachineRequest,
     ) -> Result<Result<bindings::machine::MachineStatus, PluginError>, CallError> {
-        self.invoke(
+        self.create_machine_with(req, Grants::default()).await
+    }
+
+    /// `create`, the call's object granted `grants` (what the `grants` import answers).
+    pub async fn create_machine_with(
+        &self,
+        req: &bindings::machine::MachineRequest,
+        grants: Grants,
+    ) -> Result<Result<bindings::machine::MachineStatus, PluginError>, CallError> {
+        self.invoke_granted(
             "machine.create",
             &credential_list(&req.credentials, &req.more_credentials),
             Subject::Owner(&req.machine),
+            grants,
             async |store, plugin| match plugin {
                 Instance::Current(p) => {
                     p.hyperplug_provider_machine().call_create(store, req).await
@@ -680,12 +715,25 @@ impl Plugin {
         .await
     }
 
-    /// One call: a fresh store and instance, the limits armed, the result checked.
+    /// One call with nothing granted (see [`Plugin::invoke_granted`]).
     async fn invoke<R: serde::Serialize>(
         &self,
         call: &'static str,
         credentials: &[&Credentials],
         subject: Subject<'_>,
+        f: impl AsyncFnOnce(&mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        self.invoke_granted(call, credentials, subject, Grants::default(), f)
+            .await
+    }
+
+    /// One call: a fresh store and instance, the limits armed, the result checked.
+    async fn invoke_granted<R: serde::Serialize>(
+        &self,
+        call: &'static str,
+        credentials: &[&Credentials],
+        subject: Subject<'_>,
+        grants: Grants,
         f: impl AsyncFnOnce(&mut Store<CallState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         let inner = &self.runtime.inner;
@@ -747,6 +795,7 @@ impl Plugin {
             reservations: inner.reservations.clone(),
             reservation_calls_left: reservations::MAX_CALLS_PER_CALL,
             offline,
+            grants,
         };
         let state = CallState::new(
             limits,

@@ -24,7 +24,7 @@ use super::error::LoadError;
 
 /// The version of `wit/` this host was built against.
 pub const WIT_PACKAGE: &str = "hyperplug:provider";
-pub const WIT_VERSION: &str = "0.3.0";
+pub const WIT_VERSION: &str = "0.3.1";
 /// The previous version (`wit/v0.2/`), whose plugins still load through `compat`.
 pub const WIT_COMPAT_VERSION: &str = "0.2.0";
 
@@ -74,6 +74,7 @@ const GRANTED: &[&str] = &[
     "hyperplug:provider/blobs",
     "hyperplug:provider/claims",
     "hyperplug:provider/reservations",
+    "hyperplug:provider/grants",
     "hyperplug:provider/types",
 ];
 
@@ -353,7 +354,11 @@ fn check_imports(
         let (iface, version) = split_version(name);
         if iface.starts_with(WIT_PACKAGE) {
             *major = Some(same_major(path, *major, version)?);
-            if *major == Some(WitMajor::V0_2) && iface == "hyperplug:provider/reservations" {
+            let newer = [
+                "hyperplug:provider/reservations",
+                "hyperplug:provider/grants",
+            ];
+            if *major == Some(WitMajor::V0_2) && newer.contains(&iface) {
                 return Err(incompatible(path, version.unwrap_or("unversioned")));
             }
         } else if iface.starts_with("wasi:") && !version.is_some_and(|v| compatible(v, "0.2.0")) {

@@ -8,7 +8,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::ObjectRef;
-use super::bindings::hyperplug::provider::{blobs, claims, log, reservations};
+use super::bindings::hyperplug::provider::{blobs, claims, grants, log, reservations};
 use super::blobs::BlobStore;
 use super::claims::ClaimStore;
 use super::egress::Egress;
@@ -60,6 +60,8 @@ pub struct Services {
     /// The call was given no credentials: it reaches nothing outside its sandbox (no
     /// endpoint, no claims), so it runs in an offline slot (see `OFFLINE_SLOTS`).
     pub offline: bool,
+    /// What an administrator granted the call's object (the `grants` import).
+    pub grants: crate::Grants,
 }
 
 impl Services {
@@ -311,6 +313,12 @@ impl claims::Host for CallState {
             (Ok(subject), Ok(())) => s.claims.release(&s.plugin, &key, &subject.uid).await,
             (Err(e), _) | (_, Err(e)) => Err(e),
         })
+    }
+}
+
+impl grants::Host for CallState {
+    fn adoption_allowed(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.services.grants.adoption)
     }
 }
 

@@ -10,10 +10,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use hyperplug_runtime::blob_server;
 use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{CacheArgs, load_plugins};
 use crate::admission::Finalizers;
+use crate::controller::adoption::AdoptionLimits;
 use crate::controller::claims::LeaseClaims;
+use crate::controller::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
 use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
 use crate::conversion::Conversions;
 use crate::health::{self, Health};
@@ -64,6 +67,21 @@ pub struct RunArgs {
     /// to be the machine's. Grant it for the takeover, then remove it.
     #[arg(long, env = "HYPERPLUG_ADOPT_NAMESPACE", value_delimiter = ',')]
     pub adopt_namespace: Vec<String>,
+    /// Narrow every adoption grant to objects created before this time (RFC 3339, e.g.
+    /// `2026-12-01T00:00:00Z`): machines that appear after the takeover began, which
+    /// only a tenant can have made, are never adopted.
+    #[arg(long, env = "HYPERPLUG_ADOPT_CREATED_BEFORE", value_parser = parse_time)]
+    pub adopt_created_before: Option<Time>,
+    /// Narrow every adoption grant to machines whose `spec.providerID` is one of these
+    /// (repeatable, e.g. `proxmox://6c3fa683-bef9-4425-b413-eaa45a9d6191`): the list of
+    /// what the takeover is to bring in, and nothing else.
+    #[arg(long, env = "HYPERPLUG_ADOPT_PROVIDER_ID", value_delimiter = ',')]
+    pub adopt_provider_id: Vec<String>,
+    /// Most KiB of credentials (url, token, secret, CA, fingerprint of every Secret of
+    /// spec.credentialsRef and spec.credentialsRefs) one InfraCluster may hand a call;
+    /// more is `CredentialsTooLarge` on the object. Each value is at most 64 KiB.
+    #[arg(long, default_value_t = DEFAULT_CREDENTIALS_MAX_KIB)]
+    pub credentials_max_kib: u64,
     /// Secret (`NAMESPACE/NAME`) holding the key that signs ownership ids, created on
     /// first start if absent. Default: `$POD_NAMESPACE/hyperplug-ownership-key` (else
     /// in `default`). A manager that takes objects over by `clusterctl move` needs the
@@ -240,6 +258,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         default_credentials,
         credentials_grants: args.cross_namespace_credentials.clone(),
         adopt_namespaces: args.adopt_namespace.clone(),
+        adoption_limits: AdoptionLimits {
+            created_before: args.adopt_created_before.clone(),
+            provider_ids: args.adopt_provider_id.clone(),
+        },
+        credentials_max_bytes: usize::try_from(args.credentials_max_kib << 10)
+            .unwrap_or(usize::MAX),
         ownership_key_secret,
         namespace: watched_namespace,
         concurrency: args.reconcile_concurrency,
@@ -360,4 +384,10 @@ mod tests {
         assert!(err.contains("not loaded"), "{err}");
         assert!(default_credentials(&["proxmox=nope".into()], &["proxmox"]).is_err());
     }
+}
+
+/// An RFC 3339 time, as Kubernetes writes `creationTimestamp`.
+fn parse_time(s: &str) -> Result<Time, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|e| format!("`{s}` is not an RFC 3339 time like 2026-12-01T00:00:00Z: {e}"))
 }

@@ -32,6 +32,10 @@ pub struct ManagerOptions {
     /// Namespaces (`*`: all) where machines another provider made may be adopted
     /// (`adoption`).
     pub adopt_namespaces: Vec<String>,
+    /// What narrows those grants (`--adopt-created-before`, `--adopt-provider-id`).
+    pub adoption_limits: super::adoption::AdoptionLimits,
+    /// Bytes of credentials one InfraCluster may hand a call (`--credentials-max-kib`).
+    pub credentials_max_bytes: usize,
     /// `namespace/name` of the Secret with the ownership key (created if absent).
     pub ownership_key_secret: (String, String),
     /// Watch only this namespace.
@@ -48,6 +52,8 @@ impl Default for ManagerOptions {
             default_credentials: BTreeMap::new(),
             credentials_grants: Vec::new(),
             adopt_namespaces: Vec::new(),
+            adoption_limits: Default::default(),
+            credentials_max_bytes: (super::credentials::DEFAULT_CREDENTIALS_MAX_KIB as usize) << 10,
             ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
             namespace: None,
             concurrency: 64,

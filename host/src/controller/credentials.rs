@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use hyperplug_runtime::{Credentials, NamedCredentials, credentials};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -31,6 +32,11 @@ pub struct CallCredentials {
 
 /// Most Secrets one InfraCluster may name in `spec.credentialsRefs`.
 const MAX_REFS: usize = 256;
+/// Default of `--credentials-max-kib`: the bytes of all credentials one InfraCluster's
+/// Secrets may hand a call (each value is bounded too, `credentials::MAX_VALUE_BYTES`).
+pub const DEFAULT_CREDENTIALS_MAX_KIB: u64 = 256;
+/// Secrets of `spec.credentialsRefs` one reconcile reads at once.
+const REFS_AT_ONCE: usize = 4;
 
 /// Condition reason of a reference to a Secret the InfraCluster may not use.
 pub const NOT_ALLOWED: &str = "CredentialsNotAllowed";
@@ -38,6 +44,8 @@ pub const NOT_ALLOWED: &str = "CredentialsNotAllowed";
 pub const NO_CREDENTIALS: &str = "NoCredentials";
 pub const NOT_FOUND: &str = "CredentialsNotFound";
 pub const INVALID: &str = "InvalidCredentials";
+/// Condition reason of credentials over `--credentials-max-kib`.
+pub const TOO_LARGE: &str = "CredentialsTooLarge";
 
 pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
@@ -53,7 +61,8 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             ),
         });
     }
-    // The Secrets are independent reads: send them together.
+    // The Secrets are independent reads: a few go together, and the reading stops once
+    // their credentials are over the bound (a tenant's Secrets are up to 1 MiB each).
     let mut named = Vec::with_capacity(refs.len());
     for (i, r) in refs.iter().enumerate() {
         let name = r
@@ -76,20 +85,27 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             name,
             &format!("spec.credentialsRefs[{i}]"),
         )?;
-        named.push((ns, name));
+        named.push((ns.to_string(), name.to_string()));
     }
-    let read_more = futures::future::try_join_all(named.into_iter().map(|(ns, name)| async move {
-        let (credentials, version) = read(ctx, ns, name).await?;
-        Ok::<_, Error>((
-            NamedCredentials {
-                name: format!("{ns}/{name}"),
-                credentials,
-            },
-            version,
-        ))
+    let max_bytes = ctx.options.credentials_max_bytes;
+    let mut total = 0;
+    let mut more = Vec::with_capacity(named.len());
+    let mut versions = Vec::with_capacity(named.len() + 1);
+    let mut reads = futures::stream::iter(named.into_iter().map(|(ns, name)| async move {
+        let read = read(ctx, &ns, &name).await;
+        (ns, name, read)
     }))
-    .await?;
-    let (more, mut versions): (Vec<_>, Vec<_>) = read_more.into_iter().unzip();
+    .buffered(REFS_AT_ONCE);
+    while let Some((ns, name, read)) = reads.next().await {
+        let (credentials, version) = read?;
+        total += credentials::bytes(&credentials);
+        too_large(total, max_bytes)?;
+        more.push(NamedCredentials {
+            name: format!("{ns}/{name}"),
+            credentials,
+        });
+        versions.push(version);
+    }
     let (namespace, name) = match str_field(infra_cluster, "spec.credentialsRef.name") {
         Some(name) => {
             let ns = field(infra_cluster, "spec.credentialsRef.namespace")
@@ -127,11 +143,26 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
         },
     };
     let (primary, version) = read(ctx, &namespace, &name).await?;
+    too_large(total + credentials::bytes(&primary), max_bytes)?;
     versions.insert(0, version);
     Ok(CallCredentials {
         primary,
         more,
         version: digest(&versions),
+    })
+}
+
+/// Refuse credentials of `total` bytes over `max`, naming the bound and its flag.
+fn too_large(total: usize, max: usize) -> Result<()> {
+    if total <= max {
+        return Ok(());
+    }
+    Err(Error::Credentials {
+        reason: TOO_LARGE.into(),
+        message: format!(
+            "the credentials of spec.credentialsRef and spec.credentialsRefs come to more than {} KiB, the most one InfraCluster may hand a call (--credentials-max-kib); name fewer or smaller Secrets",
+            max >> 10
+        ),
     })
 }
 
@@ -158,9 +189,20 @@ fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) ->
 /// cluster reads its Secret once, not once per reconcile (at 10,000 machines, 35,000
 /// Secret reads went to the API server that bounded the run). A changed Secret is seen
 /// within [`Recent::FRESH_FOR`]; only Secrets a reference was allowed to name get here.
-#[derive(Default)]
 pub struct Recent {
     read: Mutex<HashMap<SecretName, Read>>,
+    /// Secret reads in flight, all reconciles together: each reads up to a 1 MiB
+    /// Secret of a tenant's, so their number bounds the bytes they hold.
+    reading: tokio::sync::Semaphore,
+}
+
+impl Default for Recent {
+    fn default() -> Self {
+        Recent {
+            read: Mutex::default(),
+            reading: tokio::sync::Semaphore::new(Self::READS_AT_ONCE),
+        }
+    }
 }
 
 /// A Secret's namespace and name.
@@ -172,6 +214,10 @@ impl Recent {
     const FRESH_FOR: Duration = Duration::from_secs(5);
     /// Bounds the map whatever the number of Secrets read within `FRESH_FOR`.
     const MAX_SECRETS: usize = 4096;
+    /// Bounds the bytes of the credentials it keeps.
+    const MAX_BYTES: usize = 16 << 20;
+    /// Secret reads in flight (see `reading`).
+    const READS_AT_ONCE: usize = 16;
 
     fn get(&self, namespace: &str, name: &str) -> Option<(Credentials, String)> {
         let read = self.read.lock().unwrap_or_else(|e| e.into_inner());
@@ -184,7 +230,10 @@ impl Recent {
     fn put(&self, namespace: &str, name: &str, credentials: &Credentials, version: &str) {
         let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
         read.retain(|_, (at, _, _)| at.elapsed() < Self::FRESH_FOR);
-        if read.len() >= Self::MAX_SECRETS {
+        let bytes: usize = read.values().map(|(_, c, _)| credentials::bytes(c)).sum();
+        if read.len() >= Self::MAX_SECRETS
+            || bytes + credentials::bytes(credentials) > Self::MAX_BYTES
+        {
             read.clear();
         }
         read.insert(
@@ -199,6 +248,12 @@ async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<(Credentials
     if let Some(recent) = ctx.secrets.get(namespace, name) {
         return Ok(recent);
     }
+    let _reading = ctx
+        .secrets
+        .reading
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
     let secret = super::objects::read(
         &Api::<Secret>::namespaced(ctx.client.clone(), namespace),
         name,

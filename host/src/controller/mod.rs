@@ -41,10 +41,11 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
@@ -199,7 +200,8 @@ fn urgent(store: &Store<Packed>, m: &ObjectRef<Packed>) -> bool {
         .is_none_or(|o| o.metadata.deletion_timestamp.is_some() || priority::is_urgent(&o.unpack()))
 }
 
-fn secrets(client: &Client, ns: &Option<String>) -> Api<Secret> {
+/// Secrets' metadata only (their values are never listed or watched).
+fn secret_names(client: &Client, ns: &Option<String>) -> Api<PartialObjectMeta<Secret>> {
     match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -297,17 +299,22 @@ async fn machines(
             objects::capi_cluster(),
         )
         // A bootstrap Secret appearing maps to the machine whose Machine names it
-        // (labelled Secrets only, so the manager never watches every Secret).
-        .watches_with(
-            secrets(&ctx.client, ns),
-            (),
-            watcher::Config::default().labels(objects::CLUSTER_NAME_LABEL),
-            move |s: Secret| {
+        // (labelled Secrets only, so the manager never watches every Secret). Only their
+        // metadata is listed and watched: a tenant's labelled Secrets of any size cost
+        // the manager their names, not their bytes.
+        .watches_stream_with(
+            watcher(
+                secret_names(&ctx.client, ns),
+                watcher::Config::default().labels(objects::CLUSTER_NAME_LABEL),
+            )
+            .touched_objects(),
+            move |s: PartialObjectMeta<Secret>| {
                 secret_waiters
                     .waiting_for(&s.namespace().unwrap_or_default(), &s.name_any())
                     .map(|m| m.into_kind_unchecked::<Packed>(secret_ar.clone()))
                     .filter(|m| provisioning(&secret_store, m))
             },
+            (),
         )
         // The InfraCluster's spec or readiness changing maps to all machines of its cluster.
         .watches_stream_with(

@@ -235,6 +235,7 @@ async fn passes_with(
         "create-converges",
         "adoption-after-ready",
         "adoption-mid-way",
+        "foreign-facts",
         "address-requests",
         "invalid-spec-missing-required",
         "invalid-spec-wrong-type",
@@ -244,7 +245,9 @@ async fn passes_with(
         "no-leaks",
     ]
     .into_iter()
-    .filter(|c| plugin != "proxmox-py" || *c != "address-requests")
+    // Nor does it ask what is granted (WIT 0.2): the host calls it for no object that
+    // names what it has no record of, so `foreign-facts` skips.
+    .filter(|c| plugin != "proxmox-py" || !["address-requests", "foreign-facts"].contains(c))
     .collect();
     conformance::all_pass_or_say_why_not(&cases, &required);
     // Nothing the suite made is left on the simulator; the VMs other clients made when

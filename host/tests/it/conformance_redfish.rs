@@ -53,6 +53,7 @@ async fn the_redfish_plugin_passes_against_sushy_emulator() {
             "create-converges",
             "adoption-after-ready",
             "adoption-mid-way",
+            "foreign-facts",
             "invalid-spec-wrong-type",
             "transient-unreachable",
             "transient-5xx",

@@ -21,4 +21,5 @@ mod proxmox_via_runtime;
 mod redfish_machine;
 mod security;
 mod takeover;
+mod tenancy;
 mod two_plugins;

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use hyperplug_runtime::bindings::machine::{BootstrapData, Drift, MachineRequest, MachineStatus};
-use hyperplug_runtime::{BlobStore, Limits, NamedCredentials, Plugin, PluginError, Runtime};
+use hyperplug_runtime::{
+    BlobStore, Grants, Limits, NamedCredentials, Plugin, PluginError, Runtime,
+};
 use serde_json::json;
 
 use crate::support::drive::{NoAddresses, create_until_ready, delete_until_gone, pacing};
@@ -100,6 +102,15 @@ impl Fleet {
     async fn create(&self, req: &MachineRequest) -> Result<MachineStatus, PluginError> {
         self.plugin
             .create_machine(req)
+            .await
+            .expect("call completes")
+    }
+
+    /// `create` with adoption granted, as `--adopt-namespace` grants it.
+    async fn create_granted(&self, req: &MachineRequest) -> Result<MachineStatus, PluginError> {
+        let granted = Grants { adoption: true };
+        self.plugin
+            .create_machine_with(req, granted)
             .await
             .expect("call completes")
     }
@@ -454,20 +465,29 @@ async fn a_provisioned_host_is_adopted_without_a_restart() {
 
     // `clusterctl move`: state and claims gone, the providerID (in the spec) remains.
     fleet.release(&uuid, "uid-m1").await;
+    // A provider ID is what someone wrote: followed only with adoption granted.
     let mut moved = req.clone();
     moved.state = None;
     moved.spec = json!({"providerID": provider_id}).to_string();
-    let again = fleet.create(&moved).await.expect("create");
+    match fleet.create(&moved).await {
+        Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "AdoptionNotGranted"),
+        other => panic!("expected AdoptionNotGranted, got {other:?}"),
+    }
+    let again = fleet.create_granted(&moved).await.expect("create");
     assert!(again.ready, "{again:?}");
     assert_eq!(again.provider_id.as_deref(), Some(provider_id.as_str()));
     assert_eq!(fleet.holder(&uuid).await.as_deref(), Some("uid-m1"));
     assert_eq!(bmc.power(&uuid).await, "On", "not restarted");
 
     // A providerID naming a host someone else holds is refused.
+    // ... and even granted, it does not take a host someone else holds, nor say who.
     let mut thief = fleet.request("thief");
     thief.spec = moved.spec.clone();
-    match fleet.create(&thief).await {
-        Err(PluginError::Terminal(t)) => assert_eq!(t.reason, "HostClaimedByAnother"),
+    match fleet.create_granted(&thief).await {
+        Err(PluginError::Terminal(t)) => {
+            assert_eq!(t.reason, "HostClaimedByAnother");
+            assert!(!t.message.contains("uid-m1"), "{t:?}");
+        }
         other => panic!("expected HostClaimedByAnother, got {other:?}"),
     }
 }

@@ -608,7 +608,8 @@ mod tenants {
 
     use super::*;
     use crate::support::controllers::{
-        hostile_cluster, hostile_world, machine, managed, options, start, warning_events,
+        PROXMOX_SPEC, hostile_cluster, hostile_world, machine, managed, options, proxmox_cluster,
+        start, warning_events,
     };
     use crate::support::world::{World, condition, ready_reason};
 
@@ -618,42 +619,6 @@ mod tenants {
     fn provisioned(o: &DynamicObject) -> bool {
         o.data["status"]["initialization"]["provisioned"] == true
     }
-
-    /// A Cluster and its ProxmoxCluster (DHCP: no IPAM needed), with `credentials` as
-    /// its `credentialsRef` (a YAML flow map) or none.
-    fn proxmox_cluster(name: &str, credentials: Option<&str>) -> String {
-        let credentials = credentials
-            .map(|c| format!("  credentialsRef: {c}\n"))
-            .unwrap_or_default();
-        format!(
-            r#"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata:
-  name: {name}
-spec:
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: ProxmoxCluster
-    name: {name}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: ProxmoxCluster
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {name}
-spec:
-  allowedNodes: [pve1]
-  controlPlaneEndpoint:
-    host: 192.168.1.230
-    port: 6443
-  dnsServers: [192.168.1.1]
-{credentials}"#
-        )
-    }
-
-    const PROXMOX_SPEC: &str = "{sourceNode: pve1, templateID: 9000, numCores: 1, memoryMiB: 1024, network: {default: {bridge: vmbr0}}}";
 
     async fn set_annotation(api: &Api<DynamicObject>, name: &str, value: &str) {
         api.patch(

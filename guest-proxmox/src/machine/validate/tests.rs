@@ -256,3 +256,15 @@ fn rules_need_a_table_on_a_nic_and_the_vrfs_own_on_a_vrf() {
         field("spec.network.vrfs[0].table")
     );
 }
+
+#[test]
+fn a_description_or_tag_of_the_providers_marker_forms_is_refused() {
+    let planted = json!({"description": "web\nhyperplug.machine-uid=0b7e2f1c-4d3a"});
+    assert_eq!(refused(planted, json!({})), field("spec.description"));
+    let cluster_line = json!({"description": "hyperplug.cluster-uid=x"});
+    assert_eq!(refused(cluster_line, json!({})), field("spec.description"));
+    let tag = json!({"tags": ["prod", "hp-0b7e2f1c-4d3a"]});
+    assert_eq!(refused(tag, json!({})), field("spec.tags[1]"));
+    let fine = json!({"description": "runs hyperplug", "tags": ["hyperplug-demo", "php"]});
+    assert_eq!(refused(fine, json!({})), None);
+}

@@ -1,6 +1,8 @@
 //! One machine's life: describe, create, adopt, delete; and the final leak check.
 use hyperplug_runtime::bindings::machine::{Drift, MachineStatus};
 
+use serde_json::Value;
+
 use super::needs_main;
 use crate::kit::{Kit, MainRun, gone};
 use crate::report::{Verdict, calls};
@@ -293,6 +295,54 @@ async fn drop_state_at(kit: &mut Kit, point: usize) -> Result<String, String> {
             "dropped after call {point} ({at}): converged on {pid}"
         )),
         Err(e) => Err(format!("describe without state failed: {e}")),
+    }
+}
+
+/// A new object whose spec names the main object's provider-id, granted nothing (as a
+/// tenant would write it to reach another's infrastructure, and as the host calls a
+/// plugin that asks what is granted): it must not become ready on it, and nothing the plugin tells it may carry a fact of the main object's (its
+/// name or UID, which a marker or a holder would show).
+pub async fn foreign_facts(kit: &mut Kit) -> Verdict {
+    if let Some(skip) = needs_main(kit) {
+        return skip;
+    }
+    if !kit.plugin.asks_grants() {
+        return Verdict::Skip(
+            "the plugin imports no `grants` (WIT 0.3.1): the host never calls it for an object naming what it has no record of, unless adoption is granted".into(),
+        );
+    }
+    let main = kit.machine("main").req.machine.clone();
+    let pid = kit.main.as_ref().expect("main").provider_id.clone();
+    let mut spec = kit.spec.clone();
+    if let Some(fields) = spec.as_object_mut() {
+        fields.insert("providerID".into(), Value::String(pid.clone()));
+    }
+    let creds = kit.creds.clone();
+    kit.new_machine("prober", &spec, &creds);
+    let (last, mut told) = match kit.drive_create("prober", Some(5), false).await {
+        Ok(d) => (d.last, String::new()),
+        Err((d, msg)) => (d.last, msg),
+    };
+    if let Some(s) = &last {
+        told.push_str(&format!(" {} {:?}", s.progress.message, s.details));
+    }
+    if last.as_ref().is_some_and(|s| s.ready) {
+        let _ = kit.drive_delete("prober").await;
+        return Verdict::Fail(format!(
+            "an object naming {pid} with nothing granted became ready: it took, or made again, what another object's provider-id names"
+        ));
+    }
+    match [main.name.as_str(), main.uid.as_str()]
+        .into_iter()
+        .find(|fact| told.contains(fact))
+    {
+        Some(fact) => Verdict::Fail(format!(
+            "what the plugin told an object naming {pid} carries `{fact}`, a fact of the object that owns it: {told}"
+        )),
+        None => Verdict::Pass(format!(
+            "an object naming {pid} was refused without a fact of its owner: {}",
+            told.trim()
+        )),
     }
 }
 

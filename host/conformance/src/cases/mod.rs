@@ -61,6 +61,10 @@ pub const CASES: &[(&str, &str)] = &[
         "create with the state lost mid-way adopts instead of duplicating",
     ),
     (
+        "foreign-facts",
+        "an object naming another's provider-id, granted nothing, gets nothing and no fact of the other",
+    ),
+    (
         "delete-repeated",
         "delete confirms the resource gone, and N more deletes confirm it again",
     ),
@@ -198,6 +202,7 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
         lifecycle::adoption_mid_way(kit),
     )
     .await;
+    case(report, opts, "foreign-facts", lifecycle::foreign_facts(kit)).await;
     case(
         report,
         opts,

@@ -176,7 +176,7 @@ async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
         )
     } else {
         let call = "machine.create";
-        let f = ctx.plugin.create_machine(&o.request);
+        let f = ctx.plugin.create_machine_with(&o.request, o.grants);
         (
             call,
             ctx.metrics.plugin_call(ctx.plugin.name(), call, f).await,

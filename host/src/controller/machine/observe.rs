@@ -18,6 +18,7 @@ use super::super::ownership::Ownership;
 use super::super::watch::cached_or_read;
 use super::super::{adoption, credentials, patch, requeue, unverified, versions};
 use crate::status::{InfraMachineStatus, Progressing, Status};
+use hyperplug_runtime::Grants;
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
 
 /// A machine ready for its plugin call.
@@ -36,6 +37,8 @@ pub struct Observed {
     pub write_id: Option<String>,
     pub claims: MachineClaims,
     pub request: MachineRequest,
+    /// What an administrator granted the object (the plugin asks through `grants`).
+    pub grants: Grants,
     /// The status the API server stores, and the one this step continues from (newer
     /// when the last steps' statuses are held unwritten, see `coalesce`).
     pub stored: InfraMachineStatus,
@@ -200,9 +203,16 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let prev = ctx
         .coalescer
         .current(obj.uid().as_deref().unwrap_or_default(), &stored);
-    // Made by another provider: only where an administrator granted adoption.
+    // Naming infrastructure the manager has no record of: only where an administrator
+    // granted adoption, or (moved here, by a plugin that asks what is granted) to find
+    // what carries its own marker. See `adoption`.
     let state = prev.progress.plugin_state.as_deref();
-    if !deleting && adoption::made_elsewhere(&obj, state) && !ctx.options.may_adopt(&ns) {
+    let grants = ctx.options.grants_for(&obj);
+    if !deleting
+        && !grants.adoption
+        && adoption::names_unrecorded(&obj, state)
+        && !(ctx.plugin.asks_grants() && adoption::moved(&obj, &machine_id))
+    {
         return adoption::not_granted(ctx, &own, &obj).await.map(Step::Done);
     }
     // Provisioned without a record of ours (taken over, or the state was lost): create
@@ -313,6 +323,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         write_id,
         claims,
         request,
+        grants,
         stored,
         prev,
     })))

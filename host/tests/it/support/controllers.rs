@@ -173,3 +173,40 @@ stringData: {url: "http://127.0.0.1:1", token: t, secret: s}
     let controllers = start(&world, plugin, options());
     (world, controllers, runtime, store)
 }
+
+/// A Cluster and its ProxmoxCluster (DHCP: no IPAM needed), with `credentials` as
+/// its `credentialsRef` (a YAML flow map) or none.
+pub fn proxmox_cluster(name: &str, credentials: Option<&str>) -> String {
+    let credentials = credentials
+        .map(|c| format!("  credentialsRef: {c}\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata:
+  name: {name}
+spec:
+  infrastructureRef:
+    apiGroup: infrastructure.cluster.x-k8s.io
+    kind: ProxmoxCluster
+    name: {name}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: ProxmoxCluster
+metadata:
+  name: {name}
+  labels:
+    cluster.x-k8s.io/cluster-name: {name}
+spec:
+  allowedNodes: [pve1]
+  controlPlaneEndpoint:
+    host: 192.168.1.230
+    port: 6443
+  dnsServers: [192.168.1.1]
+{credentials}"#
+    )
+}
+
+/// A small valid ProxmoxMachine spec (v1alpha1) cloning template 9000 on pve1.
+pub const PROXMOX_SPEC: &str = "{sourceNode: pve1, templateID: 9000, numCores: 1, memoryMiB: 1024, network: {default: {bridge: vmbr0}}}";
