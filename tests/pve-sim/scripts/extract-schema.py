@@ -25,6 +25,7 @@ ENDPOINTS = [
     "POST /nodes/{node}/qemu/{vmid}/migrate",
     "GET /nodes/{node}/lxc",
     "GET /nodes/{node}/storage/{storage}/content/{volume}",
+    "GET /access/permissions",
 ]
 HERE = os.path.dirname(__file__)
 DST = os.path.join(HERE, "../schema/official-extra.json")

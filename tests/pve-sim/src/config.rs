@@ -36,9 +36,15 @@ pub struct Config {
     pub vm_sets: Vec<VmSet>,
     /// Resource pools existing at start.
     pub pools: Vec<String>,
-    /// Accepted API tokens, each `USER@REALM!TOKENID=SECRET`.
+    /// Accepted API tokens, each `USER@REALM!TOKENID=SECRET`, privilege-separated
+    /// (`privsep = 1`, the default of `pveum user token add`).
     pub tokens: Vec<String>,
-    /// Access control entries. Principals without entries are unrestricted.
+    /// Further API tokens with their settings (`privsep`); accepted like `tokens`.
+    pub api_tokens: Vec<ApiToken>,
+    /// Custom roles beside PVE's built-in ones: `name -> [privilege, ...]`.
+    pub roles: BTreeMap<String, Vec<String>>,
+    /// Access control entries. A user that no entry names, neither itself nor any of its
+    /// tokens, is unrestricted with its tokens (the default world has no entries).
     pub acls: Vec<AclEntry>,
     /// Users that may log in with `POST /access/ticket`: `userid -> password`.
     pub users: BTreeMap<String, String>,
@@ -222,9 +228,32 @@ impl Default for VmSet {
     }
 }
 
-/// One ACL entry: `principal` (a user `u@realm`, covering its tokens, or a token
-/// `u@realm!id`) gets `privs` and the privileges of `role` on `path` (`/`, `/vms/100`,
-/// `/pool/capi`, `/storage/local`, `/nodes/pve1`, ...), and below it with `propagate`.
+/// An API token with its settings: `id` is `USER@REALM!TOKENID`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiToken {
+    pub id: String,
+    pub secret: String,
+    /// Privilege separation (PVE's default): the token has only what its own ACL
+    /// entries grant, and of that only what its user has too. Without it the token has
+    /// exactly its user's privileges.
+    pub privsep: bool,
+}
+
+impl Default for ApiToken {
+    fn default() -> Self {
+        Self {
+            id: String::new(),
+            secret: String::new(),
+            privsep: true,
+        }
+    }
+}
+
+/// One ACL entry: `principal` (a user `u@realm` or a token `u@realm!id`) gets `privs`
+/// and the privileges of `role` (built-in or from `roles`) on `path` (`/`, `/vms/100`,
+/// `/pool/capi`, `/storage/local`, `/nodes/pve1`, `/sdn/zones/localnetwork/vmbr0`, ...),
+/// and below it with `propagate`, as PVE evaluates ACLs (see `perms`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AclEntry {
@@ -244,20 +273,6 @@ impl Default for AclEntry {
             privs: vec![],
             propagate: true,
         }
-    }
-}
-
-impl AclEntry {
-    /// Every privilege the entry grants (role privileges included).
-    pub fn granted(&self) -> impl Iterator<Item = &str> {
-        self.privs.iter().map(String::as_str).chain(
-            self.role
-                .as_deref()
-                .map(crate::perms::role_privs)
-                .unwrap_or(&[])
-                .iter()
-                .copied(),
-        )
     }
 }
 
@@ -374,6 +389,8 @@ impl Default for Config {
             vm_sets: vec![],
             pools: vec!["capi".into()],
             tokens: vec![DEFAULT_TOKEN.into()],
+            api_tokens: vec![],
+            roles: BTreeMap::new(),
             acls: vec![],
             users: [("root@pam".to_string(), DEFAULT_ROOT_PASSWORD.to_string())]
                 .into_iter()

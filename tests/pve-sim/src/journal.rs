@@ -1,6 +1,7 @@
 //! The requests the API served, in order, kept for a post-mortem (a chaos run that
-//! breaks an invariant writes them beside its logs): what was asked and what was
-//! answered, including the faults injected. Bounded: the oldest go first.
+//! breaks an invariant writes them beside its logs): who asked (`user`: the
+//! authenticated user or token, empty when authentication failed), what was asked and
+//! what was answered, including the faults injected. Bounded: the oldest go first.
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -24,6 +25,8 @@ pub struct Entry {
     method: String,
     path: String,
     params: String,
+    /// The authenticated principal (`user@realm` or `user@realm!token`), once known.
+    pub user: String,
 }
 
 impl Entry {
@@ -38,6 +41,7 @@ impl Entry {
             method: parts.method.to_string(),
             path: parts.uri.path().to_string(),
             params: excerpt(&params),
+            user: String::new(),
         }
     }
 }
@@ -58,6 +62,7 @@ impl Journal {
             "done_ms": crate::state::unix_now_ms(),
             "method": e.method,
             "path": e.path,
+            "user": e.user,
             "params": e.params,
             "status": status,
             "answer": answer,

@@ -77,8 +77,8 @@ pub mod tasks;
 pub mod tls;
 
 pub use config::{
-    AclEntry, Config, DEFAULT_ROOT_PASSWORD, DEFAULT_TOKEN, DEFAULT_TOKEN_SECRET, DhcpConfig,
-    NodeConfig, StorageConfig, StorageType, VmSeed, VmSet,
+    AclEntry, ApiToken, Config, DEFAULT_ROOT_PASSWORD, DEFAULT_TOKEN, DEFAULT_TOKEN_SECRET,
+    DhcpConfig, NodeConfig, StorageConfig, StorageType, VmSeed, VmSet,
 };
 pub use faults::{FaultKind, FaultRule, Faults};
 pub use server::{ListenOpts, RunningSim, Simulator, StateHandle};

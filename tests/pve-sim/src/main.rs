@@ -25,10 +25,14 @@ use pve_sim::{Config, ListenOpts, Simulator};
 ///   [[vms]]                vmid, node, config = { key = "value", .. }, running, pool
 ///   [[vm_sets]]            bulk copies for benchmarks: count, clone_of, first_vmid,
 ///                          nodes, running, name_prefix, pool
-///   pools, tokens          ["capi"], ["USER@REALM!TOKENID=SECRET"]
+///   pools, tokens          ["capi"], ["USER@REALM!TOKENID=SECRET"] (privilege-separated)
+///   [[api_tokens]]         id, secret, privsep (default true): tokens with settings
 ///   users                  { "root@pam" = "password" }
+///   [roles]                custom roles: NAME = ["VM.Audit", ..] beside the built-in ones
 ///   [[acls]]               path, principal (user or token), role, privs = [..],
-///                          propagate; principals without entries are unrestricted
+///                          propagate; evaluated as PVE does (most specific path wins,
+///                          pools, token privsep); users that no entry names (nor
+///                          their tokens) are unrestricted
 ///   [task_ms]              per task type: qmclone, qmstart, qmstop, qmshutdown, qmreboot,
 ///                          qmdestroy, resize, qmconfig, qmcreate, qmigrate, imgcopy,
 ///                          imgdel (ms)

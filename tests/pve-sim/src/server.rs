@@ -51,6 +51,8 @@ pub struct Shared {
     pub unlocked: tokio::sync::Notify,
     /// The API requests served, in order, for a run's post-mortem (see `journal`).
     pub journal: crate::journal::Journal,
+    /// Roles, ACLs and tokens, resolved from the config (see `perms`).
+    pub access: crate::perms::Access,
 }
 
 impl Shared {
@@ -69,6 +71,7 @@ impl Simulator {
     /// handle is dropped or shut down.
     pub async fn start(config: Config, opts: ListenOpts) -> anyhow::Result<RunningSim> {
         let world = World::new(&config)?;
+        let access = crate::perms::Access::new(&config)?;
         let listener = TcpListener::bind(&opts.addr).await?;
         let local = listener.local_addr()?;
         let (tx, rx) = watch::channel(false);
@@ -110,6 +113,7 @@ impl Simulator {
             fingerprint: fingerprint.clone(),
             unlocked: tokio::sync::Notify::new(),
             journal: crate::journal::Journal::default(),
+            access,
         });
         let accept = tokio::spawn(accept_loop(listener, tls, shared.clone()));
         let scheme = if opts.tls { "https" } else { "http" };
@@ -321,8 +325,8 @@ impl StateHandle {
             .collect()
     }
     /// The last API requests served (at most `journal::CAPACITY`), oldest first: when,
-    /// method, path, a prefix of the parameters, and the status with the data's or the
-    /// error's first characters.
+    /// who (`user`), method, path, a prefix of the parameters, and the status with the
+    /// data's or the error's first characters.
     pub fn requests(&self) -> Vec<Value> {
         self.0.journal.entries()
     }

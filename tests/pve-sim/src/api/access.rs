@@ -1,4 +1,4 @@
-//! `/version` and `/access/ticket`.
+//! `/version`, `/access/ticket` and `/access/permissions`.
 
 use serde_json::{Value, json};
 
@@ -57,4 +57,41 @@ pub fn ticket(c: &mut Call) -> ApiResult {
         "clustername": c.shared.config.cluster_name,
         "cap": Value::Object(Default::default()),
     }))
+}
+
+/// `GET /access/permissions[?path=&userid=]`: the effective privileges of the caller (a
+/// token's own, for a token), or of `userid`: the caller itself, one of its tokens, or
+/// anyone with `Sys.Audit` on `/access`. `{"PATH": {"PRIVILEGE": PROPAGATE}}`; with
+/// `path` that one path (present even when empty), else every path PVE lists (see
+/// `perms::Access::effective`).
+pub fn permissions(c: &mut Call) -> ApiResult {
+    let w = c.shared.lock();
+    let userid = c.p("userid").unwrap_or(&c.user).to_string();
+    let own =
+        userid == c.user || (userid.contains('!') && crate::perms::user_of(&userid) == c.user);
+    if !own {
+        c.require(&w, "/access", &["Sys.Audit"])?;
+    }
+    let access = &c.shared.access;
+    let privs = |p: crate::perms::Privs| -> Value {
+        p.into_iter()
+            .map(|(k, flag)| (k, json!(u8::from(flag))))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    if let Some(path) = c.p("path").filter(|p| !p.is_empty()) {
+        let mut out = serde_json::Map::new();
+        out.insert(
+            path.to_string(),
+            privs(access.privileges(&w, &userid, path)),
+        );
+        return Ok(Value::Object(out));
+    }
+    Ok(Value::Object(
+        access
+            .effective(&w, &userid)
+            .into_iter()
+            .map(|(path, p)| (path, privs(p)))
+            .collect(),
+    ))
 }

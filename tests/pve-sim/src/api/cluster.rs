@@ -118,23 +118,28 @@ fn pool_index(w: &World) -> HashMap<u32, &str> {
         .collect()
 }
 
-pub fn node_resource(w: &World, name: &str) -> Value {
+/// The `/cluster/resources` (and `/nodes`) entry of a node; without `audit` (`Sys.Audit`
+/// on `/nodes/<node>`) PVE leaves out its figures: CPU, memory, disk and uptime.
+pub fn node_resource(w: &World, name: &str, audit: bool) -> Value {
     let n = &w.nodes[name];
-    json!({
+    let mut v = json!({
         "id": format!("node/{}", n.name),
         "type": "node",
         "node": n.name,
         "status": if w.node_up(name) { "online" } else { "offline" },
-        "maxcpu": n.cpus,
-        "cpu": 0.02,
-        "maxmem": n.memory,
-        "mem": w.node_mem_used(name),
-        "maxdisk": 100u64 << 30,
-        "disk": 8u64 << 30,
-        "uptime": w.boot.elapsed().as_secs() + 86_400,
         "level": "",
         "cgroup-mode": 2,
-    })
+    });
+    if audit {
+        v["maxcpu"] = json!(n.cpus);
+        v["cpu"] = json!(0.02);
+        v["maxmem"] = json!(n.memory);
+        v["mem"] = json!(w.node_mem_used(name));
+        v["maxdisk"] = json!(100u64 << 30);
+        v["disk"] = json!(8u64 << 30);
+        v["uptime"] = json!(w.boot.elapsed().as_secs() + 86_400);
+    }
+    v
 }
 
 pub fn storage_resource(node: &str, s: &Storage) -> Value {
@@ -152,23 +157,44 @@ pub fn storage_resource(node: &str, s: &Storage) -> Value {
     })
 }
 
-/// `GET /cluster/resources[?type=vm|node|storage|pool]`.
+/// `GET /cluster/resources[?type=vm|node|storage]`: pools the caller may audit
+/// (`Pool.Audit`), then VMs (`VM.Audit`; their `pool` only with `Pool.Audit` on it), then
+/// every node (its figures only with `Sys.Audit`), then storages (`Datastore.Audit`),
+/// as PVE's `resources` lists them.
 pub fn resources(c: &mut Call) -> ApiResult<Data> {
     let w = c.shared.lock();
     let ty = c.p("type");
+    let mut pools_out: Vec<Value> = vec![];
     let mut out: Vec<Value> = vec![];
     let mut vms: Vec<VmResource> = vec![];
+    // pools: only in the full listing (`pool` is not a `type` the schema accepts)
+    if ty.is_none() {
+        for p in w.pools.keys() {
+            if c.can(&w, &format!("/pool/{p}"), "Pool.Audit") {
+                pools_out.push(json!({"id": format!("/pool/{p}"), "type": "pool", "pool": p}));
+            }
+        }
+    }
     if ty.is_none() || ty == Some("vm") {
         let pools = pool_index(&w);
         vms.extend(
             w.vms
                 .values()
                 .filter(|vm| c.can(&w, &format!("/vms/{}", vm.vmid), "VM.Audit"))
-                .map(|vm| vm_resource(vm, pools.get(&vm.vmid).copied(), w.node_up(&vm.node))),
+                .map(|vm| {
+                    let pool = pools
+                        .get(&vm.vmid)
+                        .copied()
+                        .filter(|p| c.can(&w, &format!("/pool/{p}"), "Pool.Audit"));
+                    vm_resource(vm, pool, w.node_up(&vm.node))
+                }),
         );
     }
     if ty.is_none() || ty == Some("node") {
-        out.extend(w.nodes.keys().map(|n| node_resource(&w, n)));
+        out.extend(w.nodes.keys().map(|n| {
+            let audit = c.can(&w, &format!("/nodes/{n}"), "Sys.Audit");
+            node_resource(&w, n, audit)
+        }));
     }
     if ty.is_none() || ty == Some("storage") {
         for n in w.nodes.keys() {
@@ -179,32 +205,53 @@ pub fn resources(c: &mut Call) -> ApiResult<Data> {
             }
         }
     }
-    if ty.is_none() || ty == Some("pool") {
-        for p in w.pools.keys() {
-            out.push(json!({"id": format!("/pool/{p}"), "type": "pool", "pool": p}));
-        }
-    }
     #[derive(Serialize)]
     #[serde(untagged)]
     enum Entry<'a> {
         Vm(Box<VmResource<'a>>),
         Other(Value),
     }
-    let all: Vec<Entry> = vms
+    let all: Vec<Entry> = pools_out
         .into_iter()
-        .map(|v| Entry::Vm(Box::new(v)))
+        .map(Entry::Other)
+        .chain(vms.into_iter().map(|v| Entry::Vm(Box::new(v))))
         .chain(out.into_iter().map(Entry::Other))
         .collect();
     Ok(Data::serialize(&all))
 }
 
-/// `GET /pools`.
+/// `GET /pools[?poolid=&type=]`: without `poolid`, the pools the caller may audit
+/// (`Pool.Audit` on `/pool/<pool>`); with it, that pool and its members, for any caller:
+/// PVE's handler makes the `Pool.Audit` check there but ignores its outcome.
 pub fn pools(c: &mut Call) -> ApiResult {
     let w = c.shared.lock();
+    if let Some(id) = c.p("poolid") {
+        let Some(members) = w.pools.get(id) else {
+            return Err(ApiError::die(format!("pool '{id}' does not exist")));
+        };
+        let wanted = c.p("type");
+        let members: Vec<Value> = members
+            .iter()
+            .filter_map(|vmid| w.vms.get(vmid))
+            .filter(|_| wanted.is_none_or(|t| t == "qemu"))
+            .map(|vm| {
+                let mut v = serde_json::to_value(vm_resource(vm, None, w.node_up(&vm.node)))
+                    .unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    // what the pool's member entries leave out
+                    for k in ["tags", "lock", "pool"] {
+                        o.remove(k);
+                    }
+                }
+                v
+            })
+            .collect();
+        return Ok(json!([{"poolid": id, "members": members}]));
+    }
     Ok(Value::Array(
         w.pools
             .keys()
-            .filter(|p| c.p("poolid").is_none_or(|id| id == *p))
+            .filter(|p| c.can(&w, &format!("/pool/{p}"), "Pool.Audit"))
             .map(|p| json!({"poolid": p}))
             .collect(),
     ))

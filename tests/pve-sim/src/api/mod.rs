@@ -55,7 +55,15 @@ impl Call<'_> {
     }
     /// Whether the caller has `privilege` on `path` (for filtering listings).
     pub fn can(&self, w: &World, path: &str, privilege: &str) -> bool {
-        crate::perms::has(w, &self.shared.config.acls, &self.user, path, privilege)
+        self.shared.access.has(w, &self.user, path, privilege)
+    }
+    /// PVE's `check`: the caller holds every one of `privs` on `path`.
+    pub fn require(&self, w: &World, path: &str, privs: &[&str]) -> ApiResult<()> {
+        self.shared.access.require(w, &self.user, path, privs)
+    }
+    /// PVE's `check_any`: the caller holds one of `privs` on `path`.
+    pub fn require_any(&self, w: &World, path: &str, privs: &[&str]) -> ApiResult<()> {
+        self.shared.access.require_any(w, &self.user, path, privs)
     }
 }
 
@@ -76,6 +84,7 @@ macro_rules! routes {
 static ROUTES: &[Route] = routes! {
     "GET" "/version" => access::version,
     "POST" "/access/ticket" => access::ticket,
+    "GET" "/access/permissions" => access::permissions,
     "GET" "/cluster/status" => cluster::status,
     "GET" "/cluster/nextid" => cluster::nextid,
     "GET" "/cluster/resources" => cluster::resources,
@@ -208,6 +217,13 @@ fn verify_token(shared: &Shared, value: &str) -> Result<String, ApiError> {
         .tokens
         .iter()
         .filter_map(|t| parse_token(t))
+        .chain(
+            shared
+                .config
+                .api_tokens
+                .iter()
+                .map(|t| (t.id.as_str(), t.secret.as_str())),
+        )
         .collect();
     let user_exists = shared.config.users.contains_key(user)
         || tokens
@@ -347,8 +363,8 @@ fn json_to_params(body: &[u8]) -> Result<Params, ApiError> {
 /// Handles one `/api2/json` request.
 pub async fn handle(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> Resp {
     let with_message = shared.config.version_tuple() >= (8, 3);
-    let entry = crate::journal::Entry::begin(&parts, &body);
-    let res = handle_inner(shared, parts, body).await;
+    let mut entry = crate::journal::Entry::begin(&parts, &body);
+    let res = handle_inner(shared, parts, body, &mut entry.user).await;
     shared.journal.record(entry, &res);
     match res {
         Ok(v) => envelope::ok_data(v),
@@ -356,7 +372,14 @@ pub async fn handle(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> Resp {
     }
 }
 
-async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiResult<Data> {
+/// Handles a request; `principal` is set to the caller once authenticated (for the
+/// journal).
+async fn handle_inner(
+    shared: &Arc<Shared>,
+    parts: Parts,
+    body: Bytes,
+    principal: &mut String,
+) -> ApiResult<Data> {
     let method = parts.method.as_str().to_string();
     let full_path = parts.uri.path().to_string();
     let Some(path) = full_path.strip_prefix("/api2/json") else {
@@ -396,6 +419,7 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
             }
         }
     };
+    principal.clone_from(&user);
     // pve-http-server refuses a body on anything but POST/PUT, after authentication
     if method != "POST" && method != "PUT" && !body.is_empty() {
         return Err(ApiError::with_status(
@@ -445,7 +469,7 @@ async fn handle_inner(shared: &Arc<Shared>, parts: Parts, body: Bytes) -> ApiRes
     if let Some(node) = params.get("node") {
         check_node(&shared.lock(), node)?;
     }
-    crate::perms::check(&shared.lock(), &shared.config.acls, &user, &key, &params)?;
+    shared.access.check(&shared.lock(), &user, &key, &params)?;
     // synchronous config writes hold the VM's config file lock while they write: wait for
     // the tasks holding it
     let mut write_lock = None;

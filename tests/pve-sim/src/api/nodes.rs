@@ -5,14 +5,16 @@ use serde_json::{Value, json};
 use super::Call;
 use crate::envelope::ApiResult;
 
-/// `GET /nodes`: every node with its resources and the listener's `ssl_fingerprint`.
+/// `GET /nodes`: every node with the listener's `ssl_fingerprint`, and its figures where
+/// the caller has `Sys.Audit` on `/nodes/<node>`.
 pub fn list(c: &mut Call) -> ApiResult {
     let w = c.shared.lock();
     Ok(Value::Array(
         w.nodes
             .keys()
             .map(|n| {
-                let mut v = super::cluster::node_resource(&w, n);
+                let audit = c.can(&w, &format!("/nodes/{n}"), "Sys.Audit");
+                let mut v = super::cluster::node_resource(&w, n, audit);
                 if let Some(o) = v.as_object_mut() {
                     o.remove("cgroup-mode");
                 }

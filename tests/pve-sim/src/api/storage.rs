@@ -256,6 +256,7 @@ pub fn volume_info(c: &mut Call) -> ApiResult {
     let st = get_storage(&w, c)?;
     let (sid, name) = real_volume_id(&st.id, c.p("volume").unwrap_or(""))?;
     let volid = format!("{sid}:{name}");
+    crate::api::qemu::access::check_volume(c, &w, c.node(), None, &volid)?;
     let Some(v) = st.volumes.get(&name) else {
         return Err(ApiError::die(format!(
             "volume_size_info on '{volid}' failed - no format"
@@ -276,10 +277,19 @@ pub fn delete_volume(c: &mut Call) -> ApiResult {
     let node = c.node().to_string();
     let st = get_storage(&w, c)?;
     let (sid, name) = real_volume_id(&st.id, c.p("volume").unwrap_or(""))?;
-    if !st.volumes.contains_key(&name) {
+    let Some(vol) = st.volumes.get(&name) else {
         return Err(ApiError::die(format!(
             "volume '{sid}:{name}' does not exist"
         )));
+    };
+    // backups of a VM: AllocateSpace and VM.Backup on it; anything else: Allocate
+    let path = format!("/storage/{sid}");
+    match vol.vmid.filter(|_| vol.content == "backup") {
+        Some(owner) => {
+            c.require(&w, &path, &["Datastore.AllocateSpace"])?;
+            c.require(&w, &format!("/vms/{owner}"), &["VM.Backup"])?;
+        }
+        None => c.require(&w, &path, &["Datastore.Allocate"])?,
     }
     let spec = TaskSpec::new(
         c,

@@ -24,10 +24,31 @@ fn find_task<'w>(w: &'w crate::state::World, c: &Call) -> ApiResult<&'w crate::t
         .ok_or_else(|| ApiError::die(format!("no such task: {upid}")))
 }
 
+/// Whether the caller owns the task (PVE's `check_task_user`): a token its own tasks, a
+/// user its own and its tokens'.
+fn owns(task_user: &str, caller: &str) -> bool {
+    task_user == caller || (task_user.contains('!') && crate::perms::user_of(task_user) == caller)
+}
+
+/// A task of someone else needs `privilege` on `/nodes/<node>`.
+fn check_owner(
+    w: &crate::state::World,
+    c: &Call,
+    t: &crate::tasks::Task,
+    privilege: &str,
+) -> ApiResult<()> {
+    if owns(&t.user, &c.user) {
+        return Ok(());
+    }
+    c.require(w, &format!("/nodes/{}", c.node()), &[privilege])
+}
+
 /// `GET /nodes/{node}/tasks/{upid}/status`.
 pub fn status(c: &mut Call) -> ApiResult {
     let w = c.shared.lock();
-    Ok(find_task(&w, c)?.status_json())
+    let t = find_task(&w, c)?;
+    check_owner(&w, c, t, "Sys.Audit")?;
+    Ok(t.status_json())
 }
 
 /// `GET /nodes/{node}/tasks/{upid}/log?start=&limit=`: a page of lines, with the number
@@ -35,6 +56,7 @@ pub fn status(c: &mut Call) -> ApiResult {
 pub fn log(c: &mut Call) -> ApiResult<Data> {
     let w = c.shared.lock();
     let t = find_task(&w, c)?;
+    check_owner(&w, c, t, "Sys.Audit")?;
     let start: usize = c.p("start").and_then(|s| s.parse().ok()).unwrap_or(0);
     let limit: usize = c.p("limit").and_then(|s| s.parse().ok()).unwrap_or(50);
     let data = Value::Array(
@@ -55,15 +77,18 @@ pub fn log(c: &mut Call) -> ApiResult<Data> {
 /// `DELETE /nodes/{node}/tasks/{upid}`: stops a running task.
 pub fn stop(c: &mut Call) -> ApiResult {
     let mut w = c.shared.lock();
-    let upid = find_task(&w, c)?.upid.clone();
+    let t = find_task(&w, c)?;
+    check_owner(&w, c, t, "Sys.Modify")?;
+    let upid = t.upid.clone();
     crate::tasks::interrupt(&mut w, &upid);
     Ok(Value::Null)
 }
 
 /// `GET /nodes/{node}/tasks`: newest first, a page with the number of matches in
-/// `total`.
+/// `total`; the caller's own tasks only, unless it has `Sys.Audit` on `/nodes/<node>`.
 pub fn list(c: &mut Call) -> ApiResult<Data> {
     let w = c.shared.lock();
+    let auditor = c.can(&w, &format!("/nodes/{}", c.node()), "Sys.Audit");
     let vmid = c.p("vmid");
     let limit: usize = c.p("limit").and_then(|s| s.parse().ok()).unwrap_or(50);
     let start: usize = c.p("start").and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -74,6 +99,7 @@ pub fn list(c: &mut Call) -> ApiResult<Data> {
         .rev()
         .filter_map(|u| w.tasks.get(u))
         .filter(|t| t.node == c.node())
+        .filter(|t| auditor || owns(&t.user, &c.user))
         .filter(|t| vmid.is_none_or(|v| t.id == v))
         .filter(|t| c.p("typefilter").is_none_or(|f| t.kind == f))
         .filter(|t| c.p("userfilter").is_none_or(|u| t.user.contains(u)))
@@ -99,9 +125,13 @@ pub fn list(c: &mut Call) -> ApiResult<Data> {
 
 /// `GET /cluster/tasks`: every node's running tasks and its newest finished ones
 /// ([`CLUSTER_TASKS_FINISHED_PER_NODE`]), newest first, in the `/nodes/{node}/tasks`
-/// entry shape (`endtime` and `status` once finished).
+/// entry shape (`endtime` and `status` once finished). A token's task shows its user in
+/// `user` and the token's name in `tokenid`. Callers without `Sys.Audit` on `/` see only
+/// the tasks whose `user` is them: as in PVE, that is never the case for a token, whose
+/// ID is compared with its tasks' user part.
 pub fn cluster(c: &mut Call) -> ApiResult {
     let w = c.shared.lock();
+    let all = c.can(&w, "/", "Sys.Audit");
     let mut finished: std::collections::HashMap<&str, usize> = Default::default();
     let list = w
         .task_order
@@ -116,7 +146,15 @@ pub fn cluster(c: &mut Call) -> ApiResult {
             *n += 1;
             *n <= CLUSTER_TASKS_FINISHED_PER_NODE
         })
-        .map(|t| t.list_json())
+        .map(|t| {
+            let mut v = t.list_json();
+            if let Some((user, token)) = t.user.split_once('!') {
+                v["user"] = json!(user);
+                v["tokenid"] = json!(token);
+            }
+            v
+        })
+        .filter(|v| all || v["user"].as_str() == Some(c.user.as_str()))
         .collect();
     Ok(Value::Array(list))
 }

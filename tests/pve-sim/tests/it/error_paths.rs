@@ -389,7 +389,10 @@ async fn clone_refuses_bad_targets_synchronously() {
     let r = clone(&[("target", "pve9")]).await;
     assert_eq!(r.reason, "no such cluster node 'pve9'");
     let r = clone(&[("pool", "nope")]).await;
-    assert_eq!(r.reason, "pool 'nope' does not exist");
+    assert_eq!(
+        (r.status.as_u16(), r.reason.as_str()),
+        (403, "Permission check failed (pool 'nope' does not exist)")
+    );
     let r = clone(&[("storage", "local-lvm")]).await;
     assert_eq!(
         (r.status.as_u16(), r.reason.as_str()),

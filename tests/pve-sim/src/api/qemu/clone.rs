@@ -61,7 +61,7 @@ fn plan(w: &mut World, c: &Call, src: &Vm, newid: u32, target: &str) -> ApiResul
     if let Some(p) = c.p("pool")
         && !w.pools.contains_key(p)
     {
-        return Err(ApiError::die(format!("pool '{p}' does not exist")));
+        return Err(crate::perms::denied(&format!("pool '{p}' does not exist")));
     }
     if other_node {
         check_cluster_node(w, target)?;
@@ -101,6 +101,12 @@ fn plan(w: &mut World, c: &Call, src: &Vm, newid: u32, target: &str) -> ApiResul
             )));
         }
     }
+    super::access::check_clone_storage(c, w, &src.config, c.p("storage"))?;
+    super::access::check_bridges(
+        c,
+        w,
+        src.config.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )?;
     if other_node && !on_shared_storage(w, src) {
         return Err(ApiError::die(format!(
             "can't clone VM to node '{target}' (VM uses local storage)"

@@ -10,6 +10,7 @@ use crate::params::{format_size, split_indexed};
 use crate::state::{Vm, World, drive_options, drive_string, is_drive_key};
 use crate::tasks::{self, TaskSpec};
 
+use super::access;
 use super::remove_volume;
 
 /// Parameters of config writes that are not config keys.
@@ -143,10 +144,58 @@ fn apply_config(w: &mut World, c: &Call, vmid: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks shared by config writes: VM, digest, lock, lock timeout (all synchronous).
+/// The keys a config write deletes.
+fn deletes<'c>(c: &'c Call) -> Vec<&'c str> {
+    c.p("delete")
+        .map(|d| d.split([',', ';', ' ']).filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default()
+}
+
+/// The config keys a write or creation sets, with their values.
+fn settings<'c>(c: &'c Call) -> Vec<(&'c str, &'c str)> {
+    c.params
+        .iter()
+        .filter(|(k, _)| !NON_CONFIG.contains(&k.as_str()))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// The permission checks of a config write, in qemu-server's order: the keys deleted,
+/// the keys set, the storages and volumes of drives, the bridges, then each drive
+/// deleted or replaced and each drive set.
+fn check_write_perms(c: &Call, w: &World, vm: &Vm) -> ApiResult<()> {
+    let (vmid, node) = (vm.vmid, vm.node.as_str());
+    let deletes = deletes(c);
+    let sets = settings(c);
+    access::check_keys(c, w, vmid, None, deletes.iter().copied())?;
+    access::check_keys(c, w, vmid, None, sets.iter().map(|(k, _)| *k))?;
+    access::check_storage(c, w, node, vmid, sets.iter().copied())?;
+    access::check_bridges(c, w, sets.iter().copied())?;
+    for key in &deletes {
+        let Some(old) = vm.config.get(*key) else {
+            continue;
+        };
+        if is_drive_key(key) {
+            access::check_drive(c, w, vmid, old)?;
+        } else if matches!(split_indexed(key), Some(("net", _))) {
+            access::check_bridges(c, w, [(*key, old.as_str())].into_iter())?;
+        }
+    }
+    for (key, value) in sets.iter().filter(|(k, _)| is_drive_key(k)) {
+        if let Some(old) = vm.config.get(*key) {
+            access::check_drive(c, w, vmid, old)?;
+        }
+        access::check_drive(c, w, vmid, value)?;
+    }
+    Ok(())
+}
+
+/// Checks shared by config writes: VM, permissions, digest, lock, lock timeout (all
+/// synchronous).
 fn check_config_write(w: &mut World, c: &Call) -> ApiResult<u32> {
     let vmid = c.vmid();
     let vm = vm_on(w, c.node(), vmid)?;
+    check_write_perms(c, w, vm)?;
     if let Some(d) = c.p("digest")
         && d != vm.digest()
     {
@@ -208,11 +257,20 @@ pub fn create(c: &mut Call) -> ApiResult {
     if c.p("archive").is_some() {
         return Err(ApiError::die("restoring from an archive is not simulated"));
     }
-    if let Some(p) = c.p("pool")
+    let pool = c.p("pool");
+    if let Some(p) = pool
         && !w.pools.contains_key(p)
     {
-        return Err(ApiError::die(format!("pool '{p}' does not exist")));
+        return Err(crate::perms::denied(&format!("pool '{p}' does not exist")));
     }
+    if let Some(s) = c.p("storage") {
+        c.require(&w, &format!("/storage/{s}"), &["Datastore.AllocateSpace"])?;
+    }
+    access::check_vm_perm(c, &w, vmid, pool, &["VM.Allocate"], false)?;
+    let sets = settings(c);
+    access::check_keys(c, &w, vmid, pool, sets.iter().map(|(k, _)| *k))?;
+    access::check_storage(c, &w, &node, vmid, sets.iter().copied())?;
+    access::check_bridges(c, &w, sets.iter().copied())?;
     w.vms.insert(
         vmid,
         Vm {

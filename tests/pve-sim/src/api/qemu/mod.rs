@@ -2,6 +2,7 @@
 //! `config`, `clone`, power and resize in `power`, destruction in `destroy`, migration in
 //! `migrate`.
 
+pub(crate) mod access;
 mod clone;
 mod config;
 mod destroy;
