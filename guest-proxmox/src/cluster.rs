@@ -5,11 +5,17 @@
 //! With `externalManagedControlPlane` the endpoint belongs to whoever hosts the control
 //! plane (e.g. Kamaji writes it): the cluster is not ready until it is set, and is
 //! never reported back, so the host never writes it.
+//!
+//! The token's privileges are checked against what the machines will need, with one
+//! `GET /access/permissions` per reconcile ([`privileges`]): a missing one is the
+//! terminal `MissingPrivileges`, naming each; one machines may need is advised in the
+//! status message. A token that may not ask (or a PVE without the endpoint) is not
+//! checked.
 use std::net::IpAddr;
 
 use guest_kit::cluster::{ClusterRequest, ClusterStatus, Endpoint, FailureDomain, Guest, IpPool};
 use guest_kit::types::{PluginError, Progress};
-use guest_kit::{invalid, log};
+use guest_kit::{invalid, log, terminal};
 use serde_json::Value;
 
 use crate::Plugin;
@@ -17,6 +23,8 @@ use crate::api::Pve;
 use crate::machine::default_pool_name;
 use crate::ranges::Range;
 use crate::spec::{ClusterSpec, IpConfig, cluster_spec};
+
+mod privileges;
 
 /// How often a ready cluster is re-checked (drift of nodes, credentials).
 const RECHECK_MS: u64 = 5 * 60 * 1000;
@@ -44,6 +52,7 @@ impl Guest for Plugin {
         } else {
             spec.allowed_nodes.clone()
         };
+        let advice = check_privileges(&pve, &req.credentials.token, &release, &nodes)?;
         let failure_domains = nodes
             .iter()
             .map(|n| FailureDomain {
@@ -63,7 +72,10 @@ impl Guest for Plugin {
         } else {
             (
                 "Ready",
-                format!("Proxmox VE {release} reachable"),
+                match advice {
+                    Some(a) => format!("Proxmox VE {release} reachable; {a}"),
+                    None => format!("Proxmox VE {release} reachable"),
+                },
                 RECHECK_MS,
             )
         };
@@ -89,6 +101,54 @@ impl Guest for Plugin {
         // Nothing cluster-wide is created on Proxmox: machines clean up their own VMs.
         Ok(None)
     }
+}
+
+/// The preflight: the token's effective privileges against what its machines need.
+/// `Err`: `MissingPrivileges`; `Ok(Some(..))`: what machines may need and the token
+/// lacks (for the status message); `Ok(None)`: nothing to say, or the privileges could
+/// not be read (logged).
+fn check_privileges(
+    pve: &Pve,
+    token: &str,
+    release: &str,
+    nodes: &[String],
+) -> Result<Option<String>, PluginError> {
+    let perms: privileges::Perms = match pve.get_as("/access/permissions") {
+        Ok(p) => p,
+        Err(e) => {
+            log::warn(
+                "the token's privileges could not be read; not checked",
+                &[("error", e.to_string())],
+            );
+            return Ok(None);
+        }
+    };
+    let major = release
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(9);
+    let (required, advised) = privileges::needs(nodes, major);
+    let missing = privileges::unmet(&perms, &required);
+    if !missing.is_empty() {
+        return Err(terminal(
+            "MissingPrivileges",
+            privileges::missing_message(token, &missing),
+        ));
+    }
+    let maybe = privileges::unmet(&perms, &advised);
+    if maybe.is_empty() {
+        return Ok(None);
+    }
+    let list: Vec<String> = maybe.iter().map(|n| privileges::describe(n)).collect();
+    log::info(
+        "the token lacks privileges some machines may need",
+        &[("privileges", list.join("; "))],
+    );
+    Ok(Some(format!(
+        "the token lacks privileges some machines may need: {}",
+        list.join("; ")
+    )))
 }
 
 /// An externally managed control plane has not set the endpoint yet.
