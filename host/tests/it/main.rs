@@ -18,6 +18,7 @@ mod plugin_outputs;
 mod plugin_upgrade;
 mod proxmox_machine;
 mod proxmox_via_runtime;
+mod pve_tenants;
 mod redfish_machine;
 mod security;
 mod takeover;
