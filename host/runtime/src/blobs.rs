@@ -34,9 +34,18 @@ pub struct BlobLimits {
     pub blob_object_mib: usize,
     /// Most bytes of blobs all objects of one plugin may have published at once, in
     /// MiB (the host keeps them in memory).
-    #[arg(long, default_value_t = 32, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
+    #[arg(long, default_value_t = DEFAULT_PLUGIN_MIB, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
     pub blob_plugin_mib: usize,
+    /// Most bytes of blobs the objects of one namespace may have published at once, in
+    /// MiB: one tenant cannot take the whole plugin budget from the others.
+    #[arg(long, default_value_t = DEFAULT_NAMESPACE_MIB, env = "HYPERPLUG_BLOB_NAMESPACE_MIB")]
+    pub blob_namespace_mib: usize,
 }
+
+/// Default of `--blob-plugin-mib`.
+const DEFAULT_PLUGIN_MIB: usize = 32;
+/// Default of `--blob-namespace-mib`.
+const DEFAULT_NAMESPACE_MIB: usize = 16;
 
 impl Default for BlobLimits {
     fn default() -> Self {
@@ -45,7 +54,8 @@ impl Default for BlobLimits {
             blob_max_mib: 8,
             blob_max_per_object: 4,
             blob_object_mib: 8,
-            blob_plugin_mib: 32,
+            blob_plugin_mib: DEFAULT_PLUGIN_MIB,
+            blob_namespace_mib: DEFAULT_NAMESPACE_MIB,
         }
     }
 }
@@ -59,6 +69,9 @@ impl BlobLimits {
     }
     fn plugin_bytes(&self) -> usize {
         self.blob_plugin_mib << 20
+    }
+    fn namespace_bytes(&self) -> usize {
+        self.blob_namespace_mib << 20
     }
 }
 
@@ -86,7 +99,11 @@ struct Owner {
 
 struct Blob {
     owner: Owner,
+    /// The namespace of the object that published it (its budget).
+    namespace: String,
     content: Bytes,
+    /// Set at the first publication and never moved: publishing again replaces the
+    /// bytes, not the time the URL stops working.
     expires: Instant,
 }
 
@@ -160,7 +177,7 @@ impl BlobStore {
         let now = Instant::now();
         let mut blobs = self.inner.lock().expect("blob store");
         blobs.sweep(now);
-        blobs.check_room(limits, &key, content.len())?;
+        blobs.check_room(limits, &key, &owner.namespace, content.len())?;
         let token = match blobs.by_owner.get(&key) {
             Some(token) => token.clone(),
             None => {
@@ -169,12 +186,17 @@ impl BlobStore {
                 token
             }
         };
+        let expires = blobs
+            .by_token
+            .get(&token)
+            .map_or(now + ttl, |published| published.expires);
         blobs.by_token.insert(
             token.clone(),
             Blob {
                 owner: key,
+                namespace: owner.namespace.clone(),
                 content: Bytes::from(content),
-                expires: now + ttl,
+                expires,
             },
         );
         let mut url = base.clone();
@@ -267,19 +289,37 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 impl Blobs {
-    /// Whether `owner` may publish `bytes` more (replacing what it published under
-    /// that name): per object by count and size, per plugin by size.
-    fn check_room(&self, limits: &BlobLimits, owner: &Owner, bytes: usize) -> Result<(), String> {
+    /// Whether `owner` (of `namespace`) may publish `bytes` more (replacing what it
+    /// published under that name): per object by count and size, per namespace and per
+    /// plugin by size.
+    fn check_room(
+        &self,
+        limits: &BlobLimits,
+        owner: &Owner,
+        namespace: &str,
+        bytes: usize,
+    ) -> Result<(), String> {
         let (mut object_count, mut object_bytes, mut plugin_bytes) = (0, 0, 0);
+        let mut namespace_bytes = 0;
         for blob in self.by_token.values() {
             if blob.owner.plugin != owner.plugin || blob.owner == *owner {
                 continue;
             }
             plugin_bytes += blob.content.len();
+            if blob.namespace == namespace {
+                namespace_bytes += blob.content.len();
+            }
             if blob.owner.uid == owner.uid {
                 object_count += 1;
                 object_bytes += blob.content.len();
             }
+        }
+        if namespace_bytes + bytes > limits.namespace_bytes() {
+            return Err(format!(
+                "this namespace's blobs would take {} bytes; the host allows {} per namespace (--blob-namespace-mib); try again when some are withdrawn",
+                namespace_bytes + bytes,
+                size(limits.namespace_bytes())
+            ));
         }
         if object_count + 1 > limits.blob_max_per_object {
             return Err(format!(
@@ -372,6 +412,43 @@ mod tests {
         assert_eq!(s.len(), 1);
         s.withdraw("p", "u2", "x");
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn publishing_again_never_moves_the_time_a_url_stops_working() {
+        let s = store();
+        s.publish("p", &owner("u1"), "x", vec![1], 60).unwrap();
+        let first = |s: &BlobStore| {
+            let blobs = s.inner.lock().unwrap();
+            blobs.by_token.values().next().unwrap().expires
+        };
+        let expires = first(&s);
+        s.publish("p", &owner("u1"), "x", vec![2], 3600).unwrap();
+        assert_eq!(first(&s), expires);
+    }
+
+    #[test]
+    fn one_namespace_cannot_take_the_whole_plugin_budget() {
+        let s = BlobStore::new(
+            url::Url::parse("http://h:1").unwrap(),
+            BlobLimits {
+                blob_namespace_mib: 1,
+                ..BlobLimits::default()
+            },
+        );
+        let in_ns = |ns: &str, uid: &str| ObjectRef {
+            namespace: ns.into(),
+            name: "m".into(),
+            uid: uid.into(),
+        };
+        let most = vec![0; 700 << 10];
+        s.publish("p", &in_ns("a", "u1"), "x", most.clone(), 60)
+            .unwrap();
+        let err = s
+            .publish("p", &in_ns("a", "u2"), "x", most.clone(), 60)
+            .unwrap_err();
+        assert!(err.contains("--blob-namespace-mib"), "{err}");
+        s.publish("p", &in_ns("b", "u3"), "x", most, 60).unwrap();
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod memory;
 mod meter;
 pub mod overhead;
 mod reservations;
+mod slots;
 mod state;
 pub mod status;
 mod text;
@@ -50,6 +51,7 @@ use egress::{Egress, EndpointCache};
 use memory::PluginBudget;
 use meter::{CallMeter, Metered, Stop};
 use reservations::Reservations;
+use slots::FairSlots;
 use state::{CallLog, CallState, Services};
 
 /// Pooled memories and tables per call in flight (see `build`).
@@ -84,7 +86,7 @@ struct RuntimeInner {
     reservations: Arc<Reservations>,
     /// One permit per pooled instance slot (`--plugin-concurrency`): a call waits for
     /// one rather than fail because the pool is full.
-    slots: Arc<Semaphore>,
+    slots: Arc<FairSlots>,
     /// The slots of calls given no credentials: see [`OFFLINE_SLOTS`].
     offline_slots: Arc<Semaphore>,
 }
@@ -203,7 +205,7 @@ impl RuntimeBuilder {
                 blobs: self.blobs,
                 claims: self.claims,
                 reservations: Arc::default(),
-                slots: Arc::new(Semaphore::new(limits.concurrency.max(1) as usize)),
+                slots: FairSlots::new(limits.concurrency as usize),
                 offline_slots: Arc::new(Semaphore::new(OFFLINE_SLOTS as usize)),
                 limits,
             }),
@@ -751,17 +753,22 @@ impl Plugin {
         } else {
             limits.timeout_ms
         };
-        // Held until the call's store is dropped, at the end of this function.
-        let slots = if offline {
-            &inner.offline_slots
+        // Held until the call's store is dropped, at the end of this function. A call
+        // with credentials waits its tenant's turn (`slots`): its object's namespace,
+        // else its endpoint.
+        let (_fair, _offline) = if offline {
+            let permit = inner.offline_slots.clone().acquire_owned().await;
+            (
+                None,
+                Some(permit.expect("the slot semaphore is never closed")),
+            )
         } else {
-            &inner.slots
+            let tenant = match &subject {
+                Subject::Owner(o) | Subject::Named(o) => o.namespace.as_str(),
+                Subject::None => credentials.first().map_or("", |c| c.endpoint.as_str()),
+            };
+            (Some(inner.slots.acquire(tenant).await), None)
         };
-        let _slot = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the slot semaphore is never closed");
         let meter = CallMeter::new(limits.cpu());
         let egress = self.egress_for(credentials, &meter)?;
         let denied = egress.denied.clone();

@@ -127,10 +127,12 @@ pub struct Limits {
     )]
     pub claim_calls: u32,
     /// Most plugin calls in flight at once, all plugins together (instances are pooled up
-    /// to this number); more wait for a slot, first come first served. Each call alive
+    /// to this number); more wait for a slot. Each call alive
     /// holds its sandbox's memory, so this bounds the manager's memory for plugins.
     /// Calls given no credentials (conversions, template descriptions), which reach no
-    /// endpoint, have 4 slots of their own besides.
+    /// endpoint, have 4 slots of their own besides. Shared fairly: one namespace holds
+    /// at most three quarters of them, and a freed one goes to the waiting namespace
+    /// holding the fewest.
     #[arg(
         long = "plugin-concurrency",
         default_value_t = 16,

@@ -11,6 +11,9 @@ pub enum SignatureCheck {
     WrongKey,
     /// The signatures could not be read from the registry.
     Unreadable,
+    /// Signed by the key, but for another repository (a signature copied next to a
+    /// plugin it was not made for).
+    OtherRepository,
 }
 
 impl SignatureCheck {
@@ -19,6 +22,7 @@ impl SignatureCheck {
             SignatureCheck::Unsigned => "unsigned",
             SignatureCheck::WrongKey => "not signed by the key",
             SignatureCheck::Unreadable => "signatures unreadable",
+            SignatureCheck::OtherRepository => "signed for another repository",
         }
     }
 }

@@ -130,6 +130,29 @@ pub async fn verify(
             ),
         ));
     }
+    // A signature names the repository it was made for (cosign's `docker-reference`):
+    // one copied next to the same digest in another repository does not count there.
+    let repository = format!("{}/{}", oci.registry(), oci.repository());
+    let (here, elsewhere): (Vec<_>, Vec<_>) = layers.into_iter().partition(|l| {
+        same_repository(
+            &l.simple_signing.critical.identity.docker_reference,
+            &repository,
+        )
+    });
+    if here.is_empty() {
+        let named: Vec<String> = elsewhere
+            .iter()
+            .map(|l| l.simple_signing.critical.identity.docker_reference.clone())
+            .collect();
+        return Err(failed(
+            SignatureCheck::OtherRepository,
+            format!(
+                "the signatures of this digest were made for {}, not {repository}; sign it where it is loaded from",
+                named.join(", ")
+            ),
+        ));
+    }
+    let layers = here;
     let verifier = PublicKeyVerifier::try_from(&key.pem)
         .map_err(|e| failed(SignatureCheck::WrongKey, e.to_string()))?;
     let constraints: VerificationConstraintVec = vec![Box::new(verifier)];
@@ -144,4 +167,46 @@ pub async fn verify(
             ),
         )
     })
+}
+
+/// Whether a signature's `docker-reference` names `repository` (`registry/path`):
+/// equal, or equal once Docker Hub's spellings are made one and a tag is dropped.
+fn same_repository(signed: &str, repository: &str) -> bool {
+    let plain = |r: &str| -> String {
+        let r = r.split('@').next().unwrap_or(r);
+        // A tag follows the last `:` after the last `/` (a registry's port comes before).
+        let r = match r.rsplit_once('/') {
+            Some((head, last)) => match last.split_once(':') {
+                Some((name, _tag)) => format!("{head}/{name}"),
+                None => r.to_string(),
+            },
+            None => r.to_string(),
+        };
+        r.strip_prefix("docker.io/")
+            .map(|rest| format!("index.docker.io/{rest}"))
+            .unwrap_or(r)
+    };
+    plain(signed) == plain(repository)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_repository;
+
+    #[test]
+    fn a_signature_counts_only_for_the_repository_it_names() {
+        let here = "127.0.0.1:5000/team/proxmox";
+        assert!(same_repository(here, here));
+        assert!(same_repository("127.0.0.1:5000/team/proxmox:0.3.1", here));
+        assert!(same_repository(
+            "127.0.0.1:5000/team/proxmox@sha256:ab",
+            here
+        ));
+        assert!(!same_repository("127.0.0.1:5000/other/proxmox", here));
+        assert!(!same_repository("127.0.0.1:5001/team/proxmox", here));
+        assert!(same_repository(
+            "docker.io/acme/plugin",
+            "index.docker.io/acme/plugin"
+        ));
+    }
 }

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use pve_sim::VmSeed;
 use serde_json::json;
 
-use crate::support::controllers::{PROXMOX_SPEC, machine, proxmox_cluster};
+use crate::support::controllers::{machine, proxmox_cluster};
 use crate::support::world::{World, condition, ready_reason};
 
 const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
@@ -68,15 +68,18 @@ async fn shared_cluster() -> World {
     world
 }
 
-/// `spec` with `extra` (a YAML flow map's entries) merged in.
+/// A small machine spec on pve1 with `extra` (a YAML flow map's entries: the template
+/// and what else a case needs).
 fn spec_with(extra: &str) -> String {
-    format!("{}, {extra}}}", PROXMOX_SPEC.trim_end_matches('}'))
+    format!(
+        "{{sourceNode: pve1, numCores: 1, memoryMiB: 1024, network: {{default: {{bridge: vmbr0}}}}, {extra}}}"
+    )
 }
 
 /// The spec fields naming the foreign VM as a machine another provider made would.
 fn naming_the_foreign_vm() -> String {
     spec_with(&format!(
-        "providerID: \"proxmox://{FOREIGN_UUID}\", virtualMachineID: {FOREIGN}"
+        "templateID: 9000, providerID: \"proxmox://{FOREIGN_UUID}\", virtualMachineID: {FOREIGN}"
     ))
 }
 
@@ -163,9 +166,10 @@ async fn a_tenant_reaches_no_vm_its_machines_did_not_make() {
     )
     .await;
     // 4. The provider's marker forms in a spec's description and tags.
-    let planted = spec_with("description: \"notes\\nhyperplug.machine-uid=1f0c2d3e\"");
+    let planted =
+        spec_with("templateID: 9000, description: \"notes\\nhyperplug.machine-uid=1f0c2d3e\"");
     machine(&world, "demo", "ProxmoxMachine", "planter", "{}", &planted).await;
-    let tagged = spec_with("tags: [prod, hp-1f0c2d3e]");
+    let tagged = spec_with("templateID: 9000, tags: [prod, hp-1f0c2d3e]");
     machine(&world, "demo", "ProxmoxMachine", "tagger", "{}", &tagged).await;
 
     let mut missing = String::new();
@@ -253,4 +257,63 @@ async fn a_tenant_reaches_no_vm_its_machines_did_not_make() {
     assert_eq!(world.sim.state().vms().len(), vms, "no VM destroyed");
     assert!(world.sim.state().destroyed().is_empty());
     untouched(&world, &digest);
+}
+
+/// One tenant's endpoint that answers nothing holds at most three quarters of the
+/// plugin slots, however many of its calls wait: another tenant's call runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_endpoint_hangs_does_not_hold_every_plugin_slot() {
+    use crate::support::{self, machine_request};
+    use hyperplug_runtime::Limits;
+
+    // Accepts connections and never answers: each call to it waits for its first byte.
+    let hanging = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", hanging.local_addr().unwrap());
+    let (accepted_tx, mut accepted) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = hanging.accept().await {
+            open.push(socket);
+            let _ = accepted_tx.send(open.len());
+        }
+    });
+    let limits = Limits {
+        concurrency: 4,
+        ..Limits::default()
+    };
+    let (_runtime, plugin) = support::load("proxmox", limits).await;
+    let spec = json!({"sourceNode": "pve1", "templateID": 9000});
+    let in_namespace = |ns: &str, i: usize, credentials| {
+        let mut req = machine_request(spec.clone(), credentials);
+        req.machine.namespace = ns.into();
+        req.machine.name = format!("m{i}");
+        req.machine.uid = format!("uid-{ns}-{i}");
+        req
+    };
+    let slow: Vec<_> = (0..8)
+        .map(|i| {
+            let (plugin, req) = (
+                plugin.clone(),
+                in_namespace("slow", i, support::credentials(&endpoint)),
+            );
+            tokio::spawn(async move { plugin.describe_machine(&req).await })
+        })
+        .collect();
+    // Three of the four slots are the slow tenant's: its calls reach the endpoint.
+    while accepted.recv().await.is_some_and(|n| n < 3) {}
+
+    let sim = support::sim_with(pve_sim::Config::fast()).await;
+    let fast = in_namespace("fast", 0, support::pinned(&sim));
+    let answered = tokio::time::timeout(
+        std::time::Duration::from_secs(15),
+        plugin.describe_machine(&fast),
+    )
+    .await
+    .expect("the other tenant's call ran while the slow one's calls still waited");
+    assert!(answered.is_ok(), "{answered:?}");
+    assert!(slow.iter().all(|call| !call.is_finished()));
+    assert!(accepted.try_recv().is_err(), "no fourth slow call ran");
+    for call in slow {
+        call.abort();
+    }
 }

@@ -202,7 +202,8 @@ impl Management {
             .arg(format!("--health-addr={health}"))
             .arg(format!("--webhook-addr={webhook}"))
             .arg(format!("--webhook-cert-dir={}", certs.display()))
-            .env("KUBECONFIG", self.plane.kubeconfig_path());
+            .env("KUBECONFIG", self.plane.kubeconfig_path())
+            .env("POD_NAMESPACE", KEY_NAMESPACE);
         if let Some(ns) = &self.adopt {
             cmd.arg(format!("--adopt-namespace={ns}"));
         }

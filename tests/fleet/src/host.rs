@@ -54,6 +54,9 @@ impl HostSpec {
             ))
             .args(&self.args)
             .env("KUBECONFIG", &self.kubeconfig)
+            // The manager's own namespace (ownership key, claims, the leader's Lease):
+            // the test plane's `default`, said, as the release says its pod's.
+            .env("POD_NAMESPACE", "default")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

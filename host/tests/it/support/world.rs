@@ -250,6 +250,7 @@ impl World {
             .arg("--webhook-cert-dir")
             .arg(certs)
             .env("KUBECONFIG", self.plane.kubeconfig_path())
+            .env("POD_NAMESPACE", &self.ns)
             .stdout(Stdio::null())
             .stderr(Stdio::from(log));
         run
