@@ -455,10 +455,11 @@ async fn a_missing_template_is_terminal_until_the_spec_is_fixed() {
         .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
         .await;
     // Longer than the 5 s resync: a resync must not retry either.
-    // The cluster's reconcile checks the API (`GET /version`, which no machine call
-    // makes) whenever something wakes it, e.g. its own status write's echo.
+    // The cluster's reconcile checks the API and its token's privileges (`GET /version`,
+    // `GET /access/permissions`, which no machine call makes) whenever something wakes
+    // it, e.g. its own status write's echo.
     let ready = world
-        .failed_terminally(&pms, "bad", &["GET /version"])
+        .failed_terminally(&pms, "bad", &["GET /version", "GET /access/permissions"])
         .await;
     assert!(
         ready["message"].as_str().unwrap().contains("4242"),
