@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use pve_sim::VmSeed;
 use serde_json::json;
 
-use crate::support::controllers::{machine, proxmox_cluster};
+use crate::support::controllers::{machine, machine_with, proxmox_cluster};
 use crate::support::world::{World, condition, ready_reason};
 
 const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
@@ -59,6 +59,8 @@ async fn shared_cluster() -> World {
             ("name", "golden-from-a-node"),
             ("template", "1"),
             ("description", "hyperplug.machine-uid=1f0c2d3e-aaaa-bbbb"),
+            // `qm template` keeps a VM's tags: a machine's UID tag among them.
+            ("tags", "hyperplug;hp-1f0c2d3e-aaaa-bbbb"),
         ],
     ));
     let world = World::start(sim).await;
@@ -132,14 +134,18 @@ async fn a_tenant_reaches_no_vm_its_machines_did_not_make() {
     // 1. A machine whose first call failed carries an ownership id the manager signed;
     // its spec then names the foreign VM. 2. The same, the id copied onto a machine
     // made again under the same name (its id is then not its own UID, as after a move).
+    // Both carry another provider's finalizer, so the finalizer webhook leaves them to
+    // the reconciler, which signs their id before the first call (as it does whenever
+    // the webhook is down) and drops that finalizer.
     let missing_template = spec_with("templateID: 424242");
     for name in ["signed", "recreated"] {
-        machine(
+        let metadata = "finalizers: [proxmoxmachine.infrastructure.cluster.x-k8s.io]";
+        machine_with(
             &world,
             "demo",
             "ProxmoxMachine",
             name,
-            "{}",
+            metadata,
             &missing_template,
         )
         .await;

@@ -55,6 +55,20 @@ pub async fn machine(
     annotations: &str,
     spec: &str,
 ) {
+    let metadata = format!("annotations: {annotations}");
+    machine_with(world, cluster, kind, name, &metadata, spec).await;
+}
+
+/// [`machine`] with `metadata`: lines of the infrastructure machine's metadata (e.g.
+/// `finalizers: [...]`), indented by the caller's first line only.
+pub async fn machine_with(
+    world: &World,
+    cluster: &str,
+    kind: &str,
+    name: &str,
+    metadata: &str,
+    spec: &str,
+) {
     world
         .apply(&format!(
             r##"
@@ -95,7 +109,7 @@ apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
 kind: {kind}
 metadata:
   name: {name}
-  annotations: {annotations}
+  {metadata}
   labels:
     cluster.x-k8s.io/cluster-name: {cluster}
   ownerReferences:
