@@ -208,11 +208,9 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     // what carries its own marker. See `adoption`.
     let state = prev.progress.plugin_state.as_deref();
     let grants = ctx.options.grants_for(&obj);
-    if !deleting
-        && !grants.adoption
-        && adoption::names_unrecorded(&obj, state)
-        && !(ctx.plugin.asks_grants() && adoption::moved(&obj, &machine_id))
-    {
+    let told_nothing_granted = ctx.plugin.asks_grants() && adoption::moved(&obj, &machine_id);
+    let gated = adoption::names_unrecorded(&obj, state) && !told_nothing_granted;
+    if !deleting && !grants.adoption && gated {
         return adoption::not_granted(ctx, &own, &obj).await.map(Step::Done);
     }
     // Provisioned without a record of ours (taken over, or the state was lost): create
