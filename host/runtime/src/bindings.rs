@@ -1,5 +1,5 @@
 //! Host-side bindings generated from `wit/` (the only contract with plugins): those of
-//! the current `hyperplug:provider@0.3.0`, which the whole host speaks. Plugins built
+//! the current `hyperplug:provider@0.3.1`, which the whole host speaks. Plugins built
 //! against 0.2.x are called through `compat`, which converts their shapes to these.
 //!
 //! Every export is async so a plugin call never blocks a tokio worker; `log`, `blobs`

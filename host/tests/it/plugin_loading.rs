@@ -115,7 +115,7 @@ async fn a_plugin_for_another_major_of_the_wit_is_refused_naming_the_versions_th
     let err = load_error(&plugin_path("wrong-wit")).await;
     assert!(matches!(err, LoadError::IncompatibleWit { .. }), "{err}");
     let text = err.to_string();
-    for version in ["0.9.0", "0.3.0", "0.2.0"] {
+    for version in ["0.9.0", "0.3.1", "0.2.0"] {
         assert!(
             text.contains(&format!("hyperplug:provider@{version}")),
             "{text}"
