@@ -62,7 +62,7 @@ impl Conversions {
     /// object that could not be (the API server then fails the client's request with
     /// that message).
     pub async fn review(&self, review: ConversionReview) -> ConversionReview {
-        let request = match ReviewRequest::from_review(review) {
+        let mut request = match ReviewRequest::from_review(review) {
             Ok(request) => request,
             Err(_) => {
                 return ConversionResponse::invalid(failure("the ConversionReview has no request"))
@@ -76,8 +76,11 @@ impl Conversions {
             let objects: Vec<String> = request.objects.iter().map(describe_version).collect();
             tracing::debug!(%desired, ?objects, "conversion review");
         }
-        let mut converted = Vec::with_capacity(request.objects.len());
-        for object in &request.objects {
+        // Each object is converted in place and moved to the answer: a review is held
+        // once, whatever its size.
+        let objects = std::mem::take(&mut request.objects);
+        let mut converted = Vec::with_capacity(objects.len());
+        for object in objects {
             match self.convert(object, &desired).await {
                 Ok(object) => converted.push(object),
                 Err(message) => {
@@ -97,10 +100,10 @@ impl Conversions {
     }
 
     /// One object in `desired` (`group/version`).
-    async fn convert(&self, object: &Value, desired: &str) -> Result<Value, String> {
+    async fn convert(&self, object: Value, desired: &str) -> Result<Value, String> {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
-        let kind = object["kind"].as_str().unwrap_or_default();
-        let name = describe(object);
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        let name = describe(&object);
         let (group, from) = api_version
             .split_once('/')
             .ok_or_else(|| format!("{name}: apiVersion `{api_version}` has no group"))?;
@@ -114,28 +117,30 @@ impl Conversions {
         }
         let plugin = self
             .by_kind
-            .get(&(group.to_string(), kind.to_string()))
+            .get(&(group.to_string(), kind.clone()))
             .ok_or_else(|| format!("{name}: no loaded plugin converts {kind}.{group}"))?;
-        let mut out = object.clone();
+        let (from, to) = (from.to_string(), to.to_string());
+        let mut out = object;
         out["apiVersion"] = Value::String(desired.to_string());
         if from == to {
             return Ok(out);
         }
-        let mut parts = Map::new();
-        for key in ["spec", "status"] {
-            if let Some(v) = object.get(key) {
-                parts.insert(key.into(), v.clone());
-            }
-        }
-        let annotations = object.pointer("/metadata/annotations");
+        let annotations = out.pointer("/metadata/annotations");
         let preserved = annotations
             .and_then(|a| a.get(PRESERVED_ANNOTATION))
             .and_then(Value::as_str)
             .map(str::to_string);
+        // The plugin's part is taken out (its place kept) and replaced by its answer.
+        let mut parts = Map::new();
+        for key in ["spec", "status"] {
+            if let Some(v) = out.get_mut(key) {
+                parts.insert(key.into(), v.take());
+            }
+        }
         let req = ConversionRequest {
-            kind: kind.to_string(),
-            from_version: from.to_string(),
-            to_version: to.to_string(),
+            kind,
+            from_version: from,
+            to_version: to,
             object: Value::Object(parts).to_string(),
             preserved,
         };
@@ -152,15 +157,15 @@ impl Conversions {
             Ok(Err(e)) => return Err(format!("{name}: {}", plugin_error(&e))),
             Err(e) => return Err(format!("{name}: plugin {}: {e}", plugin.name())),
         };
-        let parts: Map<String, Value> = serde_json::from_str(&result.object).map_err(|e| {
+        let mut parts: Map<String, Value> = serde_json::from_str(&result.object).map_err(|e| {
             format!(
                 "{name}: plugin {} returned a conversion that is not a JSON object: {e}",
                 plugin.name()
             )
         })?;
         for key in ["spec", "status"] {
-            match parts.get(key) {
-                Some(v) => out[key] = v.clone(),
+            match parts.remove(key) {
+                Some(v) => out[key] = v,
                 None => {
                     if let Some(o) = out.as_object_mut() {
                         o.remove(key);

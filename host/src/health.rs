@@ -1,4 +1,5 @@
-//! `/healthz`, `/readyz` and `/metrics` over plain HTTP.
+//! `/healthz`, `/readyz` and `/metrics` over plain HTTP, served by the manager's accept
+//! loop (`listen`) within [`Bounds::probes`].
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,6 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
+use crate::listen::{self, Bounds, Transport};
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
@@ -16,16 +18,15 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
 }
 
-pub async fn serve(addr: SocketAddr, health: Health) -> anyhow::Result<()> {
+/// Serve `/healthz`, `/readyz` and `/metrics` on `addr` within `bounds`.
+pub async fn serve(addr: SocketAddr, health: Health, bounds: Bounds) -> anyhow::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(health);
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
-    axum::serve(listener, app).await?;
-    Ok(())
+    listen::serve(listener, Transport::Plain, app, bounds).await
 }
 
 async fn readyz(State(h): State<Health>) -> (StatusCode, &'static str) {

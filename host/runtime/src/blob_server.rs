@@ -1,4 +1,7 @@
-//! The HTTP server of published blobs (`runtime::blobs`): `GET /blobs/<token>/<name>`.
+//! The routes of the HTTP server of published blobs (`runtime::blobs`):
+//! `GET /blobs/<token>/<name>`. The host serves them on its bounded accept loop
+//! (`hyperplug::listen`, with its connection cap and timeouts), as it serves every
+//! other port.
 //!
 //! The token is the secret: a request names no object, and an unknown, withdrawn or
 //! expired token gets the same 404. Paths are never logged.
@@ -13,13 +16,7 @@ use axum::routing::get;
 
 use crate::BlobStore;
 
-/// Serve `store` on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, store: Arc<BlobStore>) -> anyhow::Result<()> {
-    axum::serve(listener, router(store)).await?;
-    Ok(())
-}
-
-/// The routes, for embedding in tests.
+/// The routes, serving `store`.
 pub fn router(store: Arc<BlobStore>) -> Router {
     Router::new()
         .route("/blobs/{token}/{name}", get(blob))

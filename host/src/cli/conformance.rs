@@ -150,7 +150,14 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     )
     .await?
     .remove(0);
-    tokio::spawn(blob_server::serve(listener, blobs));
+    let bounds = crate::listen::Bounds::blobs(&Default::default());
+    let app = blob_server::router(blobs);
+    tokio::spawn(crate::listen::serve(
+        listener,
+        crate::listen::Transport::Plain,
+        app,
+        bounds,
+    ));
     let run_id = args
         .run_id
         .clone()

@@ -20,6 +20,7 @@ use crate::controller::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
 use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
 use crate::conversion::Conversions;
 use crate::health::{self, Health};
+use crate::listen::{self, Bounds, ServerArgs, Transport};
 use crate::metrics::Metrics;
 use crate::oci::PluginSource;
 use crate::webhook::{self, CertDir};
@@ -124,6 +125,8 @@ pub struct RunArgs {
     pub blob_advertise_url: Option<url::Url>,
     #[command(flatten)]
     pub blob_limits: BlobLimits,
+    #[command(flatten)]
+    pub servers: ServerArgs,
     /// Address of the HTTPS webhook server: the CRD conversion webhook of kinds a plugin
     /// declares in several API versions, and the webhook that puts the finalizer on new
     /// InfraMachines (the release's Service `hyperplug-webhook-service` points at it).
@@ -165,6 +168,7 @@ pub struct RunArgs {
 const LEASE: Duration = Duration::from_secs(15);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    listen::raise_fd_limit();
     // Claims are Leases, so the runtime needs the API client; a bad plugin or flag is
     // still reported before an unreachable API (the runtime is then never used).
     let client = kube::Client::try_default().await;
@@ -222,7 +226,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
         tracing::info!(addr = %args.blob_listen_addr, advertised = %advertise, "serving blobs");
-        tokio::spawn(log_exit("blobs", blob_server::serve(listener, store)));
+        let (app, bounds) = (blob_server::router(store), Bounds::blobs(&args.servers));
+        let server = listen::serve(listener, Transport::Plain, app, bounds);
+        tokio::spawn(log_exit("blobs", server));
     }
     // An empty value (as a Deployment's env may give) means all namespaces.
     let watched_namespace = args.namespace.clone().filter(|n| !n.is_empty());
@@ -236,7 +242,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let finalizers = Finalizers::new(&plugins, watched_namespace.clone());
         let server = webhook::Server::bind(args.webhook_addr, certs, conversions, finalizers)
             .await
-            .context("the webhook server (--webhook-addr, --webhook-cert-dir)")?;
+            .context("the webhook server (--webhook-addr, --webhook-cert-dir)")?
+            .bounded(Bounds::webhook(&args.servers));
         tokio::spawn(log_exit("webhook", server.serve()));
     }
     let ready = Arc::new(AtomicBool::new(false));
@@ -244,15 +251,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ready: ready.clone(),
         metrics: metrics.clone(),
     };
-    tokio::spawn(log_exit(
-        "health",
-        health::serve(args.health_addr, health.clone()),
-    ));
-    if args.metrics_addr != args.health_addr {
-        tokio::spawn(log_exit(
-            "metrics",
-            health::serve(args.metrics_addr, health),
-        ));
+    let (health_addr, metrics_addr) = (args.health_addr, args.metrics_addr);
+    let probes = health::serve(health_addr, health.clone(), Bounds::probes("health"));
+    tokio::spawn(log_exit("health", probes));
+    if metrics_addr != health_addr {
+        let scrapes = health::serve(metrics_addr, health, Bounds::probes("metrics"));
+        tokio::spawn(log_exit("metrics", scrapes));
     }
     let options = ManagerOptions {
         default_credentials,

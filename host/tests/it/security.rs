@@ -1162,4 +1162,372 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
             assert!(*rss <= PEAK_RSS_GOAL_MIB, "{name}: {rss} MiB");
         }
     }
+
+    /// The manager's servers under floods of their own ports (issue 40, item 7): every
+    /// server is bounded by the one accept loop (`hyperplug::listen`).
+    mod listeners {
+        use std::net::SocketAddr;
+        use std::os::unix::process::CommandExt as _;
+
+        use kube::api::PostParams;
+        use kube::core::DynamicObject;
+        use kube_world::{Plane, PlaneOpts};
+
+        use super::*;
+        use crate::support::controllers::{PROXMOX_SPEC, machine, proxmox_cluster};
+
+        const V1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
+        const V2: &str = "infrastructure.cluster.x-k8s.io/v1alpha2";
+
+        /// Where a manager started by [`proxmox_manager`] listens.
+        struct Ports {
+            health: u16,
+            metrics: u16,
+            webhook: u16,
+        }
+
+        /// `hyperplug run` with the Proxmox plugin (its kinds have two versions, so the
+        /// webhook server runs) against `world`, watching the world's namespace, each
+        /// server on a port of its own; its open-files limit set to `nofile` (soft and
+        /// hard) before it starts, if given.
+        fn proxmox_manager(world: &World, nofile: Option<u64>) -> (Manager, Ports) {
+            let port = || kube_world::free_port().unwrap();
+            let ports = Ports {
+                health: port(),
+                metrics: port(),
+                webhook: port(),
+            };
+            let ns = &world.ns;
+            let log =
+                std::fs::File::create(world.plane.dir().join("hyperplug-listeners.log")).unwrap();
+            let certs = world.plane.webhook_cert_dir("listeners").unwrap();
+            let mut run = Command::new(env!("CARGO_BIN_EXE_hyperplug"));
+            run.arg("run")
+                .arg("--plugin")
+                .arg(support::plugin_path("proxmox"))
+                .args(["--namespace", ns, "--claims-namespace", ns])
+                .args(["--ownership-key-secret", &format!("{ns}/ownership-key")])
+                .args(["--health-addr", &format!("127.0.0.1:{}", ports.health)])
+                .args(["--metrics-addr", &format!("127.0.0.1:{}", ports.metrics)])
+                .args(["--webhook-addr", &format!("127.0.0.1:{}", ports.webhook)])
+                .arg("--webhook-cert-dir")
+                .arg(certs)
+                .args(["--resync-seconds", "5"])
+                .arg(format!(
+                    "--plugin-cache={}",
+                    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                        .join("plugin-cache")
+                        .display()
+                ))
+                .env("KUBECONFIG", world.plane.kubeconfig_path())
+                .env("HYPERPLUG_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log));
+            if let Some(limit) = nofile {
+                let limit = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                // SAFETY: only setrlimit runs between fork and exec, on a struct copied
+                // into the closure.
+                unsafe {
+                    run.pre_exec(move || {
+                        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                            Ok(())
+                        } else {
+                            Err(std::io::Error::last_os_error())
+                        }
+                    });
+                }
+            }
+            let manager = Manager(run.spawn().expect("start hyperplug run"));
+            (manager, ports)
+        }
+
+        fn http() -> reqwest::Client {
+            reqwest::Client::builder()
+                .no_proxy()
+                // The plane's CA signed the webhook's certificate; what is tested here
+                // is not who the server is.
+                .danger_accept_invalid_certs(true)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap()
+        }
+
+        /// Poll `url` until it answers 200 (at most a minute).
+        async fn until_ok(http: &reqwest::Client, url: &str) {
+            for _ in 0..300 {
+                if let Ok(r) = http.get(url).send().await
+                    && r.status() == reqwest::StatusCode::OK
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!("{url} never answered 200");
+        }
+
+        /// `n` TCP connections to `addr` that send nothing.
+        async fn idle_sockets(addr: SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+            let mut held = Vec::with_capacity(n);
+            for _ in 0..n {
+                held.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+            }
+            held
+        }
+
+        /// A ConversionReview of one ProxmoxMachine whose spec holds `filler` (a JSON
+        /// value), from v1alpha1 to v1alpha2.
+        fn review(uid: &str, filler: &str) -> Vec<u8> {
+            format!(
+                r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{{"uid":"{uid}","desiredAPIVersion":"{V2}","objects":[{{"apiVersion":"{V1}","kind":"ProxmoxMachine","metadata":{{"name":"m","namespace":"ns"}},"spec":{{"sourceNode":"pve1","templateID":9000,"x":{filler}}}}}]}}}}"#
+            )
+            .into_bytes()
+        }
+
+        /// `[0,0,…]` of `n` values.
+        fn zeros(n: usize) -> String {
+            format!("[{}0]", "0,".repeat(n - 1))
+        }
+
+        /// `{"0":0,"1":0,…}` of `n` keys.
+        fn keys(n: usize) -> String {
+            let members: Vec<String> = (0..n).map(|i| format!(r#""{i:x}":0"#)).collect();
+            format!("{{{}}}", members.join(","))
+        }
+
+        /// Post `reviews` at once; each one's answer: the review refused or answered
+        /// (its result's status and message), or the HTTP status it was refused with.
+        async fn post_at_once(
+            http: &reqwest::Client,
+            url: &str,
+            reviews: Vec<Vec<u8>>,
+        ) -> Vec<String> {
+            let posts = reviews.into_iter().enumerate().map(|(i, body)| {
+                let http = http.clone();
+                async move {
+                    let answer = http
+                        .post(url)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .unwrap_or_else(|e| panic!("review {i} got no answer: {e}"));
+                    let status = answer.status();
+                    let body = answer.bytes().await.unwrap();
+                    if status != reqwest::StatusCode::OK {
+                        assert_eq!(
+                            status,
+                            reqwest::StatusCode::SERVICE_UNAVAILABLE,
+                            "review {i}"
+                        );
+                        return format!("HTTP {status}");
+                    }
+                    let review: Value = serde_json::from_slice(&body).unwrap();
+                    let response = &review["response"];
+                    assert_eq!(response["uid"], format!("r{i}"), "review {i}: {response}");
+                    let result = &response["result"];
+                    let message: String = result["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(100)
+                        .collect();
+                    format!(
+                        "{} {message}",
+                        result["status"].as_str().unwrap_or_default()
+                    )
+                }
+            });
+            futures::future::join_all(posts).await
+        }
+
+        /// Eight reviews of 8 MiB of tiny JSON values at once are refused before they
+        /// are parsed, and eight at the limit of values are answered: the manager's
+        /// peak RSS stays under its goal.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn parallel_reviews_of_tiny_values_leave_the_manager_under_its_memory_goal() {
+            let world = World::start_with(pve_sim::Config::fast(), false).await;
+            let (manager, ports) = proxmox_manager(&world, None);
+            let http = http();
+            until_ok(&http, &format!("http://127.0.0.1:{}/readyz", ports.health)).await;
+            let url = format!("https://127.0.0.1:{}/convert", ports.webhook);
+            let mut rows = vec![("started".to_string(), manager.peak_rss_mib(), String::new())];
+            const LIMIT: usize = hyperplug::webhook::MAX_REVIEW_VALUES;
+            // Each review: the object's other values (about 20) and the filler.
+            let waves: [(&str, String); 3] = [
+                ("8 MiB of zeros", zeros((8 << 20) / 2 - 512)),
+                ("zeros, at the limit", zeros(LIMIT - 64)),
+                ("keys, at the limit", keys(LIMIT / 2 - 64)),
+            ];
+            for (name, filler) in &waves {
+                let reviews: Vec<Vec<u8>> =
+                    (0..8).map(|i| review(&format!("r{i}"), filler)).collect();
+                let size = reviews[0].len();
+                assert!(size <= 8 << 20, "{name}: {size} bytes");
+                let answers = post_at_once(&http, &url, reviews).await;
+                let mut seen: Vec<&String> = answers.iter().collect();
+                seen.sort();
+                seen.dedup();
+                let seen: Vec<&str> = seen.iter().map(|s| s.as_str()).collect();
+                rows.push((
+                    format!("8 × {name} ({size} bytes)"),
+                    manager.peak_rss_mib(),
+                    seen.join("; "),
+                ));
+            }
+            // Refused before parsing: the reviews of 8 MiB of zeros.
+            assert!(rows[1].2.contains("JSON values"), "{}", rows[1].2);
+            println!(
+                "\nPeak RSS of `hyperplug run` under parallel conversion reviews (goal {PEAK_RSS_GOAL_MIB} MiB)\n"
+            );
+            println!("| after | peak RSS (MiB) | answers |");
+            println!("|---|---:|---|");
+            for (name, rss, answers) in &rows {
+                println!("| {name} | {rss} | {answers} |");
+            }
+            for (name, rss, _) in &rows {
+                assert!(*rss <= PEAK_RSS_GOAL_MIB, "{name}: {rss} MiB");
+            }
+        }
+
+        /// `n` TLS connections to `addr` (a server with a certificate of `plane`'s CA),
+        /// the handshake done, that send nothing more.
+        async fn idle_tls(
+            plane: &Plane,
+            addr: SocketAddr,
+            n: usize,
+        ) -> Vec<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+            use rustls_pki_types::pem::PemObject as _;
+            let ca = plane.dir().join("pki/ca.crt");
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pki_types::CertificateDer::pem_file_iter(&ca).unwrap() {
+                roots.add(cert.unwrap()).unwrap();
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            let tls = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let mut held = Vec::with_capacity(n);
+            for _ in 0..n {
+                let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                held.push(tls.connect(name, tcp).await.expect("TLS handshake"));
+            }
+            held
+        }
+
+        /// Idle sockets on the webhook port (64 past their TLS handshake, as in the
+        /// report, then twice its connection cap more that never begin one) do not keep
+        /// the API server from converting a write.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn idle_sockets_on_the_webhook_port_do_not_hold_up_a_conversion() {
+            let plane = Plane::start(PlaneOpts::default()).await.expect("plane");
+            let (_rt, plugin) = support::load("proxmox", Limits::default()).await;
+            let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
+            // The webhook server as `hyperplug run` serves it, with its default bounds.
+            let url = crate::support::world::serve_conversion(&plane, &[plugin]).await;
+            plane
+                .install_crds_yaml_converted_at(&crds, &url)
+                .await
+                .unwrap();
+            let ns = plane.namespace("idle").await.unwrap();
+            let addr: SocketAddr = url
+                .trim_start_matches("https://")
+                .trim_end_matches(hyperplug_runtime::crds::CONVERSION_PATH)
+                .parse()
+                .unwrap();
+            let v1 = plane
+                .dynamic_api(V1, "ProxmoxMachine", Some(&ns))
+                .await
+                .unwrap();
+            let v2 = plane
+                .dynamic_api(V2, "ProxmoxMachine", Some(&ns))
+                .await
+                .unwrap();
+            let write = |name: &'static str| {
+                let v1 = v1.clone();
+                async move {
+                    let object: DynamicObject = serde_json::from_value(json!({
+                        "apiVersion": V1, "kind": "ProxmoxMachine",
+                        "metadata": {"name": name},
+                        "spec": {"sourceNode": "pve1", "templateID": 9000, "numCores": 2},
+                    }))
+                    .unwrap();
+                    // A deadline far above a write's time, below the 30 s that idle
+                    // connections could hold every slot before.
+                    let params = PostParams::default();
+                    let create = v1.create(&params, &object);
+                    tokio::time::timeout(Duration::from_secs(20), create)
+                        .await
+                        .unwrap_or_else(|_| panic!("{name}: the write waited 20 s"))
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                }
+            };
+            let kept = idle_tls(&plane, addr, 64).await;
+            write("after-64-idle").await;
+            let cap = hyperplug::listen::WEBHOOK_MAX_CONNECTIONS;
+            let silent = idle_sockets(addr, 2 * cap).await;
+            write("past-the-cap").await;
+            for name in ["after-64-idle", "past-the-cap"] {
+                let stored = v2.get(name).await.unwrap();
+                assert_eq!(stored.data["spec"]["numCores"], 2, "{name}");
+                let back = v1.get(name).await.unwrap();
+                assert_eq!(back.data["spec"]["templateID"], 9000, "{name}");
+            }
+            drop((kept, silent));
+        }
+
+        /// 1,100 idle connections to the metrics port of a manager whose open-files
+        /// limit is 1,024 (soft and hard, so it cannot raise it): `/readyz` and
+        /// `/metrics` keep answering, and a machine provisions.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn idle_connections_to_the_metrics_port_leave_the_manager_its_descriptors() {
+            // This process holds the 1,100 sockets.
+            hyperplug::listen::raise_fd_limit();
+            let world = World::start_with(pve_sim::Config::fast(), false).await;
+            let (manager, ports) = proxmox_manager(&world, Some(1024));
+            let http = http();
+            let readyz = format!("http://127.0.0.1:{}/readyz", ports.health);
+            until_ok(&http, &readyz).await;
+            let metrics_addr: SocketAddr = format!("127.0.0.1:{}", ports.metrics).parse().unwrap();
+            let held = idle_sockets(metrics_addr, 1100).await;
+            let fds = std::fs::read_dir(format!("/proc/{}/fd", manager.0.id()))
+                .unwrap()
+                .count();
+            println!(
+                "the manager holds {fds} descriptors with 1,100 idle connections to its metrics port"
+            );
+            for _ in 0..5 {
+                let answer = http.get(&readyz).send().await.expect("/readyz answers");
+                assert_eq!(answer.status(), reqwest::StatusCode::OK);
+                let answer = http
+                    .get(format!("http://127.0.0.1:{}/metrics", ports.metrics))
+                    .send()
+                    .await
+                    .expect("/metrics answers");
+                assert_eq!(answer.status(), reqwest::StatusCode::OK);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            world
+                .apply(&proxmox_cluster("demo", Some("{name: pve-credentials}")))
+                .await;
+            machine(&world, "demo", "ProxmoxMachine", "m-0", "{}", PROXMOX_SPEC).await;
+            let pms = world.api(V1, "ProxmoxMachine").await;
+            world
+                .wait_for(&pms, "m-0", "provisioned", |o| {
+                    o.data["status"]["initialization"]["provisioned"] == true
+                })
+                .await;
+            drop(held);
+            let log =
+                std::fs::read_to_string(world.plane.dir().join("hyperplug-listeners.log")).unwrap();
+            assert!(log.contains("the soft limit is the hard limit"), "{log}");
+            assert!(!log.contains("Too many open files"), "{log}");
+        }
+    }
 }

@@ -198,9 +198,13 @@ pub async fn serve_blobs() -> Arc<BlobStore> {
     let addr = listener.local_addr().expect("addr");
     let advertise = url::Url::parse(&format!("http://{addr}")).expect("url");
     let store = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
-    tokio::spawn(hyperplug_runtime::blob_server::serve(
+    let app = hyperplug_runtime::blob_server::router(store.clone());
+    let bounds = hyperplug::listen::Bounds::blobs(&Default::default());
+    tokio::spawn(hyperplug::listen::serve(
         listener,
-        store.clone(),
+        hyperplug::listen::Transport::Plain,
+        app,
+        bounds,
     ));
     store
 }
