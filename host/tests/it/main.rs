@@ -23,4 +23,5 @@ mod redfish_machine;
 mod security;
 mod takeover;
 mod tenancy;
+mod tenant_memory;
 mod two_plugins;
