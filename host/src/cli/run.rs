@@ -84,8 +84,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = DEFAULT_CREDENTIALS_MAX_KIB)]
     pub credentials_max_kib: u64,
     /// Secret (`NAMESPACE/NAME`) holding the key that signs ownership ids, created on
-    /// first start if absent. Default: `$POD_NAMESPACE/hyperplug-ownership-key` (else
-    /// in `default`). A manager that takes objects over by `clusterctl move` needs the
+    /// first start if absent. Default: `$POD_NAMESPACE/hyperplug-ownership-key` (one of
+    /// them must be set). A manager that takes objects over by `clusterctl move` needs the
     /// source's key (see docs/security.md).
     #[arg(long, env = "HYPERPLUG_OWNERSHIP_KEY_SECRET")]
     pub ownership_key_secret: Option<String>,
@@ -99,7 +99,8 @@ pub struct RunArgs {
     /// Elect one active replica through a Lease; the others wait as standbys.
     #[arg(long, env = "HYPERPLUG_LEADER_ELECT")]
     pub leader_elect: bool,
-    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else `default`).
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE; one of them must
+    /// be set).
     #[arg(long, env = "HYPERPLUG_LEADER_ELECTION_NAMESPACE")]
     pub leader_election_namespace: Option<String>,
     /// Name of the leader-election Lease.
@@ -142,7 +143,7 @@ pub struct RunArgs {
     )]
     pub webhook_cert_dir: PathBuf,
     /// Namespace of the Leases that keep plugins' exclusive claims (e.g. which machine
-    /// holds which bare-metal host). Default: $POD_NAMESPACE, else `default`.
+    /// holds which bare-metal host). Default: $POD_NAMESPACE; one of them must be set.
     #[arg(long, env = "HYPERPLUG_CLAIMS_NAMESPACE")]
     pub claims_namespace: Option<String>,
     /// Reconciles in flight per kind. A reconcile mostly waits on the Kubernetes API and
@@ -175,11 +176,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let pod_namespace = std::env::var("POD_NAMESPACE")
         .ok()
         .filter(|n| !n.is_empty());
-    let claims_namespace = args
-        .claims_namespace
-        .clone()
-        .or(pod_namespace.clone())
-        .unwrap_or_else(|| "default".into());
+    // Where the manager keeps its own objects is never guessed (namespace `default` may
+    // be a tenant's): told, or the error comes once the plugins are checked.
+    let claims_namespace = own_namespace(
+        args.claims_namespace.as_deref(),
+        pod_namespace.as_deref(),
+        "--claims-namespace NS",
+    );
     let metrics = Arc::new(Metrics::default());
     let observed = metrics.clone();
     let mut runtime =
@@ -188,10 +191,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }));
     if let Ok(client) = &client {
         // Claims must hold across replicas and restarts: keep them in Kubernetes.
-        runtime = runtime.claims(Arc::new(LeaseClaims::new(
-            client.clone(),
-            &claims_namespace,
-        )));
+        // Unknown, no call is made: the manager stops once the plugins are checked.
+        let namespace = claims_namespace.as_deref().unwrap_or_default();
+        runtime = runtime.claims(Arc::new(LeaseClaims::new(client.clone(), namespace)));
     }
     let blobs = args
         .blob_advertise_url
@@ -203,10 +205,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let plugins = load_plugins(&args.plugins, runtime, &args.cache).await?;
     let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
     let default_credentials = default_credentials(&args.default_credentials_secret, &names)?;
+    claims_namespace?;
     let ownership_key_secret = match &args.ownership_key_secret {
         Some(s) => namespaced(s, "--ownership-key-secret")?,
         None => (
-            pod_namespace.clone().unwrap_or_else(|| "default".into()),
+            own_namespace(
+                None,
+                pod_namespace.as_deref(),
+                "--ownership-key-secret NS/NAME",
+            )?,
             DEFAULT_OWNERSHIP_KEY_SECRET.into(),
         ),
     };
@@ -274,12 +281,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         resync: Duration::from_secs(args.resync_seconds),
     };
     ready.store(true, Ordering::Relaxed);
-    let elector = args.leader_elect.then(|| {
-        let namespace = args
-            .leader_election_namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into());
+    let elector_namespace = match args.leader_elect {
+        true => Some(own_namespace(
+            args.leader_election_namespace.as_deref(),
+            pod_namespace.as_deref(),
+            "--leader-election-namespace NS",
+        )?),
+        false => None,
+    };
+    let elector = elector_namespace.map(|namespace| {
         let identity = std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("hyperplug-{}", std::process::id()));
         crate::leader::Elector::new(
@@ -364,9 +374,36 @@ async fn log_exit(what: &str, fut: impl Future<Output = anyhow::Result<()>>) {
     }
 }
 
+/// An RFC 3339 time, as Kubernetes writes `creationTimestamp`.
+fn parse_time(s: &str) -> Result<Time, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|e| format!("`{s}` is not an RFC 3339 time like 2026-12-01T00:00:00Z: {e}"))
+}
+
+/// The namespace the manager keeps one of its own objects in: the flag's, else the
+/// pod's (`POD_NAMESPACE`, which the release sets), else an error naming both.
+fn own_namespace(flag: Option<&str>, pod: Option<&str>, name: &str) -> anyhow::Result<String> {
+    match flag.or(pod).filter(|n| !n.is_empty()) {
+        Some(ns) => Ok(ns.to_string()),
+        None => anyhow::bail!(
+            "the manager's own namespace is unknown: set POD_NAMESPACE (the release sets it to the pod's namespace) or {name}; it is never guessed, as namespace `default` may be a tenant's"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::default_credentials;
+    use super::{default_credentials, own_namespace};
+
+    #[test]
+    fn the_managers_namespace_is_told_never_guessed() {
+        assert_eq!(own_namespace(Some("a"), Some("b"), "--x").unwrap(), "a");
+        assert_eq!(own_namespace(None, Some("b"), "--x").unwrap(), "b");
+        let err = own_namespace(None, None, "--claims-namespace NS").unwrap_err();
+        assert!(err.to_string().contains("POD_NAMESPACE"), "{err}");
+        assert!(err.to_string().contains("--claims-namespace NS"), "{err}");
+        assert!(own_namespace(Some(""), None, "--x").is_err());
+    }
 
     #[test]
     fn default_credentials_belong_to_one_plugin() {
@@ -388,10 +425,4 @@ mod tests {
         assert!(err.contains("not loaded"), "{err}");
         assert!(default_credentials(&["proxmox=nope".into()], &["proxmox"]).is_err());
     }
-}
-
-/// An RFC 3339 time, as Kubernetes writes `creationTimestamp`.
-fn parse_time(s: &str) -> Result<Time, String> {
-    serde_json::from_value(serde_json::Value::String(s.into()))
-        .map_err(|e| format!("`{s}` is not an RFC 3339 time like 2026-12-01T00:00:00Z: {e}"))
 }
