@@ -490,9 +490,18 @@ mod tests {
         assert_eq!((request.uid.as_str(), request.objects.0), ("u-1", 3));
     }
 
-    #[test]
-    fn a_refused_review_keeps_its_uid() {
+    #[tokio::test]
+    async fn a_refused_review_keeps_its_uid() {
         let response = refused("u-9".into(), "too big", "RequestEntityTooLarge");
         assert_eq!(response.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let review: ConversionReview = serde_json::from_slice(&body).unwrap();
+        let response = review.response.unwrap();
+        assert_eq!(response.uid, "u-9");
+        assert_eq!(response.result.message, "too big");
+        assert_eq!(response.result.reason, "RequestEntityTooLarge");
+        assert!(response.converted_objects.is_empty());
     }
 }
