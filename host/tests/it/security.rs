@@ -24,9 +24,11 @@ async fn hostile() -> (Runtime, Plugin) {
     support::load("hostile", Limits::default()).await
 }
 
+/// The object `name`, or `namespace/name`, in namespace `default` unless named.
 fn object(name: &str) -> ObjectRef {
+    let (namespace, name) = name.split_once('/').unwrap_or(("default", name));
     ObjectRef {
-        namespace: "default".into(),
+        namespace: namespace.into(),
         name: name.into(),
         uid: format!("uid-{name}"),
     }
@@ -136,7 +138,7 @@ mod sandbox {
     use super::*;
 
     #[tokio::test]
-    async fn a_blob_flood_is_bounded_per_object_and_per_plugin() {
+    async fn a_blob_flood_is_bounded_per_object_namespace_and_plugin() {
         let (_runtime, plugin, store) = hostile_serving_blobs().await;
         let flood = json!({"attack": "blob-flood", "count": 8, "mib": 8});
         // One object: one blob of the largest size, then refusals naming the limit.
@@ -145,13 +147,22 @@ mod sandbox {
             .unwrap_err();
         assert!(first.starts_with("plugin: published 1 blobs"), "{first}");
         assert!(first.contains("--blob-object-mib"), "{first}");
-        // More objects: the plugin as a whole stops at its budget.
-        for name in ["b", "c", "d"] {
+        // More objects of the namespace: it stops at its budget (16 MiB).
+        attack_as(&plugin, "b", flood.clone(), "http://127.0.0.1:1")
+            .await
+            .unwrap_err();
+        let third = attack_as(&plugin, "c", flood.clone(), "http://127.0.0.1:1")
+            .await
+            .unwrap_err();
+        assert!(third.starts_with("plugin: published 0 blobs"), "{third}");
+        assert!(third.contains("--blob-namespace-mib"), "{third}");
+        // Objects of other namespaces: the plugin as a whole stops at its budget.
+        for name in ["team-b/d", "team-b/e"] {
             attack_as(&plugin, name, flood.clone(), "http://127.0.0.1:1")
                 .await
                 .unwrap_err();
         }
-        let last = attack_as(&plugin, "e", flood, "http://127.0.0.1:1")
+        let last = attack_as(&plugin, "team-c/f", flood, "http://127.0.0.1:1")
             .await
             .unwrap_err();
         assert!(last.starts_with("plugin: published 0 blobs"), "{last}");
