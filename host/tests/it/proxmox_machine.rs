@@ -668,7 +668,9 @@ async fn a_state_lost_mid_clone_adopts_the_vm_instead_of_cloning_again() {
     assert_eq!(wait.progress.phase, "Pending", "{}", wait.progress.message);
     // Counted, not named: such a clone may be another tenant's.
     assert!(
-        wait.progress.message.contains("1 clone(s) on pve1 show no owner yet")
+        wait.progress
+            .message
+            .contains("1 clone(s) on pve1 show no owner yet")
             && !wait.progress.message.contains(&other_vmid.to_string()),
         "{}",
         wait.progress.message

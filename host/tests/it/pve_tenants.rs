@@ -7,12 +7,12 @@
 //! token on that VM; the journal shows no successful request of one tenant's token to
 //! the other's VM, and that VM's config does not change. A token missing a privilege
 //! gets the cluster's `MissingPrivileges` at once.
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{DeleteParams, DynamicObject};
 use pve_sim::{AclEntry, ApiToken, StorageConfig, StorageType};
 use serde_json::Value;
 
 use crate::support::controllers::{machine, proxmox_cluster};
-use crate::support::world::{World, condition, ready_reason};
+use crate::support::world::{World, ready_reason};
 
 const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
 const TENANTS: [&str; 2] = ["team-a", "team-b"];
@@ -123,18 +123,6 @@ fn provisioned(o: &DynamicObject) -> bool {
     o.data["status"]["initialization"]["provisioned"] == true
 }
 
-async fn wait_reason(world: &World, api: &Api<DynamicObject>, name: &str, reason: &str) -> String {
-    let o = world
-        .wait_for(api, name, reason, |o| {
-            ready_reason(o).as_deref() == Some(reason)
-        })
-        .await;
-    condition(&o, "Ready").unwrap()["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
 /// The journal's requests of `tenant`'s token to VM `vmid` that succeeded.
 fn successful_requests(world: &World, tenant: &str, vmid: u64) -> Vec<Value> {
     let to_it = format!("/qemu/{vmid}");
@@ -169,7 +157,9 @@ async fn tenants_with_their_own_pve_tokens_reach_only_their_own_vms() {
     }
 
     // The misconfigured token is told at once, on its cluster, what it lacks.
-    let message = wait_reason(&world, &pcs, MISCONFIGURED, "MissingPrivileges").await;
+    let message = world
+        .wait_reason(&pcs, MISCONFIGURED, "MissingPrivileges")
+        .await;
     assert!(
         message
             .contains("SDN.Use on the bridges the machines use (/sdn/zones/localnetwork/<bridge>)"),
@@ -256,13 +246,9 @@ async fn tenants_with_their_own_pve_tokens_reach_only_their_own_vms() {
             })
             .await;
         assert!(!provisioned(&refused), "{name}");
-        wait_reason(
-            &world,
-            &pms,
-            &format!("{tenant}-taker"),
-            "AdoptionNotGranted",
-        )
-        .await;
+        world
+            .wait_reason(&pms, &format!("{tenant}-taker"), "AdoptionNotGranted")
+            .await;
     }
     // Beneath the provider, PVE refuses the other's token on the VM itself.
     let (a_vm, b_vm) = (vms[0].0, vms[1].0);

@@ -912,44 +912,23 @@ mod tenants {
 /// The manager's peak memory under each flood, with the default limits: `hyperplug run`
 /// as its own process (one per flood, so each peak is its own), the flood's objects in a
 /// namespace of their own. Prints a table; every peak stays under 256 MiB.
-mod floods {
-    use std::process::{Child, Command, Stdio};
+pub(crate) mod floods {
+    use std::process::{Command, Stdio};
 
     use kube::api::DynamicObject;
 
     use super::*;
+    use crate::support::manager::Manager;
     use crate::support::world::{World, condition};
 
     /// The goal for the manager's peak resident memory under any flood.
-    const PEAK_RSS_GOAL_MIB: u64 = 256;
+    pub(crate) const PEAK_RSS_GOAL_MIB: u64 = 256;
 
     struct Flood {
         name: &'static str,
         spec: Value,
         /// Objects flooding at once.
         objects: usize,
-    }
-
-    struct Manager(Child);
-
-    impl Drop for Manager {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-
-    impl Manager {
-        /// Peak resident set size (VmHWM) in MiB.
-        fn peak_rss_mib(&self) -> u64 {
-            let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap();
-            let kib: u64 = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                .expect("VmHWM");
-            kib / 1024
-        }
     }
 
     fn start_manager(world: &World, ns: &str) -> Manager {

@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use pve_sim::VmSeed;
 use serde_json::json;
 
 use crate::support::controllers::{machine, machine_with, proxmox_cluster};
-use crate::support::world::{World, condition, ready_reason};
+use crate::support::world::{World, condition};
 
 const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
 const OWNERSHIP: &str = "infrastructure.hyperplug.dev/ownership-id";
@@ -83,18 +83,6 @@ fn naming_the_foreign_vm() -> String {
     spec_with(&format!(
         "templateID: 9000, providerID: \"proxmox://{FOREIGN_UUID}\", virtualMachineID: {FOREIGN}"
     ))
-}
-
-async fn wait_reason(world: &World, api: &Api<DynamicObject>, name: &str, reason: &str) -> String {
-    let o = world
-        .wait_for(api, name, reason, |o| {
-            ready_reason(o).as_deref() == Some(reason)
-        })
-        .await;
-    condition(&o, "Ready").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// Nothing in `text` is a fact of the foreign VM or the marked template.
@@ -180,7 +168,7 @@ async fn a_tenant_reaches_no_vm_its_machines_did_not_make() {
 
     let mut missing = String::new();
     for name in ["signed", "recreated"] {
-        missing = wait_reason(&world, &pms, name, "TemplateNotFound").await;
+        missing = world.wait_reason(&pms, name, "TemplateNotFound").await;
     }
     let signed = pms.get("signed").await.unwrap();
     let id = signed.annotations()[OWNERSHIP].clone();
@@ -193,7 +181,9 @@ async fn a_tenant_reaches_no_vm_its_machines_did_not_make() {
     pms.patch("signed", &PatchParams::default(), &patch)
         .await
         .unwrap();
-    let message = wait_reason(&world, &pms, "signed", "AdoptionNotGranted").await;
+    let message = world
+        .wait_reason(&pms, "signed", "AdoptionNotGranted")
+        .await;
     assert!(
         message.contains("--adopt-namespace"),
         "says what to do: {message}"
@@ -218,12 +208,14 @@ async fn a_tenant_reaches_no_vm_its_machines_did_not_make() {
     .await;
     // Its id verifies and is not its UID: the plugin is called, told nothing is granted,
     // and refuses without reading the VM.
-    let message = wait_reason(&world, &pms, "recreated", "AdoptionNotGranted").await;
+    let message = world
+        .wait_reason(&pms, "recreated", "AdoptionNotGranted")
+        .await;
     tells_nothing(&message);
 
     // Refused in the words a missing template gets: no oracle of what the VMID holds.
     for (name, vmid) in [("cloner", FOREIGN), ("marked", MARKED_TEMPLATE)] {
-        let message = wait_reason(&world, &pms, name, "TemplateNotFound").await;
+        let message = world.wait_reason(&pms, name, "TemplateNotFound").await;
         assert!(message.contains("spec.templateID"), "{message}");
         assert_eq!(message, missing.replace("424242", &vmid.to_string()));
         tells_nothing(&message);

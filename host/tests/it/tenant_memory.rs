@@ -4,50 +4,28 @@
 //! their metadata only), across a restart of the manager. `hyperplug run` runs as a
 //! process; its peak resident memory is read from /proc and printed as a table.
 use std::collections::BTreeMap;
-use std::process::Child;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 
+use crate::security::floods::PEAK_RSS_GOAL_MIB;
 use crate::support::controllers::{PROXMOX_SPEC, machine, proxmox_cluster};
+use crate::support::manager::Manager;
 use crate::support::world::{World, condition};
 
 const V1ALPHA1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
-/// The goal for the manager's peak resident memory under any flood (as `security::floods`).
-const PEAK_RSS_GOAL_MIB: u64 = 256;
 /// About the largest Secret the API server stores.
 const SECRET_BYTES: usize = 1_000_000;
 
-struct Manager(Child);
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Manager {
-    fn start(world: &World) -> Manager {
-        let child = world
-            .hyperplug_run(&["proxmox"])
-            .args(["--resync-seconds", "5"])
-            .spawn()
-            .expect("start hyperplug run");
-        Manager(child)
-    }
-
-    /// Peak resident set size (VmHWM) in MiB.
-    fn peak_rss_mib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("VmHWM")
-            / 1024
-    }
+/// `hyperplug run` with the Proxmox plugin against `world`.
+fn start_manager(world: &World) -> Manager {
+    let child = world
+        .hyperplug_run(&["proxmox"])
+        .args(["--resync-seconds", "5"])
+        .spawn()
+        .expect("start hyperplug run");
+    Manager(child)
 }
 
 /// A Secret of `padding` bytes besides, where `credentials`, credentials keys whose
@@ -121,7 +99,7 @@ async fn a_tenants_secrets_leave_the_manager_under_its_memory_goal() {
     world.apply(&flooded_cluster("many", "many", 256)).await;
     world.apply(&flooded_cluster("large", "large", 256)).await;
 
-    let manager = Manager::start(&world);
+    let manager = start_manager(&world);
     world
         .wait_for(&pcs, "many", "provisioned with 256 credentialsRefs", |o| {
             o.data["status"]["initialization"]["provisioned"] == true
@@ -161,7 +139,7 @@ async fn a_tenants_secrets_leave_the_manager_under_its_memory_goal() {
     drop(manager);
 
     // Restarted, the manager lists them all again.
-    let manager = Manager::start(&world);
+    let manager = start_manager(&world);
     machine(&world, "demo", "ProxmoxMachine", "m1", "{}", PROXMOX_SPEC).await;
     world.wait_for(&pms, "m1", "provisioned", provisioned).await;
     rows.push((

@@ -3,6 +3,7 @@ pub mod conformance;
 pub mod controllers;
 pub mod drive;
 pub mod junit;
+pub mod manager;
 pub mod sushy;
 pub mod world;
 use std::path::PathBuf;

@@ -229,6 +229,19 @@ impl World {
         );
     }
 
+    /// Wait until `name`'s `Ready` reason is `reason`; its message.
+    pub async fn wait_reason(&self, api: &Api<DynamicObject>, name: &str, reason: &str) -> String {
+        let o = self
+            .wait_for(api, name, reason, |o| {
+                ready_reason(o).as_deref() == Some(reason)
+            })
+            .await;
+        condition(&o, "Ready").unwrap()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// `hyperplug run` with these plugins (bundled or test plugins, by name) against this
     /// world's API server, health and metrics on free ports, its log appended to
     /// `hyperplug.log` in the plane's directory. Add flags, then spawn it.
