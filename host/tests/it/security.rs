@@ -913,12 +913,10 @@ mod tenants {
 /// as its own process (one per flood, so each peak is its own), the flood's objects in a
 /// namespace of their own. Prints a table; every peak stays under 256 MiB.
 pub(crate) mod floods {
-    use std::process::{Command, Stdio};
-
     use kube::api::DynamicObject;
 
     use super::*;
-    use crate::support::manager::Manager;
+    use crate::support::manager::{Manager, in_namespace};
     use crate::support::world::{World, condition};
 
     /// The goal for the manager's peak resident memory under any flood.
@@ -934,28 +932,11 @@ pub(crate) mod floods {
     fn start_manager(world: &World, ns: &str) -> Manager {
         let port = |_| kube_world::free_port().unwrap();
         let (health, metrics, blobs) = (port(0), port(1), port(2));
-        let log =
-            std::fs::File::create(world.plane.dir().join(format!("hyperplug-{ns}.log"))).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hyperplug"))
-            .arg("run")
-            .arg("--plugin")
-            .arg(support::plugin_path("hostile"))
-            .args(["--namespace", ns, "--claims-namespace", ns])
-            .args(["--ownership-key-secret", &format!("{ns}/ownership-key")])
+        let child = in_namespace(world, "hostile", ns, ns)
             .args(["--health-addr", &format!("127.0.0.1:{health}")])
             .args(["--metrics-addr", &format!("127.0.0.1:{metrics}")])
             .args(["--blob-listen-addr", &format!("127.0.0.1:{blobs}")])
             .args(["--blob-advertise-url", &format!("http://127.0.0.1:{blobs}")])
-            .arg(format!(
-                "--plugin-cache={}",
-                std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                    .join("plugin-cache")
-                    .display()
-            ))
-            .env("KUBECONFIG", world.plane.kubeconfig_path())
-            .env("HYPERPLUG_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
             .spawn()
             .expect("start hyperplug run");
         Manager(child)
@@ -1187,32 +1168,14 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
                 metrics: port(),
                 webhook: port(),
             };
-            let ns = &world.ns;
-            let log =
-                std::fs::File::create(world.plane.dir().join("hyperplug-listeners.log")).unwrap();
             let certs = world.plane.webhook_cert_dir("listeners").unwrap();
-            let mut run = Command::new(env!("CARGO_BIN_EXE_hyperplug"));
-            run.arg("run")
-                .arg("--plugin")
-                .arg(support::plugin_path("proxmox"))
-                .args(["--namespace", ns, "--claims-namespace", ns])
-                .args(["--ownership-key-secret", &format!("{ns}/ownership-key")])
-                .args(["--health-addr", &format!("127.0.0.1:{}", ports.health)])
+            let mut run = in_namespace(world, "proxmox", &world.ns, "listeners");
+            run.args(["--health-addr", &format!("127.0.0.1:{}", ports.health)])
                 .args(["--metrics-addr", &format!("127.0.0.1:{}", ports.metrics)])
                 .args(["--webhook-addr", &format!("127.0.0.1:{}", ports.webhook)])
                 .arg("--webhook-cert-dir")
                 .arg(certs)
-                .args(["--resync-seconds", "5"])
-                .arg(format!(
-                    "--plugin-cache={}",
-                    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-                        .join("plugin-cache")
-                        .display()
-                ))
-                .env("KUBECONFIG", world.plane.kubeconfig_path())
-                .env("HYPERPLUG_LOG", "info")
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log));
+                .args(["--resync-seconds", "5"]);
             if let Some(limit) = nofile {
                 let limit = libc::rlimit {
                     rlim_cur: limit,

@@ -1,6 +1,7 @@
-//! `hyperplug run` as a process of a test: killed when dropped, its peak memory read
-//! from /proc (what the flood tests hold against their goal).
-use std::process::Child;
+//! `hyperplug run` as a process of a test: started in one namespace, killed when
+//! dropped, its peak memory read from /proc (what the flood tests hold against their
+//! goal).
+use std::process::{Child, Command, Stdio};
 
 pub struct Manager(pub Child);
 
@@ -22,4 +23,25 @@ impl Manager {
             .expect("VmHWM");
         kib / 1024
     }
+}
+
+/// `hyperplug run` with the plugin `plugin` (by name, as `plugin_path` takes it),
+/// watching only namespace `ns` and keeping its own objects (claims, ownership key)
+/// there, logging at info to `<plane dir>/hyperplug-<log>.log`. Add flags, then spawn.
+pub fn in_namespace(world: &super::world::World, plugin: &str, ns: &str, log: &str) -> Command {
+    let log = std::fs::File::create(world.plane.dir().join(format!("hyperplug-{log}.log")))
+        .expect("log file");
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_hyperplug"));
+    run.arg("run")
+        .arg("--plugin")
+        .arg(super::plugin_path(plugin))
+        .args(["--namespace", ns, "--claims-namespace", ns])
+        .args(["--ownership-key-secret", &format!("{ns}/ownership-key")])
+        .arg(format!("--plugin-cache={}", cache.display()))
+        .env("KUBECONFIG", world.plane.kubeconfig_path())
+        .env("HYPERPLUG_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    run
 }
