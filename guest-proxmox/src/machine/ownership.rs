@@ -216,12 +216,18 @@ impl<'a> Ctx<'a> {
             }
         }
         if owned.len() > 1 {
+            // Which VMs: the manager's log says; the machine is not told (some of them
+            // may not be its tenant's).
             let vmids: Vec<String> = owned.iter().map(|(_, id, _)| id.to_string()).collect();
+            log::warn(
+                "several VMs carry one machine's marker",
+                &[("vmids", vmids.join(", "))],
+            );
             return Err(terminal(
                 "AmbiguousOwnership",
                 format!(
-                    "VMs {} all carry this machine's marker ({}): none is used, adopted or destroyed. Remove the marker line from the descriptions of those that are not this machine's",
-                    vmids.join(", "),
+                    "{} VMs carry this machine's marker ({}): none is used, adopted or destroyed. The manager's log names them; remove the marker line from the descriptions of those that are not this machine's",
+                    owned.len(),
                     marker(self.uid())
                 ),
             ));

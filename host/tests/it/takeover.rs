@@ -196,16 +196,6 @@ spec:
     (claim.uid(), ip)
 }
 
-fn count(world: &World, endpoint: &str) -> u64 {
-    world
-        .sim
-        .state()
-        .counters()
-        .get(endpoint)
-        .copied()
-        .unwrap_or(0)
-}
-
 /// Whether the volume `volid` is in a storage (None: no storage named so).
 fn iso_exists(world: &World, volid: &str) -> Option<bool> {
     let (storage, _) = volid.split_once(':')?;
@@ -346,7 +336,11 @@ async fn machines_another_provider_made_are_adopted_only_with_a_grant_and_a_proo
         "POST /nodes/{node}/qemu/{vmid}/status/stop",
         "POST /nodes/{node}/qemu/{vmid}/status/start",
     ] {
-        assert_eq!(count(&world, endpoint), 0, "{endpoint} during the takeover");
+        assert_eq!(
+            world.requests(endpoint),
+            0,
+            "{endpoint} during the takeover"
+        );
     }
 
     // Deleting the adopted machine deletes its VM and CAPMOX's ISO; the refused one

@@ -229,6 +229,16 @@ impl World {
         );
     }
 
+    /// How many requests pve-sim served to `endpoint` (`"METHOD /path/{template}"`).
+    pub fn requests(&self, endpoint: &str) -> u64 {
+        self.sim
+            .state()
+            .counters()
+            .get(endpoint)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Wait until `name`'s `Ready` reason is `reason`; its message.
     pub async fn wait_reason(&self, api: &Api<DynamicObject>, name: &str, reason: &str) -> String {
         let o = self
