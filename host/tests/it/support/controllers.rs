@@ -140,8 +140,9 @@ pub async fn warning_events(world: &World, name: &str, reason: &str) -> usize {
         .count()
 }
 
-/// A Cluster and its HostileCluster with `spec` (a YAML flow map).
-pub fn hostile_cluster(name: &str, spec: &str) -> String {
+/// A Cluster and its infrastructure cluster of `kind` (v1alpha1) named `name`, whose
+/// `spec:` is `spec` (the rest of the document, as YAML after `spec:`).
+fn cluster_pair(name: &str, kind: &str, spec: &str) -> String {
     format!(
         r#"
 apiVersion: cluster.x-k8s.io/v1beta2
@@ -151,18 +152,22 @@ metadata:
 spec:
   infrastructureRef:
     apiGroup: infrastructure.cluster.x-k8s.io
-    kind: HostileCluster
+    kind: {kind}
     name: {name}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: HostileCluster
+kind: {kind}
 metadata:
   name: {name}
   labels:
     cluster.x-k8s.io/cluster-name: {name}
-spec: {spec}
-"#
+spec:{spec}"#
     )
+}
+
+/// A Cluster and its HostileCluster with `spec` (a YAML flow map).
+pub fn hostile_cluster(name: &str, spec: &str) -> String {
+    cluster_pair(name, "HostileCluster", &format!(" {spec}\n"))
 }
 
 /// The hostile plugin's kinds on `world` (their CRDs, a credentials Secret
@@ -194,32 +199,10 @@ pub fn proxmox_cluster(name: &str, credentials: Option<&str>) -> String {
     let credentials = credentials
         .map(|c| format!("  credentialsRef: {c}\n"))
         .unwrap_or_default();
-    format!(
-        r#"
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Cluster
-metadata:
-  name: {name}
-spec:
-  infrastructureRef:
-    apiGroup: infrastructure.cluster.x-k8s.io
-    kind: ProxmoxCluster
-    name: {name}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
-kind: ProxmoxCluster
-metadata:
-  name: {name}
-  labels:
-    cluster.x-k8s.io/cluster-name: {name}
-spec:
-  allowedNodes: [pve1]
-  controlPlaneEndpoint:
-    host: 192.168.1.230
-    port: 6443
-  dnsServers: [192.168.1.1]
-{credentials}"#
-    )
+    let spec = format!(
+        "\n  allowedNodes: [pve1]\n  controlPlaneEndpoint:\n    host: 192.168.1.230\n    port: 6443\n  dnsServers: [192.168.1.1]\n{credentials}"
+    );
+    cluster_pair(name, "ProxmoxCluster", &spec)
 }
 
 /// A small valid ProxmoxMachine spec (v1alpha1) cloning template 9000 on pve1.
