@@ -68,7 +68,7 @@ const GET_MAX_BODY: usize = 16 << 10;
 
 /// The flags of the servers' bounds that an operator may need to change; every other
 /// bound is fixed (docs/security.md, "Limits").
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct ServerArgs {
     /// Connections the webhook server (--webhook-addr) holds at once. At the cap a new
     /// connection takes the slot of the longest-idle one (handshaking, idle, or still

@@ -18,44 +18,56 @@ use super::limits::size;
 pub const PATH_PREFIX: &str = "/blobs/";
 
 /// How much the host keeps for plugins' blobs: they live in the manager's memory.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct BlobLimits {
     /// Longest a published blob lives, in seconds (a plugin may ask for less).
-    #[arg(long, default_value_t = 3600, env = "HYPERPLUG_BLOB_TTL_SECONDS")]
+    #[arg(long, default_value_t = defaults::TTL_SECONDS, env = "HYPERPLUG_BLOB_TTL_SECONDS")]
     pub blob_ttl_seconds: u64,
     /// Largest blob a plugin may publish, in MiB.
-    #[arg(long, default_value_t = 8, env = "HYPERPLUG_BLOB_MAX_MIB")]
+    #[arg(long, default_value_t = defaults::MAX_MIB, env = "HYPERPLUG_BLOB_MAX_MIB")]
     pub blob_max_mib: usize,
     /// Most blobs one object may have published at once.
-    #[arg(long, default_value_t = 4, env = "HYPERPLUG_BLOB_MAX_PER_OBJECT")]
+    #[arg(long, default_value_t = defaults::MAX_PER_OBJECT, env = "HYPERPLUG_BLOB_MAX_PER_OBJECT")]
     pub blob_max_per_object: usize,
     /// Most bytes of blobs one object may have published at once, in MiB.
-    #[arg(long, default_value_t = 8, env = "HYPERPLUG_BLOB_OBJECT_MIB")]
+    #[arg(long, default_value_t = defaults::OBJECT_MIB, env = "HYPERPLUG_BLOB_OBJECT_MIB")]
     pub blob_object_mib: usize,
     /// Most bytes of blobs all objects of one plugin may have published at once, in
     /// MiB (the host keeps them in memory).
-    #[arg(long, default_value_t = DEFAULT_PLUGIN_MIB, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
+    #[arg(long, default_value_t = defaults::PLUGIN_MIB, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
     pub blob_plugin_mib: usize,
     /// Most bytes of blobs the objects of one namespace may have published at once, in
     /// MiB: one tenant cannot take the whole plugin budget from the others.
-    #[arg(long, default_value_t = DEFAULT_NAMESPACE_MIB, env = "HYPERPLUG_BLOB_NAMESPACE_MIB")]
+    #[arg(long, default_value_t = defaults::NAMESPACE_MIB, env = "HYPERPLUG_BLOB_NAMESPACE_MIB")]
     pub blob_namespace_mib: usize,
 }
 
-/// Default of `--blob-plugin-mib`.
-const DEFAULT_PLUGIN_MIB: usize = 32;
-/// Default of `--blob-namespace-mib`.
-const DEFAULT_NAMESPACE_MIB: usize = 16;
+/// The default of every blob limit, written once: the flags and
+/// [`BlobLimits::default`] both read these.
+pub mod defaults {
+    /// `--blob-ttl-seconds`.
+    pub const TTL_SECONDS: u64 = 3600;
+    /// `--blob-max-mib`.
+    pub const MAX_MIB: usize = 8;
+    /// `--blob-max-per-object`.
+    pub const MAX_PER_OBJECT: usize = 4;
+    /// `--blob-object-mib`.
+    pub const OBJECT_MIB: usize = 8;
+    /// `--blob-plugin-mib`.
+    pub const PLUGIN_MIB: usize = 32;
+    /// `--blob-namespace-mib`.
+    pub const NAMESPACE_MIB: usize = 16;
+}
 
 impl Default for BlobLimits {
     fn default() -> Self {
         BlobLimits {
-            blob_ttl_seconds: 3600,
-            blob_max_mib: 8,
-            blob_max_per_object: 4,
-            blob_object_mib: 8,
-            blob_plugin_mib: DEFAULT_PLUGIN_MIB,
-            blob_namespace_mib: DEFAULT_NAMESPACE_MIB,
+            blob_ttl_seconds: defaults::TTL_SECONDS,
+            blob_max_mib: defaults::MAX_MIB,
+            blob_max_per_object: defaults::MAX_PER_OBJECT,
+            blob_object_mib: defaults::OBJECT_MIB,
+            blob_plugin_mib: defaults::PLUGIN_MIB,
+            blob_namespace_mib: defaults::NAMESPACE_MIB,
         }
     }
 }
@@ -361,6 +373,18 @@ impl Blobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What production runs with (no flags) is what tests start from.
+    #[test]
+    fn no_flags_parse_to_the_defaults() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            limits: BlobLimits,
+        }
+        assert_eq!(Cli::parse_from(["hyperplug"]).limits, BlobLimits::default());
+    }
 
     fn owner(uid: &str) -> ObjectRef {
         ObjectRef {

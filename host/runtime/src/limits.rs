@@ -3,14 +3,52 @@
 //! plugins inside the shipped 512 MiB memory limit whatever a plugin does.
 use std::time::Duration;
 
+/// The default of every limit, written once: the flags' `default_value_t` and
+/// [`Limits::default`] (what tests and embedders start from) both read these, so the
+/// two cannot drift apart.
+pub mod defaults {
+    /// `--plugin-memory-mib`.
+    pub const MEMORY_MIB: u64 = 64;
+    /// `--plugin-memory-per-plugin-mib`.
+    pub const MEMORY_PER_PLUGIN_MIB: u64 = 128;
+    /// `--plugin-cpu-ms`.
+    pub const CPU_MS: u64 = 2_000;
+    /// `--plugin-timeout-ms`.
+    pub const TIMEOUT_MS: u64 = 30_000;
+    /// `--plugin-output-kib`.
+    pub const OUTPUT_KIB: u64 = 1_024;
+    /// `--plugin-http-body-mib`.
+    pub const HTTP_BODY_MIB: u64 = 16;
+    /// `--plugin-request-body-mib`.
+    pub const REQUEST_BODY_MIB: u64 = 16;
+    /// `--plugin-request-body-per-plugin-mib`.
+    pub const REQUEST_BODY_PER_PLUGIN_MIB: u64 = 48;
+    /// `--plugin-http-in-flight`.
+    pub const HTTP_IN_FLIGHT: u32 = 16;
+    /// `--plugin-http-in-flight-per-plugin`.
+    pub const HTTP_IN_FLIGHT_PER_PLUGIN: u32 = 128;
+    /// `--plugin-egress-denials`.
+    pub const EGRESS_DENIALS: u32 = 16;
+    /// `--plugin-log-lines`.
+    pub const LOG_LINES: u32 = 200;
+    /// `--plugin-log-kib`.
+    pub const LOG_KIB: u64 = 64;
+    /// `--plugin-claims-per-object`.
+    pub const CLAIMS_PER_OBJECT: u32 = 8;
+    /// `--plugin-claim-calls`.
+    pub const CLAIM_CALLS: u32 = 1_000;
+    /// `--plugin-concurrency`.
+    pub const CONCURRENCY: u32 = 16;
+}
+
 /// Per-call and per-plugin resource limits.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Limits {
     /// Largest linear memory a plugin may grow to during one call, in MiB (all its
     /// memories together).
     #[arg(
         long = "plugin-memory-mib",
-        default_value_t = 64,
+        default_value_t = defaults::MEMORY_MIB,
         env = "HYPERPLUG_PLUGIN_MEMORY_MIB"
     )]
     pub memory_mib: u64,
@@ -19,7 +57,7 @@ pub struct Limits {
     /// it (a call that would grow past it fails, and is retried later).
     #[arg(
         long = "plugin-memory-per-plugin-mib",
-        default_value_t = 128,
+        default_value_t = defaults::MEMORY_PER_PLUGIN_MIB,
         env = "HYPERPLUG_PLUGIN_MEMORY_PER_PLUGIN_MIB"
     )]
     pub memory_per_plugin_mib: u64,
@@ -28,7 +66,7 @@ pub struct Limits {
     /// its HTTP requests).
     #[arg(
         long = "plugin-cpu-ms",
-        default_value_t = 2_000,
+        default_value_t = defaults::CPU_MS,
         env = "HYPERPLUG_PLUGIN_CPU_MS"
     )]
     pub cpu_ms: u64,
@@ -37,7 +75,7 @@ pub struct Limits {
     /// waits on nothing: it may take no longer than 4 × --plugin-cpu-ms.
     #[arg(
         long = "plugin-timeout-ms",
-        default_value_t = 30_000,
+        default_value_t = defaults::TIMEOUT_MS,
         env = "HYPERPLUG_PLUGIN_TIMEOUT_MS"
     )]
     pub timeout_ms: u64,
@@ -45,14 +83,14 @@ pub struct Limits {
     /// the sandbox within the larger of this and --blob-max-mib, then measured.
     #[arg(
         long = "plugin-output-kib",
-        default_value_t = 1_024,
+        default_value_t = defaults::OUTPUT_KIB,
         env = "HYPERPLUG_PLUGIN_OUTPUT_KIB"
     )]
     pub output_kib: u64,
     /// Largest HTTP response body the host hands to a plugin, in MiB.
     #[arg(
         long = "plugin-http-body-mib",
-        default_value_t = 16,
+        default_value_t = defaults::HTTP_BODY_MIB,
         env = "HYPERPLUG_PLUGIN_HTTP_BODY_MIB"
     )]
     pub http_body_mib: u64,
@@ -60,7 +98,7 @@ pub struct Limits {
     /// (the host buffers them).
     #[arg(
         long = "plugin-request-body-mib",
-        default_value_t = 16,
+        default_value_t = defaults::REQUEST_BODY_MIB,
         env = "HYPERPLUG_PLUGIN_REQUEST_BODY_MIB"
     )]
     pub request_body_mib: u64,
@@ -68,7 +106,7 @@ pub struct Limits {
     /// in MiB (a call past it fails).
     #[arg(
         long = "plugin-request-body-per-plugin-mib",
-        default_value_t = 48,
+        default_value_t = defaults::REQUEST_BODY_PER_PLUGIN_MIB,
         env = "HYPERPLUG_PLUGIN_REQUEST_BODY_PER_PLUGIN_MIB"
     )]
     pub request_body_per_plugin_mib: u64,
@@ -76,7 +114,7 @@ pub struct Limits {
     /// yet dropped).
     #[arg(
         long = "plugin-http-in-flight",
-        default_value_t = 16,
+        default_value_t = defaults::HTTP_IN_FLIGHT,
         env = "HYPERPLUG_PLUGIN_HTTP_IN_FLIGHT"
     )]
     pub http_in_flight: u32,
@@ -84,7 +122,7 @@ pub struct Limits {
     /// requests wait for a slot.
     #[arg(
         long = "plugin-http-in-flight-per-plugin",
-        default_value_t = 128,
+        default_value_t = defaults::HTTP_IN_FLIGHT_PER_PLUGIN,
         env = "HYPERPLUG_PLUGIN_HTTP_IN_FLIGHT_PER_PLUGIN"
     )]
     pub http_in_flight_per_plugin: u32,
@@ -92,21 +130,21 @@ pub struct Limits {
     /// and logged, and one more fails the call.
     #[arg(
         long = "plugin-egress-denials",
-        default_value_t = 16,
+        default_value_t = defaults::EGRESS_DENIALS,
         env = "HYPERPLUG_PLUGIN_EGRESS_DENIALS"
     )]
     pub egress_denials: u32,
     /// Most log lines a plugin may emit in one call; further lines are dropped.
     #[arg(
         long = "plugin-log-lines",
-        default_value_t = 200,
+        default_value_t = defaults::LOG_LINES,
         env = "HYPERPLUG_PLUGIN_LOG_LINES"
     )]
     pub log_lines: u32,
     /// Most log bytes (messages and fields) a plugin may emit in one call, in KiB.
     #[arg(
         long = "plugin-log-kib",
-        default_value_t = 64,
+        default_value_t = defaults::LOG_KIB,
         env = "HYPERPLUG_PLUGIN_LOG_KIB"
     )]
     pub log_kib: u64,
@@ -114,7 +152,7 @@ pub struct Limits {
     /// refused.
     #[arg(
         long = "plugin-claims-per-object",
-        default_value_t = 8,
+        default_value_t = defaults::CLAIMS_PER_OBJECT,
         env = "HYPERPLUG_PLUGIN_CLAIMS_PER_OBJECT"
     )]
     pub claims_per_object: u32,
@@ -122,7 +160,7 @@ pub struct Limits {
     /// Kubernetes API).
     #[arg(
         long = "plugin-claim-calls",
-        default_value_t = 1_000,
+        default_value_t = defaults::CLAIM_CALLS,
         env = "HYPERPLUG_PLUGIN_CLAIM_CALLS"
     )]
     pub claim_calls: u32,
@@ -135,7 +173,7 @@ pub struct Limits {
     /// holding the fewest.
     #[arg(
         long = "plugin-concurrency",
-        default_value_t = 16,
+        default_value_t = defaults::CONCURRENCY,
         env = "HYPERPLUG_PLUGIN_CONCURRENCY"
     )]
     pub concurrency: u32,
@@ -144,22 +182,22 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            memory_mib: 64,
-            memory_per_plugin_mib: 128,
-            cpu_ms: 2_000,
-            timeout_ms: 30_000,
-            output_kib: 1_024,
-            http_body_mib: 16,
-            request_body_mib: 16,
-            request_body_per_plugin_mib: 48,
-            http_in_flight: 16,
-            http_in_flight_per_plugin: 128,
-            egress_denials: 16,
-            log_lines: 200,
-            log_kib: 64,
-            claims_per_object: 8,
-            claim_calls: 1_000,
-            concurrency: 16,
+            memory_mib: defaults::MEMORY_MIB,
+            memory_per_plugin_mib: defaults::MEMORY_PER_PLUGIN_MIB,
+            cpu_ms: defaults::CPU_MS,
+            timeout_ms: defaults::TIMEOUT_MS,
+            output_kib: defaults::OUTPUT_KIB,
+            http_body_mib: defaults::HTTP_BODY_MIB,
+            request_body_mib: defaults::REQUEST_BODY_MIB,
+            request_body_per_plugin_mib: defaults::REQUEST_BODY_PER_PLUGIN_MIB,
+            http_in_flight: defaults::HTTP_IN_FLIGHT,
+            http_in_flight_per_plugin: defaults::HTTP_IN_FLIGHT_PER_PLUGIN,
+            egress_denials: defaults::EGRESS_DENIALS,
+            log_lines: defaults::LOG_LINES,
+            log_kib: defaults::LOG_KIB,
+            claims_per_object: defaults::CLAIMS_PER_OBJECT,
+            claim_calls: defaults::CLAIM_CALLS,
+            concurrency: defaults::CONCURRENCY,
         }
     }
 }
@@ -224,5 +262,22 @@ pub fn size(bytes: usize) -> String {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    /// What production runs with (no flags) is what tests start from.
+    #[test]
+    fn no_flags_parse_to_the_defaults() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            limits: Limits,
+        }
+        assert_eq!(Cli::parse_from(["hyperplug"]).limits, Limits::default());
     }
 }

@@ -56,11 +56,14 @@ impl Default for ManagerOptions {
             credentials_max_bytes: (super::credentials::DEFAULT_CREDENTIALS_MAX_KIB as usize) << 10,
             ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
             namespace: None,
-            concurrency: 64,
-            resync: Duration::from_secs(300),
+            concurrency: DEFAULT_RECONCILE_CONCURRENCY,
+            resync: super::requeue::RESYNC,
         }
     }
 }
+
+/// Reconciles in flight per kind unless `--reconcile-concurrency` says otherwise.
+pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 64;
 
 /// Name of the ownership key Secret unless `--ownership-key-secret` says otherwise.
 pub const DEFAULT_OWNERSHIP_KEY_SECRET: &str = "hyperplug-ownership-key";

@@ -49,9 +49,12 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-pub use context::{DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions, finalizer};
+pub use context::{
+    DEFAULT_OWNERSHIP_KEY_SECRET, DEFAULT_RECONCILE_CONCURRENCY, ManagerOptions, finalizer,
+};
 pub use error::Error;
 pub use grants::CredentialsGrant;
+pub use requeue::RESYNC;
 
 use crate::metrics::Metrics;
 use context::Context;

@@ -34,6 +34,9 @@ pub const OBSERVE_EVERY: Duration = Duration::from_millis(250);
 /// How often while only provisioned objects are watched, and how often their keys are
 /// asked about meanwhile (drift shows within this and a reconcile).
 pub const OBSERVE_IDLE: Duration = Duration::from_secs(5);
+/// How often a provisioned object nothing watches is checked for drift, and a call that
+/// failed for good looks whether its credentials changed (`--resync-seconds`).
+pub const RESYNC: Duration = Duration::from_secs(300);
 /// A ready machine whose infrastructure the observer watches (it named waits) is
 /// described when the observer reports a change, not every resync period; this is the
 /// fallback should the observer fail for that long.
