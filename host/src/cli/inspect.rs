@@ -5,7 +5,7 @@ use hyperplug_runtime::{Limits, Runtime, WIT_PACKAGE};
 use serde_json::json;
 
 use super::{CacheArgs, load_fetched};
-use crate::oci::PluginSource;
+use crate::oci::{Pins, PluginSource};
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
@@ -24,6 +24,7 @@ pub async fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         std::slice::from_ref(&args.plugin),
         Runtime::builder(Limits::default()),
         &args.cache,
+        &Pins::Cache,
     )
     .await?
     .remove(0);

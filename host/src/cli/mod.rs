@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::oci::{FetchArgs, Fetched, PluginSource};
+use crate::oci::{FetchArgs, Fetched, Pins, PluginSource};
 use crate::telemetry::LogArgs;
 use hyperplug_runtime::{Plugin, RuntimeBuilder};
 
@@ -82,28 +82,31 @@ fn default_cache_dir() -> Option<PathBuf> {
 }
 
 /// Load plugins into one runtime, built from `runtime` with the plugin cache `cache`
-/// says; errors name the file or reference and what is wrong with it. Plugins loaded
-/// together must not share an identity (see [`check_distinct`]).
+/// says (tag pins in it too); errors name the file or reference and what is wrong
+/// with it. Plugins loaded together must not share an identity (see
+/// [`check_distinct`]).
 pub async fn load_plugins(
     sources: &[PluginSource],
     runtime: RuntimeBuilder,
     cache: &CacheArgs,
 ) -> anyhow::Result<Vec<Plugin>> {
-    let loaded = load_fetched(sources, runtime, cache).await?;
+    let loaded = load_fetched(sources, runtime, cache, &Pins::Cache).await?;
     Ok(loaded.into_iter().map(|(plugin, _)| plugin).collect())
 }
 
-/// [`load_plugins`], keeping where each plugin was fetched from (digest, signature).
+/// [`load_plugins`] with tags held to `pins`, keeping where each plugin was fetched
+/// from (digest, signature).
 pub async fn load_fetched(
     sources: &[PluginSource],
     runtime: RuntimeBuilder,
     cache: &CacheArgs,
+    pins: &Pins,
 ) -> anyhow::Result<Vec<(Plugin, Fetched)>> {
     let runtime = runtime.cache_dir(cache.dir()).build()?;
     let mut loaded: Vec<(Plugin, Fetched)> = Vec::new();
     for source in sources {
         // Fetched and checked before a byte of it is compiled.
-        let fetched = crate::oci::fetch(source, &cache.fetch).await?;
+        let fetched = crate::oci::fetch(source, &cache.fetch, pins).await?;
         let plugin = runtime
             .load(&fetched.path)
             .await

@@ -12,7 +12,7 @@ use hyperplug_runtime::blob_server;
 use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{CacheArgs, load_plugins};
+use super::{CacheArgs, load_fetched};
 use crate::admission::Finalizers;
 use crate::controller::adoption::AdoptionLimits;
 use crate::controller::claims::LeaseClaims;
@@ -22,7 +22,7 @@ use crate::conversion::Conversions;
 use crate::health::{self, Health};
 use crate::listen::{self, Bounds, ServerArgs, Transport};
 use crate::metrics::Metrics;
-use crate::oci::PluginSource;
+use crate::oci::{ConfigMapPins, DEFAULT_PINS_CONFIGMAP, Pins, PluginSource};
 use crate::webhook::{self, CertDir};
 
 #[derive(Debug, clap::Args)]
@@ -89,6 +89,13 @@ pub struct RunArgs {
     /// source's key (see docs/security.md).
     #[arg(long, env = "HYPERPLUG_OWNERSHIP_KEY_SECRET")]
     pub ownership_key_secret: Option<String>,
+    /// ConfigMap (`NAMESPACE/NAME`) keeping the digest each oci:// plugin tag named when
+    /// first pulled, so a tag re-pointed later is refused across restarts too (the
+    /// cache directory may be an emptyDir). Default:
+    /// `$POD_NAMESPACE/hyperplug-plugin-pins` (one of them must be set when a plugin is
+    /// named by tag).
+    #[arg(long, env = "HYPERPLUG_PLUGIN_PINS_CONFIGMAP")]
+    pub plugin_pins_configmap: Option<String>,
     /// Address of the Prometheus `/metrics` endpoint (also serves `/healthz`, `/readyz`
     /// when it equals --health-addr).
     #[arg(long, default_value = "0.0.0.0:8080", env = "HYPERPLUG_METRICS_ADDR")]
@@ -202,21 +209,42 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(store) = &blobs {
         runtime = runtime.blobs(store.clone());
     }
-    let plugins = load_plugins(&args.plugins, runtime, &args.cache).await?;
+    // Tag pins outlive the pod (its cache is an emptyDir): kept beside the ownership
+    // key. Only a plugin named by tag needs them, so a missing namespace or API fails
+    // only that plugin, naming why.
+    let pins_at = match own_object(
+        args.plugin_pins_configmap.as_deref(),
+        pod_namespace.as_deref(),
+        "--plugin-pins-configmap",
+        DEFAULT_PINS_CONFIGMAP,
+    ) {
+        // A flag given wrong is wrong whatever the plugins are.
+        Err(e) if args.plugin_pins_configmap.is_some() => return Err(e),
+        at => at,
+    };
+    let pins = match (&client, pins_at) {
+        (Ok(client), Ok((ns, name))) => {
+            Pins::ConfigMap(Box::new(ConfigMapPins::new(client.clone(), &ns, &name)))
+        }
+        (Err(e), _) => Pins::Unavailable(format!(
+            "`hyperplug run` keeps tag pins in the Kubernetes API, which it cannot reach: {e}"
+        )),
+        (_, Err(e)) => Pins::Unavailable(e.to_string()),
+    };
+    let plugins: Vec<_> = load_fetched(&args.plugins, runtime, &args.cache, &pins)
+        .await?
+        .into_iter()
+        .map(|(plugin, _)| plugin)
+        .collect();
     let names: Vec<&str> = plugins.iter().map(|p| p.name()).collect();
     let default_credentials = default_credentials(&args.default_credentials_secret, &names)?;
     claims_namespace?;
-    let ownership_key_secret = match &args.ownership_key_secret {
-        Some(s) => namespaced(s, "--ownership-key-secret")?,
-        None => (
-            own_namespace(
-                None,
-                pod_namespace.as_deref(),
-                "--ownership-key-secret NS/NAME",
-            )?,
-            DEFAULT_OWNERSHIP_KEY_SECRET.into(),
-        ),
-    };
+    let ownership_key_secret = own_object(
+        args.ownership_key_secret.as_deref(),
+        pod_namespace.as_deref(),
+        "--ownership-key-secret",
+        DEFAULT_OWNERSHIP_KEY_SECRET,
+    )?;
     for plugin in &plugins {
         let kinds: Vec<_> = plugin
             .info()
@@ -391,9 +419,26 @@ fn own_namespace(flag: Option<&str>, pod: Option<&str>, name: &str) -> anyhow::R
     }
 }
 
+/// `NAMESPACE/NAME` of one of the manager's own objects: the flag's value, else
+/// `default` in the pod's namespace, else an error naming the flag.
+fn own_object(
+    value: Option<&str>,
+    pod: Option<&str>,
+    flag: &str,
+    default: &str,
+) -> anyhow::Result<(String, String)> {
+    match value {
+        Some(value) => namespaced(value, flag),
+        None => Ok((
+            own_namespace(None, pod, &format!("{flag} NS/NAME"))?,
+            default.into(),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{default_credentials, own_namespace};
+    use super::{default_credentials, own_namespace, own_object};
 
     #[test]
     fn the_managers_namespace_is_told_never_guessed() {
@@ -403,6 +448,11 @@ mod tests {
         assert!(err.to_string().contains("POD_NAMESPACE"), "{err}");
         assert!(err.to_string().contains("--claims-namespace NS"), "{err}");
         assert!(own_namespace(Some(""), None, "--x").is_err());
+        let (ns, name) = own_object(None, Some("sys"), "--pins", "pins").unwrap();
+        assert_eq!((ns.as_str(), name.as_str()), ("sys", "pins"));
+        let err = own_object(None, None, "--pins", "pins").unwrap_err();
+        assert!(err.to_string().contains("--pins NS/NAME"), "{err}");
+        assert!(own_object(Some("no-slash"), Some("sys"), "--pins", "p").is_err());
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! - `sha256/<hex>.wasm`: the component of the manifest with digest `sha256:<hex>`, and
 //!   `sha256/<hex>.layer`, the component's own digest. The component is hashed again
 //!   each time it is used, so a changed file is noticed and pulled again.
-//! - `tags/<registry>/<repository>/<tag>`: the digest the tag named when first pulled.
+//! - `tags/<registry>/<repository>/<tag>`: the digest the tag named when first pulled,
+//!   for commands that run without a cluster (`hyperplug run` keeps its pins in a
+//!   ConfigMap, `pins.rs`: the release's cache is an emptyDir).
 //! - `verified/<hex>.<key fingerprint>`: the signature of that digest verified with
 //!   that key, so a start without the registry needs no signature download.
 //!

@@ -70,6 +70,8 @@ pub enum FetchError {
         pinned: String,
         now: String,
     },
+    #[error("{reference}: the tag's pin cannot be read or kept: {detail}")]
+    Pins { reference: String, detail: String },
     #[error("{reference}@{digest}: signature check failed ({}): {detail}", check.name())]
     Signature {
         reference: String,

@@ -6,12 +6,15 @@
 //! and a digest; nothing here knows what a plugin does.
 //!
 //! - `pull`: the registry (OCI distribution API, through `oci-client`).
-//! - `cache`: the on-disk cache (components by digest, tag pins, signature checks done).
+//! - `cache`: the on-disk cache (components by digest, signature checks done, and the
+//!   tag pins of commands that run without a cluster).
+//! - `pins`: where tag pins are kept (`hyperplug run`: a ConfigMap, across restarts).
 //! - `signature`: the signature policy (cosign key pairs, through `sigstore`).
 //! - `auth`: registry credentials (a Docker config file).
 mod auth;
 mod cache;
 mod error;
+mod pins;
 mod pull;
 mod signature;
 
@@ -20,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use error::{FetchError, SignatureCheck};
+pub use pins::{ConfigMapPins, DEFAULT_PINS_CONFIGMAP, Pins};
 pub use signature::SignatureStatus;
 
 /// Where a plugin comes from: a file, or an OCI artifact in a registry.
@@ -144,7 +148,8 @@ pub struct FetchArgs {
     /// without an entry are pulled from anonymously.
     #[arg(long, value_name = "FILE", env = "HYPERPLUG_PLUGIN_REGISTRY_AUTH")]
     pub plugin_registry_auth: Option<PathBuf>,
-    /// Directory of pulled plugins (by digest), tag pins and signature checks.
+    /// Directory of pulled plugins (by digest) and signature checks, and of tag pins
+    /// for every subcommand but `run` (which keeps them in --plugin-pins-configmap).
     /// Defaults to $XDG_CACHE_HOME/hyperplug/oci or ~/.cache/hyperplug/oci.
     #[arg(long, value_name = "DIR", env = "HYPERPLUG_OCI_CACHE")]
     pub plugin_oci_cache: Option<PathBuf>,
@@ -161,8 +166,13 @@ pub struct Fetched {
     pub signature: SignatureStatus,
 }
 
-/// Make `source` a local file, pulling and checking it if it is a reference.
-pub async fn fetch(source: &PluginSource, args: &FetchArgs) -> Result<Fetched, FetchError> {
+/// Make `source` a local file, pulling and checking it if it is a reference; a tag's
+/// pin is read from and kept in `pins`.
+pub async fn fetch(
+    source: &PluginSource,
+    args: &FetchArgs,
+    pins: &Pins,
+) -> Result<Fetched, FetchError> {
     let key = match &args.plugin_verify_key {
         Some(path) => Some(signature::Key::read(path)?),
         None => None,
@@ -190,7 +200,7 @@ pub async fn fetch(source: &PluginSource, args: &FetchArgs) -> Result<Fetched, F
         None => None,
     };
     let registry = pull::Registry::new(&args.plugin_plain_http, credentials);
-    let digest = resolve(oci, &registry, &cache, args.plugin_accept_new_digest).await?;
+    let digest = resolve(oci, &registry, &cache, pins, args.plugin_accept_new_digest).await?;
     let path = match cache.component(&digest)? {
         Some(path) => path,
         None => {
@@ -222,34 +232,45 @@ async fn resolve(
     oci: &OciRef,
     registry: &pull::Registry,
     cache: &cache::Cache,
+    pins: &Pins,
     accept_new: bool,
 ) -> Result<String, FetchError> {
     let Some(tag) = oci.tag_only() else {
         let digest = oci.reference.digest().unwrap_or_default();
         return Ok(digest.to_string());
     };
-    let pinned = cache.pin(oci.registry(), oci.repository(), tag)?;
+    let mut pinned = pins.get(cache, oci, tag).await?;
     let now = match registry.digest_of(oci).await {
         Ok(now) => now,
         Err(FetchError::Unreachable { detail, .. }) if pinned.is_some() => {
             let pinned = pinned.unwrap_or_default();
-            tracing::warn!(reference = %oci, %pinned, %detail, "registry unreachable; loading the digest pinned for this tag from the cache");
+            tracing::warn!(reference = %oci, %pinned, %detail, "registry unreachable; loading the digest pinned for this tag");
             return Ok(pinned);
         }
         Err(e) => return Err(e),
     };
-    match pinned {
-        Some(pinned) if pinned == now => Ok(now),
-        Some(pinned) if !accept_new => Err(FetchError::TagMoved {
-            reference: oci.to_string(),
-            pinned,
-            now,
-        }),
-        _ => {
-            cache.set_pin(oci.registry(), oci.repository(), tag, &now)?;
-            Ok(now)
+    // A pin written by another replica since it was read is judged like the first.
+    for _ in 0..3 {
+        match pinned {
+            Some(pinned) if pinned == now => return Ok(now),
+            Some(pinned) if !accept_new => {
+                return Err(FetchError::TagMoved {
+                    reference: oci.to_string(),
+                    pinned,
+                    now,
+                });
+            }
+            _ => {}
+        }
+        match pins.set(cache, oci, tag, pinned.as_deref(), &now).await? {
+            pins::Set::Written => return Ok(now),
+            pins::Set::Changed(current) => pinned = current,
         }
     }
+    Err(FetchError::Pins {
+        reference: oci.to_string(),
+        detail: "the pin kept changing while it was written (other managers pulling this tag with --plugin-accept-new-digest?)".into(),
+    })
 }
 
 /// `--plugin-oci-cache`, or the default beside the compiled-plugin cache.

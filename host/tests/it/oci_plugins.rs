@@ -2,15 +2,23 @@
 //! registry (distribution), pushed with the real oras and signed with the real cosign:
 //! a tag is pinned to its digest and served from the cache when the registry is gone; a
 //! moved tag, an unsigned, wrongly signed or tampered artifact is refused, each naming
-//! the check that failed; a pulled and verified plugin passes the conformance kit.
+//! the check that failed; a pulled and verified plugin passes the conformance kit;
+//! `hyperplug run` keeps its pins in the API, so a restart with an empty cache still
+//! refuses a moved tag.
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
 use kube_world::{CosignKeys, OciRegistry};
 use pve_sim::Config;
 
 use crate::conformance_kit::Against;
+use crate::support::manager::Manager;
 use crate::support::plugin_path;
+use crate::support::world::World;
 
 /// `hyperplug <args>` with the OCI cache in `cache` and `registry` over plain HTTP.
 fn hyperplug(cache: &Path, registry: &OciRegistry, args: &[&str]) -> Output {
@@ -319,4 +327,81 @@ fn a_private_registry_is_pulled_from_with_a_docker_config_and_the_password_is_ne
         "{doc}"
     );
     assert!(!stdout.contains("s3cret-pw") && !stderr.contains("s3cret-pw"));
+}
+
+/// `hyperplug run` keeps a tag's pin in a ConfigMap of its namespace, not in its cache
+/// directory (the release's is an emptyDir): restarted with an empty cache, as a new
+/// pod is, it still refuses the tag re-pointed to another digest, though that one is
+/// signed by the same key, with the error `inspect` gives for a moved tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_pin_outlives_the_managers_cache() {
+    let world = World::start_with(Config::fast(), false).await;
+    let registry = OciRegistry::start().unwrap();
+    let (keys, first) = push_signed(&registry, "team/proxmox", "stable");
+    let (tag, key) = (reference(&registry, "team/proxmox:stable"), keys.public());
+    let run = |cache: &Path| {
+        let mut run = world.hyperplug_run(&[]);
+        run.arg("--plugin")
+            .arg(&tag)
+            .args(["--plugin-plain-http", &registry.host()])
+            .arg("--plugin-verify-key")
+            .arg(&key)
+            .arg("--plugin-oci-cache")
+            .arg(cache);
+        run
+    };
+
+    let cache = tempfile::tempdir().unwrap();
+    let manager = Manager(run(cache.path()).spawn().expect("start hyperplug run"));
+    let pins: Api<ConfigMap> = Api::namespaced(world.plane.client(), &world.ns);
+    let line = format!("{tag} {first}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let map = pins.get_opt("hyperplug-plugin-pins").await.unwrap();
+        let text = map.and_then(|m| m.data?.get("pins").cloned());
+        if text
+            .as_deref()
+            .is_some_and(|t| t.lines().any(|l| l == line))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no pin `{line}`: {text:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(manager);
+
+    // The tag re-pointed to another plugin, signed with the same key for this
+    // repository: every check but the pin passes.
+    let second = registry
+        .push(&plugin_path("redfish"), "team/proxmox:stable")
+        .unwrap();
+    registry.sign(&keys, "team/proxmox", &second).unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let mut restarted = Manager(
+        run(empty.path())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start hyperplug run"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = restarted.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the moved tag was not refused");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut err = String::new();
+    let stderr = restarted.0.stderr.as_mut().unwrap();
+    stderr.read_to_string(&mut err).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains(&format!("the tag now names {second}"))
+            && err.contains(&format!("pinned to {first}"))
+            && err.contains("--plugin-accept-new-digest"),
+        "{err}"
+    );
+    // Nothing of the new digest was pulled: the pin refused it first.
+    let pulled = std::fs::read_dir(empty.path().join("sha256")).map_or(0, |d| d.count());
+    assert_eq!(pulled, 0);
 }

@@ -137,6 +137,7 @@ async fn clusterctl_generate_provider_reads_the_release_folder_into_a_valid_comp
         "--plugin-oci-cache=/var/cache/hyperplug/oci",
         "--default-credentials-secret=proxmox=$(POD_NAMESPACE)/hyperplug-proxmox-credentials",
         "--ownership-key-secret=$(POD_NAMESPACE)/hyperplug-ownership-key",
+        "--plugin-pins-configmap=$(POD_NAMESPACE)/hyperplug-plugin-pins",
         "--metrics-addr=0.0.0.0:8080",
         "--health-addr=0.0.0.0:8081",
         "--leader-elect",
@@ -402,6 +403,18 @@ async fn the_manager_role_grants_what_the_controllers_need_and_no_wildcards() {
     assert_eq!(own["rules"][0]["resources"][0], "leases");
     assert_eq!(own["rules"][1]["resources"][0], "secrets");
     assert_eq!(own["rules"][1]["verbs"], serde_json::json!(["create"]));
+    // The tag pins' ConfigMap: created, then read and written by its name only.
+    assert!(!grants("", "configmaps", "get"));
+    assert_eq!(own["rules"][2]["resources"][0], "configmaps");
+    assert_eq!(own["rules"][2]["verbs"], serde_json::json!(["create"]));
+    assert_eq!(
+        own["rules"][3]["resourceNames"],
+        serde_json::json!(["hyperplug-plugin-pins"])
+    );
+    assert_eq!(
+        own["rules"][3]["verbs"],
+        serde_json::json!(["get", "update"])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
