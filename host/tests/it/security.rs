@@ -1374,6 +1374,48 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
             held
         }
 
+        /// Which of `sockets` the server closes first (a read of it ends: end of file or
+        /// an error; the server sends nothing unasked on an idle connection).
+        async fn first_closed<S: tokio::io::AsyncRead + Unpin>(sockets: &mut [S]) -> usize {
+            use tokio::io::AsyncReadExt as _;
+            let reads = sockets.iter_mut().map(|s| {
+                Box::pin(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(1..) = s.read(&mut buf).await {}
+                })
+            });
+            futures::future::select_all(reads).await.1
+        }
+
+        /// A v1alpha1 create of `name` through `v1` (converted by the webhook server) that
+        /// must go through before `closed`, the server closing one of some idle sockets.
+        /// No clock: a server whose slots idle sockets could hold would answer only once
+        /// one of its timeouts (handshake 10 s, idle 60 s) closed one of them, and nothing
+        /// else the write waits on closes them. So the write is also never awaited past
+        /// those timeouts.
+        async fn write_before(
+            v1: &kube::Api<DynamicObject>,
+            name: &str,
+            closed: impl std::future::Future<Output = usize>,
+        ) {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": V1, "kind": "ProxmoxMachine",
+                "metadata": {"name": name},
+                "spec": {"sourceNode": "pve1", "templateID": 9000, "numCores": 2},
+            }))
+            .unwrap();
+            let params = PostParams::default();
+            tokio::select! {
+                biased;
+                created = v1.create(&params, &object) => {
+                    created.unwrap_or_else(|e| panic!("{name}: {e}"));
+                }
+                i = closed => panic!(
+                    "{name}: the server closed idle socket {i} before the write went through"
+                ),
+            }
+        }
+
         /// Idle sockets on the webhook port (64 past their TLS handshake, as in the
         /// report, then twice its connection cap more that never begin one) do not keep
         /// the API server from converting a write.
@@ -1402,30 +1444,17 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
                 .dynamic_api(V2, "ProxmoxMachine", Some(&ns))
                 .await
                 .unwrap();
-            let write = |name: &'static str| {
-                let v1 = v1.clone();
-                async move {
-                    let object: DynamicObject = serde_json::from_value(json!({
-                        "apiVersion": V1, "kind": "ProxmoxMachine",
-                        "metadata": {"name": name},
-                        "spec": {"sourceNode": "pve1", "templateID": 9000, "numCores": 2},
-                    }))
-                    .unwrap();
-                    // A deadline far above a write's time, below the 30 s that idle
-                    // connections could hold every slot before.
-                    let params = PostParams::default();
-                    let create = v1.create(&params, &object);
-                    tokio::time::timeout(Duration::from_secs(20), create)
-                        .await
-                        .unwrap_or_else(|_| panic!("{name}: the write waited 20 s"))
-                        .unwrap_or_else(|e| panic!("{name}: {e}"));
-                }
-            };
-            let kept = idle_tls(&plane, addr, 64).await;
-            write("after-64-idle").await;
+            let mut kept = idle_tls(&plane, addr, 64).await;
+            // Under the cap: nothing but a timeout closes any of them.
+            write_before(&v1, "after-64-idle", first_closed(&mut kept)).await;
             let cap = hyperplug::listen::WEBHOOK_MAX_CONNECTIONS;
-            let silent = idle_sockets(addr, 2 * cap).await;
-            write("past-the-cap").await;
+            let mut silent = idle_sockets(addr, 2 * cap).await;
+            // Past the cap, each new connection (the API server's included) closes the
+            // one idle longest: the server now holds the newest `cap` silent sockets, and
+            // the write's connections take the place of the oldest of those, never of
+            // the newest half.
+            let newest = &mut silent[cap + cap / 2..];
+            write_before(&v1, "past-the-cap", first_closed(newest)).await;
             for name in ["after-64-idle", "past-the-cap"] {
                 let stored = v2.get(name).await.unwrap();
                 assert_eq!(stored.data["spec"]["numCores"], 2, "{name}");
