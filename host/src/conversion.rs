@@ -4,6 +4,8 @@
 //! The host keeps what is its own: `apiVersion` becomes the desired one, `metadata` is
 //! untouched except the annotation that carries what the plugin asked to keep for the
 //! way back (`preserved`), and the plugin sees and returns only `spec` and `status`.
+//! That annotation is handed back to the plugin only if the manager wrote it for this
+//! object ([`data`]).
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -16,22 +18,29 @@ use kube::core::conversion::{
 };
 use serde_json::{Map, Value};
 
+use crate::controller::ownership::OwnershipKeys;
 use crate::metrics::Metrics;
+
+pub mod data;
 
 /// Where a conversion keeps what the other version cannot say, as Cluster API's own
 /// conversions do.
 pub const PRESERVED_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
 
 /// The plugins whose kinds have several versions, by `(group, kind)`.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Conversions {
     by_kind: BTreeMap<(String, String), Plugin>,
     /// Where calls are counted and timed (`hyperplug_plugin_calls{call="conversion.convert"}`).
     metrics: Option<Arc<Metrics>>,
+    /// What signs the conversion data kept on objects and verifies it before a plugin
+    /// sees it: the manager's ownership key, which every replica and the controllers
+    /// share (data one replica wrote is read back by another).
+    keys: Arc<OwnershipKeys>,
 }
 
 impl Conversions {
-    pub fn new(plugins: &[Plugin]) -> Self {
+    pub fn new(plugins: &[Plugin], keys: Arc<OwnershipKeys>) -> Self {
         let mut by_kind = BTreeMap::new();
         for plugin in plugins {
             let info = plugin.info();
@@ -42,6 +51,7 @@ impl Conversions {
         Self {
             by_kind,
             metrics: None,
+            keys,
         }
     }
 
@@ -125,11 +135,10 @@ impl Conversions {
         if from == to {
             return Ok(out);
         }
-        let annotations = out.pointer("/metadata/annotations");
-        let preserved = annotations
-            .and_then(|a| a.get(PRESERVED_ANNOTATION))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        // A value the manager did not write for this object is left out (and logged):
+        // the API server validated this object in `from` only, so a hand-written one
+        // would bring `to`'s fields past `to`'s schema.
+        let preserved = data::trusted(&self.keys, &out).await;
         // The plugin's part is taken out (its place kept) and replaced by its answer.
         let mut parts = Map::new();
         for key in ["spec", "status"] {
@@ -173,37 +182,8 @@ impl Conversions {
                 }
             }
         }
-        keep_preserved(&mut out, result.preserved);
+        data::keep(&self.keys, &mut out, result.preserved);
         Ok(out)
-    }
-}
-
-/// Store what the plugin kept for the way back, or drop what an earlier conversion kept.
-fn keep_preserved(object: &mut Value, preserved: Option<String>) {
-    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return;
-    };
-    match preserved {
-        Some(data) => {
-            let annotations = metadata
-                .entry("annotations")
-                .or_insert_with(|| Value::Object(Map::new()));
-            if let Some(a) = annotations.as_object_mut() {
-                a.insert(PRESERVED_ANNOTATION.into(), Value::String(data));
-            }
-        }
-        None => {
-            let now_empty = metadata
-                .get_mut("annotations")
-                .and_then(Value::as_object_mut)
-                .map(|a| {
-                    a.remove(PRESERVED_ANNOTATION);
-                    a.is_empty()
-                });
-            if now_empty == Some(true) {
-                metadata.remove("annotations");
-            }
-        }
     }
 }
 
@@ -251,21 +231,6 @@ fn failure(message: &str) -> Status {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn preserved_data_is_stored_and_dropped_in_its_annotation() {
-        let mut object = json!({"metadata": {"name": "m"}});
-        keep_preserved(&mut object, Some("{\"a\":1}".into()));
-        assert_eq!(
-            object["metadata"]["annotations"][PRESERVED_ANNOTATION],
-            "{\"a\":1}"
-        );
-        keep_preserved(&mut object, None);
-        assert_eq!(object, json!({"metadata": {"name": "m"}}));
-        let mut other = json!({"metadata": {"annotations": {"x": "y", PRESERVED_ANNOTATION: "z"}}});
-        keep_preserved(&mut other, None);
-        assert_eq!(other, json!({"metadata": {"annotations": {"x": "y"}}}));
-    }
 
     #[test]
     fn objects_are_named_in_messages() {

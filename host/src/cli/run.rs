@@ -17,6 +17,7 @@ use crate::admission::Finalizers;
 use crate::controller::adoption::AdoptionLimits;
 use crate::controller::claims::LeaseClaims;
 use crate::controller::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
+use crate::controller::ownership::OwnershipKeys;
 use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
 use crate::conversion::Conversions;
 use crate::health::{self, Health};
@@ -268,8 +269,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // An empty value (as a Deployment's env may give) means all namespaces.
     let watched_namespace = args.namespace.clone().filter(|n| !n.is_empty());
     // Conversion serves every replica, leader or standby: the API server calls whichever
-    // the Service picks.
-    let conversions = Conversions::new(&plugins).metered(metrics.clone());
+    // the Service picks. The conversion data it keeps on objects is signed with the
+    // ownership key, so what one replica wrote verifies on the others and in the
+    // controllers.
+    let (key_ns, key_name) = &ownership_key_secret;
+    let keys = OwnershipKeys::load_or_create(client.clone(), key_ns, key_name).await?;
+    let conversions = Conversions::new(&plugins, Arc::new(keys)).metered(metrics.clone());
     if !conversions.is_empty() {
         let certs = CertDir {
             dir: args.webhook_cert_dir.clone(),

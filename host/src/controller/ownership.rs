@@ -58,9 +58,11 @@ struct Keyring {
     accepted: Vec<hmac::Key>,
 }
 
-/// The manager's ownership keys, from `namespace/name`.
+/// The manager's ownership keys, from `namespace/name`. They also sign the conversion
+/// data the webhook keeps on objects (`crate::conversion`), under a domain of its own.
 pub struct OwnershipKeys {
-    api: Api<Secret>,
+    /// Where the keys are re-read from; none for keys held in memory only.
+    api: Option<Api<Secret>>,
     namespace: String,
     name: String,
     ring: RwLock<Arc<Keyring>>,
@@ -111,12 +113,28 @@ impl OwnershipKeys {
         };
         let ring = keyring(&secret).with_context(what)?;
         Ok(OwnershipKeys {
-            api,
+            api: Some(api),
             namespace: namespace.into(),
             name: name.into(),
             ring: RwLock::new(Arc::new(ring)),
             refreshed: tokio::sync::Mutex::new(Instant::now()),
         })
+    }
+
+    /// A fresh random key held in this process only, with no Secret behind it: for a
+    /// webhook served without a manager (tests, tools), whose MACs verify nowhere else.
+    pub fn in_memory() -> OwnershipKeys {
+        let key: [u8; 32] = rand::random();
+        OwnershipKeys {
+            api: None,
+            namespace: String::new(),
+            name: "(in memory)".into(),
+            ring: RwLock::new(Arc::new(Keyring {
+                signing: hmac::Key::new(hmac::HMAC_SHA256, &key),
+                accepted: vec![],
+            })),
+            refreshed: tokio::sync::Mutex::new(Instant::now()),
+        }
     }
 
     /// `namespace/name` of the key Secret.
@@ -170,28 +188,20 @@ impl OwnershipKeys {
                 message: self.unproven_message(kind, obj, "is malformed"),
             };
         };
-        let signed = message(kind, obj, id);
-        for attempt in 0..2 {
-            let ring = self.ring();
-            if hmac::verify(&ring.signing, &signed, &mac).is_ok() {
+        match self.signer(&message(kind, obj, id), &mac).await {
+            Some(Signer::Signing) => {
                 return Ownership::Proven {
                     id: id.into(),
                     write: None,
                 };
             }
-            if ring
-                .accepted
-                .iter()
-                .any(|k| hmac::verify(k, &signed, &mac).is_ok())
-            {
+            Some(Signer::Accepted) => {
                 return Ownership::Proven {
                     write: Some(self.sign(kind, obj, id)),
                     id: id.into(),
                 };
             }
-            if attempt == 0 && !self.refresh().await {
-                break;
-            }
+            None => {}
         }
         Ownership::Unproven {
             message: self.unproven_message(
@@ -202,14 +212,54 @@ impl OwnershipKeys {
         }
     }
 
+    /// The MAC (base64url) of `message` under the signing key: for another value the
+    /// manager vouches for, `message` starting with a domain of its own.
+    pub fn mac(&self, message: &[u8]) -> String {
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.ring().signing, message).as_ref())
+    }
+
+    /// Whether `mac` (base64url, as [`OwnershipKeys::mac`] makes it) is `message`'s
+    /// under the signing key or an accepted one.
+    pub async fn verifies(&self, message: &[u8], mac: &str) -> bool {
+        match URL_SAFE_NO_PAD.decode(mac) {
+            Ok(mac) => self.signer(message, &mac).await.is_some(),
+            Err(_) => false,
+        }
+    }
+
+    /// Which key made `mac` over `message`; the Secret is re-read once when none did
+    /// (the operator may have just copied a key in).
+    async fn signer(&self, message: &[u8], mac: &[u8]) -> Option<Signer> {
+        for attempt in 0..2 {
+            let ring = self.ring();
+            if hmac::verify(&ring.signing, message, mac).is_ok() {
+                return Some(Signer::Signing);
+            }
+            if ring
+                .accepted
+                .iter()
+                .any(|k| hmac::verify(k, message, mac).is_ok())
+            {
+                return Some(Signer::Accepted);
+            }
+            if attempt == 0 && !self.refresh().await {
+                break;
+            }
+        }
+        None
+    }
+
     /// Re-read the key Secret (at most every few seconds); whether it was read.
     async fn refresh(&self) -> bool {
+        let Some(api) = &self.api else {
+            return false;
+        };
         let mut last = self.refreshed.lock().await;
         if last.elapsed() < REFRESH_EVERY {
             return false;
         }
         *last = Instant::now();
-        match self.api.get(&self.name).await {
+        match api.get(&self.name).await {
             Ok(secret) => match keyring(&secret) {
                 Ok(ring) => {
                     *self.ring.write().expect("keyring") = Arc::new(ring);
@@ -238,6 +288,12 @@ impl OwnershipKeys {
             self.secret(),
         )
     }
+}
+
+/// The key that verified a MAC.
+enum Signer {
+    Signing,
+    Accepted,
 }
 
 /// What a MAC covers: the domain, then group/kind, namespace, name and the id, each
@@ -308,7 +364,7 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = Client::try_from(config).unwrap();
         OwnershipKeys {
-            api: Api::namespaced(client, "ns"),
+            api: Some(Api::namespaced(client, "ns")),
             namespace: "ns".into(),
             name: "k".into(),
             ring: RwLock::new(Arc::new(keyring(&secret).unwrap())),

@@ -14,7 +14,6 @@ use std::sync::Mutex;
 
 use hyperplug_runtime::bindings::conversion::{ConversionRequest, Converted};
 use hyperplug_runtime::bindings::identity::{KindInfo, PluginInfo};
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
@@ -25,7 +24,7 @@ use super::conditions::reasons;
 use super::context::Context;
 use super::error::Error;
 use super::outcome::{self, Outcome};
-use crate::conversion::PRESERVED_ANNOTATION;
+use crate::conversion::data;
 
 /// The version objects of `kind` are stored in (the plugin's `api-version` if it marks
 /// none, which the loader does not let happen).
@@ -79,8 +78,9 @@ pub async fn for_plugin(
         to_version: speaks.clone(),
         object: object.to_string(),
         // What an earlier conversion kept for this version (e.g. a field only the
-        // version the user wrote can say).
-        preserved: obj.annotations().get(PRESERVED_ANNOTATION).cloned(),
+        // version the user wrote can say), if the manager kept it for this object: a
+        // tenant's own value would hand the plugin fields no schema checked.
+        preserved: data::trusted_in(&ctx.ownership, &ctx.plugin.info().group, kind, obj).await,
     };
     let name = ctx.plugin.name();
     let key = SpecConversions::key(&req);

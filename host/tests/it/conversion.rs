@@ -2,15 +2,24 @@
 //! version read back in the other through the manager's conversion webhook (served as
 //! `hyperplug run` serves it), and round trips lose nothing, the other version's fields
 //! kept in the `cluster.x-k8s.io/conversion-data` annotation.
+use std::sync::Arc;
+
+use hyperplug::controller::ownership::OwnershipKeys;
+use hyperplug::conversion::Conversions;
+use hyperplug::conversion::data::{MAC_ANNOTATION, MAX_BYTES};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
-use crate::support::world::World;
+use crate::support::world::{World, logs};
 
 const V1: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
 const V2: &str = "infrastructure.cluster.x-k8s.io/v1alpha2";
 const PRESERVED: &str = "cluster.x-k8s.io/conversion-data";
+
+fn in_memory() -> OwnershipKeys {
+    OwnershipKeys::in_memory()
+}
 
 /// A `v1alpha1` spec per kind, with fields `v1alpha2` says differently or not at all.
 fn v1alpha1_specs() -> Vec<(&'static str, Value)> {
@@ -174,7 +183,7 @@ fn review(object: Value) -> kube::core::conversion::ConversionReview {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_review_the_plugin_cannot_answer_fails_naming_the_object_and_the_field() {
     let (_rt, plugin) = crate::support::load("proxmox", hyperplug_runtime::Limits::default()).await;
-    let conversions = hyperplug::conversion::Conversions::new(&[plugin]);
+    let conversions = hyperplug::conversion::Conversions::new(&[plugin], Arc::new(in_memory()));
     let failed = |answer: kube::core::conversion::ConversionReview| {
         let response = answer.response.expect("a response");
         assert_eq!(response.uid, "u-1");
@@ -210,4 +219,193 @@ async fn a_review_the_plugin_cannot_answer_fails_naming_the_object_and_the_field
         object["metadata"]["annotations"][PRESERVED].is_string(),
         "{object}"
     );
+}
+
+/// A `v1alpha1` ProxmoxMachine spec, and the `v1alpha2` fields a forged
+/// conversion-data annotation would add to it: a zone and a NIC's queues that
+/// `v1alpha2`'s schema refuses (the zone's pattern, at most 65,535 queues).
+fn forged() -> (Value, Value) {
+    let v1 = json!({
+        "sourceNode": "pve1", "templateID": 9000,
+        "network": {"default": {"bridge": "vmbr0", "model": "virtio"}},
+    });
+    let v2 = json!({
+        "sourceNode": "pve1", "templateID": 9000,
+        "network": {
+            "zone": "not a zone!",
+            "networkDevices": [{"name": "net0", "bridge": "vmbr0", "model": "virtio",
+                "defaultIPv4": true, "defaultIPv6": true, "queues": 100000}],
+        },
+    });
+    (v1, v2)
+}
+
+fn annotated(mut object: DynamicObject, annotations: &[(&str, &str)]) -> DynamicObject {
+    object.metadata.annotations = Some(
+        annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    object
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_written_or_copied_conversion_data_annotation_brings_no_v1alpha2_field_into_storage()
+{
+    let world = World::start_with(pve_sim::Config::fast(), false).await;
+    let (v1_spec, v2_spec) = forged();
+    let (v1, v2) = (
+        world.api(V1, "ProxmoxMachine").await,
+        world.api(V2, "ProxmoxMachine").await,
+    );
+    // Written in v1alpha2, the API server refuses these fields.
+    let refused = v2
+        .create(
+            &PostParams::default(),
+            &object(V2, "ProxmoxMachine", "direct", &v2_spec),
+        )
+        .await
+        .expect_err("v1alpha2's schema refuses the zone and the queues");
+    let refused = refused.to_string();
+    assert!(
+        refused.contains("zone") && refused.contains("queues"),
+        "{refused}"
+    );
+    // Written in v1alpha1 with the v1alpha2 spec in a hand-written annotation (as the
+    // plugin keeps it), the write succeeds and stores only what v1alpha1 said.
+    let kept = json!({"v1alpha2": {"spec": v2_spec}}).to_string();
+    let hand_written = annotated(
+        object(V1, "ProxmoxMachine", "forged", &v1_spec),
+        &[(PRESERVED, &kept)],
+    );
+    v1.create(&PostParams::default(), &hand_written)
+        .await
+        .expect("a v1alpha1 write with a hand-written annotation");
+    let stored = v2.get("forged").await.unwrap();
+    let network = &stored.data["spec"]["network"];
+    assert!(network.get("zone").is_none(), "{network}");
+    assert!(
+        network["networkDevices"][0].get("queues").is_none(),
+        "{network}"
+    );
+    let annotations = stored.metadata.annotations.clone().unwrap_or_default();
+    assert!(
+        !annotations.values().any(|v| v.contains("not a zone")),
+        "the forged value is not stored either: {annotations:?}"
+    );
+    let object_named = format!(
+        "ProxmoxMachine.infrastructure.cluster.x-k8s.io {}/forged",
+        world.ns
+    );
+    // The manager says so (a warning per object; its debug lines are not captured here).
+    let logged = String::from_utf8_lossy(&logs().lock().unwrap()).to_string();
+    assert!(
+        logged.lines().any(
+            |l| l.contains("ignoring the cluster.x-k8s.io/conversion-data")
+                && l.contains(&object_named)
+                && l.contains("has no infrastructure.hyperplug.dev/conversion-data-mac")
+        ),
+        "the manager logs what it ignored"
+    );
+
+    // The manager's own annotation, copied with its MAC to another object, is ignored
+    // too: it is signed for the object it was written on.
+    let legit = json!({
+        "sourceNode": "pve1", "templateID": 9000,
+        "network": {"zone": "z1", "networkDevices": [{"name": "net0", "bridge": "vmbr0", "queues": 4}]},
+    });
+    v2.create(
+        &PostParams::default(),
+        &object(V2, "ProxmoxMachine", "victim", &legit),
+    )
+    .await
+    .unwrap();
+    let read = v1.get("victim").await.unwrap();
+    let a = read.metadata.annotations.clone().unwrap();
+    let (data, mac) = (&a[PRESERVED], &a[MAC_ANNOTATION]);
+    let mut copy = read.clone();
+    copy.metadata = annotated(
+        object(V1, "ProxmoxMachine", "thief", &json!({})),
+        &[(PRESERVED, data), (MAC_ANNOTATION, mac)],
+    )
+    .metadata;
+    v1.create(&PostParams::default(), &copy).await.unwrap();
+    let stored = v2.get("thief").await.unwrap();
+    assert!(
+        stored.data["spec"]["network"].get("zone").is_none(),
+        "{}",
+        stored.data
+    );
+    // While the object it was written for keeps it through v1alpha1 edits.
+    let edit = json!({"spec": {"numCores": 2}});
+    v1.patch("victim", &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .unwrap();
+    let victim = v2.get("victim").await.unwrap();
+    assert_eq!(victim.data["spec"]["network"]["zone"], "z1");
+    assert_eq!(victim.data["spec"]["numCores"], 2);
+}
+
+/// A review of one `v1alpha1` machine carrying `annotations`, as anyone who reaches the
+/// port may post it.
+fn review_of(annotations: Value) -> kube::core::conversion::ConversionReview {
+    let (v1_spec, _) = forged();
+    review(json!({"apiVersion": V1, "kind": "ProxmoxMachine",
+        "metadata": {"name": "m", "namespace": "ns", "annotations": annotations},
+        "spec": v1_spec}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_conversion_data_is_ignored_and_the_object_still_converts() {
+    let (_rt, plugin) = crate::support::load("proxmox", hyperplug_runtime::Limits::default()).await;
+    let keys = Arc::new(in_memory());
+    let conversions = Conversions::new(&[plugin], keys.clone());
+    let (_, v2_spec) = forged();
+    let kept = json!({"v1alpha2": {"spec": v2_spec}}).to_string();
+    let huge = format!(
+        "{{\"v1alpha2\":{{\"spec\":{{\"description\":\"{}\"}}}}}}",
+        "x".repeat(MAX_BYTES)
+    );
+    // Under the right key, but not over this data for this object.
+    let signed_elsewhere = keys.mac(b"something else");
+    for (what, annotations) in [
+        ("hand-written", json!({PRESERVED: kept})),
+        (
+            "not JSON",
+            json!({PRESERVED: "{\"v1alpha2\": {", MAC_ANNOTATION: "AAAA"}),
+        ),
+        ("huge", json!({PRESERVED: huge})),
+        ("a number", json!({PRESERVED: 7})),
+        (
+            "an object",
+            json!({PRESERVED: {"v1alpha2": {"spec": v2_spec}}}),
+        ),
+        ("null", json!({PRESERVED: null})),
+        (
+            "a MAC of something else",
+            json!({PRESERVED: kept, MAC_ANNOTATION: signed_elsewhere}),
+        ),
+        (
+            "a MAC that is a list",
+            json!({PRESERVED: kept, MAC_ANNOTATION: ["x"]}),
+        ),
+    ] {
+        let answer = conversions
+            .review(review_of(annotations))
+            .await
+            .response
+            .unwrap();
+        assert!(answer.result.is_success(), "{what}: {:?}", answer.result);
+        let object = &answer.converted_objects[0];
+        let network = &object["spec"]["network"];
+        assert!(network.get("zone").is_none(), "{what}: {network}");
+        assert!(
+            network["networkDevices"][0].get("queues").is_none(),
+            "{what}: {network}"
+        );
+        // What came in is not passed on: the answer keeps only what the webhook wrote.
+        let out = &object["metadata"]["annotations"];
+        assert!(!out.to_string().contains("not a zone"), "{what}: {out}");
+    }
 }

@@ -120,8 +120,10 @@ pub async fn bundled_plugin_crds() -> Result<String> {
 /// a certificate from the plane's CA.
 pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
     use hyperplug::admission::Finalizers;
+    use hyperplug::controller::ownership::OwnershipKeys;
     use hyperplug::conversion::Conversions;
     use hyperplug::webhook::{CertDir, Server};
+    use std::sync::Arc;
     let plugin = bundled_plugin().await?;
     let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).map_err(|e| anyhow!(e))?;
     let certs = CertDir {
@@ -131,7 +133,11 @@ pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
     let server = Server::on(
         listener,
         certs,
-        Conversions::new(std::slice::from_ref(&plugin)),
+        // Signed with a key of this process: no manager here reads what it keeps.
+        Conversions::new(
+            std::slice::from_ref(&plugin),
+            Arc::new(OwnershipKeys::in_memory()),
+        ),
         Finalizers::new(&[plugin], None),
     )?;
     let url = server.url()?;

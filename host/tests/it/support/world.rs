@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use hyperplug::admission::Finalizers;
 use hyperplug::controller::claims::LeaseClaims;
+use hyperplug::controller::ownership::OwnershipKeys;
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::conversion::Conversions;
 use hyperplug::metrics::Metrics;
@@ -66,8 +67,14 @@ impl std::io::Write for LogWriter {
 }
 
 /// The conversion webhook of `plugins`' kinds on a free loopback port, as `hyperplug
-/// run` serves it, with a certificate from `plane`'s CA; its URL.
+/// run` serves it, with a certificate from `plane`'s CA; its URL. It signs conversion
+/// data with the key the in-process controllers use (`ManagerOptions::default()`'s), so
+/// they trust what it keeps.
 pub async fn serve_conversion(plane: &Plane, plugins: &[hyperplug_runtime::Plugin]) -> String {
+    let (key_ns, key_name) = ManagerOptions::default().ownership_key_secret;
+    let keys = OwnershipKeys::load_or_create(plane.client(), &key_ns, &key_name)
+        .await
+        .expect("ownership key");
     let certs = CertDir {
         dir: plane
             .webhook_cert_dir("conversion")
@@ -77,7 +84,7 @@ pub async fn serve_conversion(plane: &Plane, plugins: &[hyperplug_runtime::Plugi
     let server = webhook::Server::on(
         listener,
         certs,
-        Conversions::new(plugins),
+        Conversions::new(plugins, Arc::new(keys)),
         Finalizers::new(plugins, None),
     )
     .expect("webhook");
