@@ -817,18 +817,23 @@ impl Plugin {
         store.set_hostcall_fuel(transfer);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |ctx| {
-            match ctx.data().meter.check(true) {
-                Some(Stop::Cpu) => Err(wasmtime::Error::new(failure::CpuBudgetSpent)),
-                Some(Stop::Breach(b)) => Err(wasmtime::Error::new(b)),
-                // Give the tokio worker back every tick: a busy plugin never starves others.
-                None => Ok(UpdateDeadline::Yield(1)),
-            }
+            // Give the tokio worker back every tick: a busy plugin never starves others.
+            failure::at_epoch(&ctx.data().meter).map(|()| UpdateDeadline::Yield(1))
         });
 
         let run = async {
+            // Marked, so a failure here is told from the call's by type (`failure`).
             let instance = match &self.pre {
-                Pre::Current(p) => Instance::Current(p.instantiate_async(&mut store).await?),
-                Pre::V0_2(p) => Instance::V0_2(p.instantiate_async(&mut store).await?),
+                Pre::Current(p) => Instance::Current(
+                    p.instantiate_async(&mut store)
+                        .await
+                        .map_err(failure::instantiating)?,
+                ),
+                Pre::V0_2(p) => Instance::V0_2(
+                    p.instantiate_async(&mut store)
+                        .await
+                        .map_err(failure::instantiating)?,
+                ),
             };
             f(&mut store, &instance).await
         };

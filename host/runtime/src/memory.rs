@@ -10,6 +10,9 @@ use wasmtime::ResourceLimiter;
 /// holds is also drawn from its plugin's budget, shared by its calls in flight, and
 /// given back when the call's store is dropped.
 pub struct CallLimiter {
+    /// The limit growth was refused at, kept for `failure` to read (the error itself
+    /// may reach it through the guest's trap, typed or not).
+    reached: Option<MemoryCapReached>,
     memory_limit: usize,
     memory_used: usize,
     plugin_memory: Arc<PluginBudget>,
@@ -49,13 +52,20 @@ impl PluginBudget {
 }
 
 /// A call's memories tried to grow past a limit; the call fails.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MemoryCapReached {
     #[error("plugin memory limit reached growing to {0} bytes")]
     Call(usize),
     #[error("the plugin's calls together hold {0} bytes of memory, all they may")]
     Plugin(usize),
+    /// wasmtime could not grow a memory the limiter allowed (the pool's per-memory
+    /// size, which is the call's limit, or the host's mappings).
+    #[error("{GROWTH_FAILED}")]
+    GrowthFailed,
 }
+
+/// How a failed growth reads in the call's error.
+pub const GROWTH_FAILED: &str = "forcing a memory growth failure to be a trap";
 
 /// Core instances one call's component may create. A Rust plugin makes a handful; a
 /// Python one (componentize-py: the interpreter, libc and the shims linking them) about
@@ -68,12 +78,25 @@ const TABLE_ELEMENTS: usize = 1 << 20;
 impl CallLimiter {
     pub fn new(memory_limit: usize, plugin_memory: Arc<PluginBudget>) -> CallLimiter {
         CallLimiter {
+            reached: None,
             memory_limit,
             memory_used: 0,
             plugin_memory,
             table_elements_limit: TABLE_ELEMENTS,
             table_elements_used: 0,
         }
+    }
+}
+
+impl CallLimiter {
+    /// The limit this call's memory growth was refused at, if it was.
+    pub fn reached(&self) -> Option<MemoryCapReached> {
+        self.reached
+    }
+
+    fn refuse(&mut self, reached: MemoryCapReached) -> wasmtime::Error {
+        self.reached = Some(reached);
+        wasmtime::Error::new(reached)
     }
 }
 
@@ -92,23 +115,23 @@ impl ResourceLimiter for CallLimiter {
     ) -> wasmtime::Result<bool> {
         let total = self.memory_used - current.min(self.memory_used) + desired;
         if total > self.memory_limit {
-            return Err(wasmtime::Error::new(MemoryCapReached::Call(total)));
+            return Err(self.refuse(MemoryCapReached::Call(total)));
         }
         if maximum.is_some_and(|max| desired > max) {
             return Ok(false);
         }
         let more = total.saturating_sub(self.memory_used);
         if !self.plugin_memory.take(more) {
-            return Err(wasmtime::Error::new(MemoryCapReached::Plugin(
-                self.plugin_memory.limit,
-            )));
+            let limit = self.plugin_memory.limit;
+            return Err(self.refuse(MemoryCapReached::Plugin(limit)));
         }
         self.memory_used = total;
         Ok(true)
     }
 
     fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        Err(error.context("forcing a memory growth failure to be a trap"))
+        self.reached = Some(MemoryCapReached::GrowthFailed);
+        Err(error.context(GROWTH_FAILED))
     }
 
     fn table_growing(

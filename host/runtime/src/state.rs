@@ -25,7 +25,7 @@ const STDERR_CAPTURE: usize = 16 * 1024;
 /// network handles) a call may hold at once. Each takes host memory outside the call's
 /// linear memory; a plugin needs a few dozen (16 requests in flight with their bodies),
 /// so a call that keeps making them without dropping any is stopped here (see
-/// `failure.rs`) rather than at wasmtime's default of a million.
+/// `failure`) rather than at wasmtime's default of a million.
 pub(super) const HANDLES_PER_CALL: usize = 4_096;
 
 pub struct CallState {

@@ -2,7 +2,7 @@
 //! serving other calls correctly afterwards.
 use std::net::TcpListener;
 
-use hyperplug_runtime::{Limits, Plugin, PluginError};
+use hyperplug_runtime::{CallError, Limits, Plugin, PluginError};
 use serde_json::json;
 
 use crate::support::{credentials, load, machine_request};
@@ -213,6 +213,24 @@ async fn a_panic_is_reported_with_its_message() {
         "{err}"
     );
     assert!(err.contains("hostile plugin panics on purpose"), "{err}");
+    still_serves(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_stack_overflow_is_a_trap_that_says_so() {
+    let (_rt, plugin) = load("hostile", limits()).await;
+    let request = machine_request(
+        json!({"attack": "stack-overflow"}),
+        credentials("https://127.0.0.1:1"),
+    );
+    // Told by wasmtime's trap type (`failure`), not its words: this fails if an upgrade
+    // makes it anything but a trap naming the exhausted stack.
+    match plugin.create_machine(&request).await {
+        Err(CallError::Trap { message, .. }) => {
+            assert!(message.contains("call stack exhausted"), "{message}");
+        }
+        other => panic!("not a trap: {other:?}"),
+    }
     still_serves(&plugin).await;
 }
 

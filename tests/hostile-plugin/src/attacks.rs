@@ -73,6 +73,7 @@ pub fn run(spec: &Spec) -> Result<MachineStatus, PluginError> {
         "big-string" => Ok(status("x".repeat(8 << 20))),
         "panic" => panic!("hostile plugin panics on purpose"),
         "trap" => trap(),
+        "stack-overflow" => Ok(status(format!("depth {}", recurse(0, count)))),
         "publish" => match blobs::publish(&spec.str("name"), b"content", 60) {
             Ok(_) => Ok(status("published".into())),
             Err(e) => Err(failed(format!("publish refused: {e}"))),
@@ -113,6 +114,17 @@ fn trap() -> ! {
     core::arch::wasm32::unreachable();
     #[cfg(not(target_arch = "wasm32"))]
     unreachable!("a trap")
+}
+
+/// Recursion to `limit` calls deep (by default, past any stack): the Wasm stack runs
+/// out, which wasmtime reports as a trap of its own (no panic, no memory fault).
+#[inline(never)]
+fn recurse(depth: u64, limit: u64) -> u64 {
+    if depth >= limit {
+        return depth;
+    }
+    // black_box keeps every level a real call: no loop, no tail call.
+    std::hint::black_box(recurse(depth + 1, limit)).wrapping_add(1)
 }
 
 /// Take the claim `spec.key` (default `k`) and publish [`SEED`]: what each reported.
