@@ -56,8 +56,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     // Unproven ownership: no plugin call at all.
     let (cluster_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
-        Ownership::Unproven { message } => {
-            return unverified::refuse(&ctx, &own, &obj, message).await;
+        Ownership::Unproven { message, recheck } => {
+            return unverified::refuse(&ctx, &own, &obj, message, recheck).await;
         }
     };
     let creds = match credentials::for_cluster(&ctx, &obj).await {

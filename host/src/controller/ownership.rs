@@ -27,6 +27,8 @@ use super::objects::OWNERSHIP_ID_ANNOTATION;
 /// How often an object whose ownership does not verify is looked at again (a key may
 /// be copied in, or the annotation fixed, without the object changing).
 pub const RECHECK: Duration = Duration::from_secs(60);
+/// Past the time the keys may be re-read, when a retry is due (see [`Ownership::Unproven`]).
+const AFTER_REFRESH: Duration = Duration::from_millis(200);
 
 /// The Secret data key of the key that signs.
 pub const SIGNING_KEY: &str = "key";
@@ -48,8 +50,12 @@ pub enum Ownership {
     /// The plugin may act for `id`. `write` is the annotation value to store, when it
     /// is absent, unsigned or signed with a key that only verifies.
     Proven { id: String, write: Option<String> },
-    /// It proves nothing: why, for the condition.
-    Unproven { message: String },
+    /// It proves nothing: why, for the condition, and when to look again: [`RECHECK`],
+    /// or sooner when the keys it was checked against were read from the Secret
+    /// within the last few seconds and could not be re-read yet (a key copied in just
+    /// before `clusterctl move` must not leave the moved objects unverified for a
+    /// minute).
+    Unproven { message: String, recheck: Duration },
 }
 
 /// The keys, as last read from the Secret.
@@ -181,34 +187,39 @@ impl OwnershipKeys {
                     obj,
                     "is unsigned and is not this object's own UID",
                 ),
+                recheck: RECHECK,
             };
         };
         let Ok(mac) = URL_SAFE_NO_PAD.decode(mac) else {
             return Ownership::Unproven {
                 message: self.unproven_message(kind, obj, "is malformed"),
+                recheck: RECHECK,
             };
         };
-        match self.signer(&message(kind, obj, id), &mac).await {
-            Some(Signer::Signing) => {
+        let recheck = match self.signer(&message(kind, obj, id), &mac).await {
+            Ok(Signer::Signing) => {
                 return Ownership::Proven {
                     id: id.into(),
                     write: None,
                 };
             }
-            Some(Signer::Accepted) => {
+            Ok(Signer::Accepted) => {
                 return Ownership::Proven {
                     write: Some(self.sign(kind, obj, id)),
                     id: id.into(),
                 };
             }
-            None => {}
-        }
+            Err(NotSigned { keys_readable_in }) => {
+                keys_readable_in.map_or(RECHECK, |d| (d + AFTER_REFRESH).min(RECHECK))
+            }
+        };
         Ownership::Unproven {
             message: self.unproven_message(
                 kind,
                 obj,
                 "does not verify: it was copied from another object or edited, or it was signed by a manager with another ownership key",
             ),
+            recheck,
         }
     }
 
@@ -222,57 +233,56 @@ impl OwnershipKeys {
     /// under the signing key or an accepted one.
     pub async fn verifies(&self, message: &[u8], mac: &str) -> bool {
         match URL_SAFE_NO_PAD.decode(mac) {
-            Ok(mac) => self.signer(message, &mac).await.is_some(),
+            Ok(mac) => self.signer(message, &mac).await.is_ok(),
             Err(_) => false,
         }
     }
 
     /// Which key made `mac` over `message`; the Secret is re-read once when none did
     /// (the operator may have just copied a key in).
-    async fn signer(&self, message: &[u8], mac: &[u8]) -> Option<Signer> {
-        for attempt in 0..2 {
-            let ring = self.ring();
-            if hmac::verify(&ring.signing, message, mac).is_ok() {
-                return Some(Signer::Signing);
-            }
-            if ring
-                .accepted
-                .iter()
-                .any(|k| hmac::verify(k, message, mac).is_ok())
-            {
-                return Some(Signer::Accepted);
-            }
-            if attempt == 0 && !self.refresh().await {
-                break;
-            }
+    async fn signer(&self, message: &[u8], mac: &[u8]) -> Result<Signer, NotSigned> {
+        let ring = self.ring();
+        if let Some(signer) = ring.signer(message, mac) {
+            return Ok(signer);
         }
-        None
+        match self.refresh().await {
+            Refresh::Read => self.ring().signer(message, mac).ok_or(NotSigned {
+                keys_readable_in: None,
+            }),
+            Refresh::TooSoon(wait) => Err(NotSigned {
+                keys_readable_in: Some(wait),
+            }),
+            Refresh::Unavailable => Err(NotSigned {
+                keys_readable_in: None,
+            }),
+        }
     }
 
-    /// Re-read the key Secret (at most every few seconds); whether it was read.
-    async fn refresh(&self) -> bool {
+    /// Re-read the key Secret (at most every few seconds).
+    async fn refresh(&self) -> Refresh {
         let Some(api) = &self.api else {
-            return false;
+            return Refresh::Unavailable;
         };
         let mut last = self.refreshed.lock().await;
-        if last.elapsed() < REFRESH_EVERY {
-            return false;
+        let since = last.elapsed();
+        if since < REFRESH_EVERY {
+            return Refresh::TooSoon(REFRESH_EVERY - since);
         }
         *last = Instant::now();
         match api.get(&self.name).await {
             Ok(secret) => match keyring(&secret) {
                 Ok(ring) => {
                     *self.ring.write().expect("keyring") = Arc::new(ring);
-                    true
+                    Refresh::Read
                 }
                 Err(e) => {
                     tracing::warn!(secret = %self.secret(), error = %e, "ignoring an unusable ownership key Secret");
-                    false
+                    Refresh::Unavailable
                 }
             },
             Err(e) => {
                 tracing::warn!(secret = %self.secret(), error = %e, "cannot re-read the ownership key");
-                false
+                Refresh::Unavailable
             }
         }
     }
@@ -294,6 +304,33 @@ impl OwnershipKeys {
 enum Signer {
     Signing,
     Accepted,
+}
+
+/// No key verified a MAC; `keys_readable_in`: the keys checked were read from the
+/// Secret so lately that they could not be re-read yet, and may be in this long.
+struct NotSigned {
+    keys_readable_in: Option<Duration>,
+}
+
+/// What a re-read of the key Secret did.
+enum Refresh {
+    Read,
+    /// The last read was less than [`REFRESH_EVERY`] ago: possible again in this long.
+    TooSoon(Duration),
+    /// No Secret behind the keys, or it could not be read or used.
+    Unavailable,
+}
+
+impl Keyring {
+    fn signer(&self, message: &[u8], mac: &[u8]) -> Option<Signer> {
+        if hmac::verify(&self.signing, message, mac).is_ok() {
+            return Some(Signer::Signing);
+        }
+        self.accepted
+            .iter()
+            .any(|k| hmac::verify(k, message, mac).is_ok())
+            .then_some(Signer::Accepted)
+    }
 }
 
 /// What a MAC covers: the domain, then group/kind, namespace, name and the id, each
@@ -417,10 +454,16 @@ mod tests {
         }
         let edited = signed.replacen("u1", "u9", 1);
         let o = obj("ns", "victim", "u2", Some(&edited));
-        let Ownership::Unproven { message } = k.verify(&kind("Machine"), &o).await else {
+        let Ownership::Unproven { message, recheck } = k.verify(&kind("Machine"), &o).await else {
             panic!("edited id verified");
         };
         assert!(message.contains("does not verify"), "{message}");
+        // The keys were read moments ago and cannot be re-read yet: a key copied in
+        // meanwhile is looked for as soon as they can, not a RECHECK later.
+        assert!(
+            recheck > AFTER_REFRESH && recheck <= REFRESH_EVERY + AFTER_REFRESH,
+            "{recheck:?}"
+        );
         assert!(message.contains("ns/k"), "names the key Secret: {message}");
     }
 

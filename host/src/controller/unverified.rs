@@ -1,4 +1,6 @@
 //! What the controllers do with an object whose ownership id does not verify.
+use std::time::Duration;
+
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
@@ -7,7 +9,7 @@ use super::conditions::{self, Condition, READY};
 use super::context::{Context, finalizer};
 use super::error::Result;
 use super::events::{self, Event};
-use super::ownership::{OWNERSHIP_UNVERIFIED, RECHECK};
+use super::ownership::OWNERSHIP_UNVERIFIED;
 use super::patch;
 use crate::status::{Progressing, Status};
 
@@ -20,6 +22,7 @@ pub(super) async fn refuse(
     own: &Api<DynamicObject>,
     obj: &DynamicObject,
     message: String,
+    recheck: Duration,
 ) -> Result<Action> {
     let fin = finalizer(&ctx.plugin);
     let message = if obj.metadata.deletion_timestamp.is_some() && obj.finalizers().contains(&fin) {
@@ -43,5 +46,5 @@ pub(super) async fn refuse(
         tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
         events::publish(ctx, obj, &Event::warning(OWNERSHIP_UNVERIFIED, &message)).await;
     }
-    Ok(Action::requeue(RECHECK))
+    Ok(Action::requeue(recheck))
 }

@@ -175,8 +175,8 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     // wrote. Unproven, the plugin is not called at all.
     let (machine_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
-        Ownership::Unproven { message } => {
-            return unverified::refuse(ctx, &own, &obj, message)
+        Ownership::Unproven { message, recheck } => {
+            return unverified::refuse(ctx, &own, &obj, message, recheck)
                 .await
                 .map(Step::Done);
         }
@@ -187,13 +187,13 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         .expect("an InfraCluster was found");
     let cluster_id = match ctx.ownership.verify(cluster_kind, &infra_cluster).await {
         Ownership::Proven { id, .. } => id,
-        Ownership::Unproven { .. } => {
+        Ownership::Unproven { recheck, .. } => {
             let message = format!(
                 "the ownership id of {} {} does not verify (see its Ready condition); nothing is done for its machines until it does",
                 cluster_kind.kind,
                 infra_cluster.name_any()
             );
-            return unverified::refuse(ctx, &own, &obj, message)
+            return unverified::refuse(ctx, &own, &obj, message, recheck)
                 .await
                 .map(Step::Done);
         }
