@@ -9,6 +9,10 @@
 #   scripts/bench.sh --clusters 20 --machines 50     # 1,000 machines
 #   scripts/bench.sh --smoke                         # 1 × 2, tiny durations, debug build
 #                                                    # (CI runs it as scale-bench's test)
+#   scripts/bench.sh --slow-tenant                   # issue 40's fair slots: one tenant's
+#                                                    # 10 machines alone, then beside a
+#                                                    # tenant whose endpoint hangs (32
+#                                                    # machines); one row, goal ≤ 1.5×
 #   scripts/bench.sh --release ...                   # the host with the release profile
 #                                                    # the image ships (LTO, one codegen
 #                                                    # unit; a few minutes' more build;

@@ -6,6 +6,7 @@ mod audit;
 mod drift;
 mod report;
 mod sim;
+mod tenants;
 mod watch;
 
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use fleet::cpu::{self, MachineCpu};
-use fleet::{HostSpec, now_ms, objects, world};
+use fleet::{Host, HostSpec, now_ms, objects, world};
 use futures::{StreamExt, TryStreamExt};
 use hyperplug_runtime::bindings::machine::TemplateRequest;
 use hyperplug_runtime::{Limits, ObjectRef, Runtime, overhead};
@@ -74,6 +75,23 @@ pub struct Args {
     /// × 0.05, 200 overhead calls, 300 s per phase; replaces those flags.
     #[arg(long)]
     pub smoke: bool,
+    /// Instead of the run at scale, issue 40's fair plugin slots measured: one tenant's
+    /// `--machines` machines (namespace fleet-c0, a pve-sim of its own) provisioned
+    /// alone, then again beside a slow tenant (fleet-c1, another pve-sim) whose endpoint
+    /// stops answering while `--slow-machines` of its machines are being provisioned;
+    /// prints both times and their ratio (goal ≤ 1.5×). Run it as
+    /// `scripts/bench.sh --slow-tenant` (docs/security.md has the figures).
+    #[arg(long)]
+    pub slow_tenant: bool,
+    /// With `--slow-tenant`: the slow tenant's machines, enough to want every plugin slot
+    /// (`--plugin-concurrency`, 16).
+    #[arg(long, default_value_t = 32)]
+    pub slow_machines: usize,
+    /// With `--slow-tenant`: how long the slow tenant's endpoint takes to answer each
+    /// request. The default is past the plugin's 20 s first-byte timeout, so every call
+    /// to it holds its slot until it gives up, as with an endpoint that hangs.
+    #[arg(long, default_value_t = 60_000)]
+    pub slow_latency_ms: u64,
 }
 
 impl Args {
@@ -99,6 +117,13 @@ async fn main() -> Result<()> {
     let args = Args::parse().sized();
     if args.clusters == 0 || args.machines == 0 || args.nodes == 0 {
         bail!("--clusters, --machines and --nodes must be at least 1");
+    }
+    if args.slow_tenant {
+        if args.slow_machines == 0 {
+            bail!("--slow-machines must be at least 1");
+        }
+        tenants::run(&args).await?.print(&args);
+        return Ok(());
     }
     let report = run(&args).await?;
     report.print(&args);
@@ -165,75 +190,17 @@ async fn run(args: &Args) -> Result<report::Report> {
     .await?;
     let pve = objects::Pve::of(&sim, pve_sim::DEFAULT_TOKEN)?;
 
-    eprintln!("[bench] starting the management plane");
-    let (plane, webhook) = fleet::plane::start(
-        &args.hyperplug,
-        &args.plugin,
-        PlaneOpts {
-            // Every write, and the manager's reads of one object (lists and watches are its
-            // caches).
-            audit_policy: Some(kube_world::audit_writes_and_gets_by(HOST_USER)),
-            ..PlaneOpts::default()
-        },
-    )
-    .await?;
+    let (plane, _ipam, mut host) = start_plane_and_host(args).await?;
     let client = plane.client();
-    // Kept running until the plane goes.
-    let _ipam = if args.static_ips {
-        eprintln!("[bench] starting the in-cluster IPAM provider");
-        Some(plane.start_ipam().await?)
-    } else {
-        None
-    };
     let audit_log = plane
         .audit_log_path()
         .context("the plane writes an audit log")?
         .to_path_buf();
-
-    eprintln!(
-        "[bench] plane and host logs in {} (kept with KUBE_WORLD_KEEP=1)",
-        plane.dir().display()
-    );
-    let kubeconfig = plane.kubeconfig_for(HOST_USER)?;
-    let mut host = HostSpec {
-        binary: args.hyperplug.clone(),
-        plugin: args.plugin.clone(),
-        kubeconfig,
-        args: args.host_args.clone(),
-        env: vec![],
-        webhook,
-    }
-    .start(&plane.dir().join("hyperplug.log"))?;
     let timeout = Duration::from_secs(args.timeout_secs);
-
-    eprintln!("[bench] {} clusters", args.clusters);
-    let mut templates = Vec::with_capacity(args.clusters);
-    for c in 0..args.clusters {
-        objects::create_cluster_with(&client, c, node_of(c), &pve, &cluster_spec(args, c)).await?;
-        templates.push(
-            objects::create_machine_template(&client, c, node_of(c), &serde_json::json!({}))
-                .await?,
-        );
-    }
-    // The templates' status too: the manager describes each once, and that write is
-    // not one of the machines'.
-    let ready = watch::wait(
-        &mut host,
-        &plane,
-        timeout,
-        "the ProxmoxClusters and templates",
-        || {
-            let client = client.clone();
-            async move {
-                Ok(
-                    objects::all_provisioned(&client, &objects::infra_cluster(), args.clusters)
-                        .await?
-                        && objects::all_templates_described(&client, args.clusters).await?,
-                )
-            }
-        },
-    );
-    ready.await?;
+    let clusters: Vec<(usize, &objects::Pve, serde_json::Value)> = (0..args.clusters)
+        .map(|c| (node_of(c), &pve, cluster_spec(args, c)))
+        .collect();
+    let templates = create_clusters(&client, &mut host, &plane, timeout, &clusters).await?;
 
     // The machines' lifecycle: everything from here to the last machine gone is theirs.
     let watcher = watch::Provisioned::start(client.clone());
@@ -245,21 +212,12 @@ async fn run(args: &Args) -> Result<report::Report> {
     let t0 = now_ms();
     let started = Instant::now();
     eprintln!("[bench] creating {total} machines");
-    let created: Vec<(String, u64)> = futures::stream::iter(
+    let created = create_machines(
+        &client,
+        &templates,
         (0..args.machines).flat_map(|m| (0..args.clusters).map(move |c| (c, m))),
+        args.parallelism,
     )
-    .map(|(c, m)| {
-        let (client, template) = (client.clone(), &templates[c]);
-        async move {
-            let created = objects::create_machine(&client, c, m, template).await?;
-            Ok::<_, anyhow::Error>((
-                format!("{}/{}", objects::namespace(c), objects::machine_name(c, m)),
-                created.at_ms,
-            ))
-        }
-    })
-    .buffer_unordered(args.parallelism)
-    .try_collect()
     .await?;
     let busy_creating = MachineCpu::now()?.busy_since(&machine_from);
     let cores = machine_from.cores;
@@ -291,33 +249,19 @@ async fn run(args: &Args) -> Result<report::Report> {
 
     eprintln!("[bench] deleting {total} machines");
     let t_delete = now_ms();
-    futures::stream::iter((0..args.machines).flat_map(|m| (0..args.clusters).map(move |c| (c, m))))
-        .map(|(c, m)| {
-            let client = client.clone();
-            async move { objects::delete_machine(&client, c, m).await }
-        })
-        .buffer_unordered(args.parallelism)
-        .try_collect::<Vec<()>>()
-        .await?;
+    delete_machines(
+        &client,
+        (0..args.machines).flat_map(|m| (0..args.clusters).map(move |c| (c, m))),
+        args.parallelism,
+    )
+    .await?;
     let state = sim.state();
     watch::wait(
         &mut host,
         &plane,
         timeout,
         "every machine and VM gone",
-        || {
-            let (client, state) = (client.clone(), state.clone());
-            async move {
-                let vms = state
-                    .vms()
-                    .iter()
-                    .filter(|v| v["config"]["template"] != "1")
-                    .count();
-                Ok(vms == 0
-                    && objects::count(&client, &objects::infra_machine_stored()).await? == 0
-                    && objects::count(&client, &objects::capi_machine()).await? == 0)
-            }
-        },
+        || all_gone(&client, &state),
     )
     .await?;
     let t_gone = now_ms();
@@ -413,6 +357,142 @@ async fn run(args: &Args) -> Result<report::Report> {
         overhead,
         drift,
     }))
+}
+
+/// The management plane (every write and the manager's reads of one object in its
+/// audit log), the in-cluster IPAM provider with `--static-ips`, and `hyperplug run`
+/// against them as [`HOST_USER`]. The IPAM provider runs until it is dropped.
+async fn start_plane_and_host(
+    args: &Args,
+) -> Result<(kube_world::Plane, Option<kube_world::Manager>, Host)> {
+    eprintln!("[bench] starting the management plane");
+    let (plane, webhook) = fleet::plane::start(
+        &args.hyperplug,
+        &args.plugin,
+        PlaneOpts {
+            // Every write, and the manager's reads of one object (lists and watches are its
+            // caches).
+            audit_policy: Some(kube_world::audit_writes_and_gets_by(HOST_USER)),
+            ..PlaneOpts::default()
+        },
+    )
+    .await?;
+    let ipam = if args.static_ips {
+        eprintln!("[bench] starting the in-cluster IPAM provider");
+        Some(plane.start_ipam().await?)
+    } else {
+        None
+    };
+    eprintln!(
+        "[bench] plane and host logs in {} (kept with KUBE_WORLD_KEEP=1)",
+        plane.dir().display()
+    );
+    let kubeconfig = plane.kubeconfig_for(HOST_USER)?;
+    let host = HostSpec {
+        binary: args.hyperplug.clone(),
+        plugin: args.plugin.clone(),
+        kubeconfig,
+        args: args.host_args.clone(),
+        env: vec![],
+        webhook,
+    }
+    .start(&plane.dir().join("hyperplug.log"))?;
+    Ok((plane, ipam, host))
+}
+
+/// Cluster `c` of `clusters` (its PVE node, endpoint and extra ProxmoxCluster spec) with
+/// its ProxmoxMachineTemplate, for every `c`; returns once every ProxmoxCluster is
+/// provisioned and every template described, with the templates by cluster.
+async fn create_clusters(
+    client: &kube::Client,
+    host: &mut Host,
+    plane: &kube_world::Plane,
+    timeout: Duration,
+    clusters: &[(usize, &objects::Pve, serde_json::Value)],
+) -> Result<Vec<objects::MachineTemplate>> {
+    eprintln!("[bench] {} clusters", clusters.len());
+    let mut templates = Vec::with_capacity(clusters.len());
+    for (c, (node, pve, spec)) in clusters.iter().enumerate() {
+        objects::create_cluster_with(client, c, *node, pve, spec).await?;
+        templates.push(
+            objects::create_machine_template(client, c, *node, &serde_json::json!({})).await?,
+        );
+    }
+    // The templates' status too: the manager describes each once, and that write is
+    // not one of the machines'.
+    let n = clusters.len();
+    watch::wait(
+        host,
+        plane,
+        timeout,
+        "the ProxmoxClusters and templates",
+        || {
+            let client = client.clone();
+            async move {
+                Ok(
+                    objects::all_provisioned(&client, &objects::infra_cluster(), n).await?
+                        && objects::all_templates_described(&client, n).await?,
+                )
+            }
+        },
+    )
+    .await?;
+    Ok(templates)
+}
+
+/// Machine `m` of cluster `c` for every `(c, m)`, `parallelism` creates at once (CAPI's
+/// controllers create many machines at once too); each machine's `namespace/name` and
+/// when its ProxmoxMachine was sent (Unix ms).
+async fn create_machines(
+    client: &kube::Client,
+    templates: &[objects::MachineTemplate],
+    machines: impl Iterator<Item = (usize, usize)>,
+    parallelism: usize,
+) -> Result<Vec<(String, u64)>> {
+    futures::stream::iter(machines)
+        .map(|(c, m)| {
+            let (client, template) = (client.clone(), &templates[c]);
+            async move {
+                let created = objects::create_machine(&client, c, m, template).await?;
+                Ok::<_, anyhow::Error>((
+                    format!("{}/{}", objects::namespace(c), objects::machine_name(c, m)),
+                    created.at_ms,
+                ))
+            }
+        })
+        .buffer_unordered(parallelism)
+        .try_collect()
+        .await
+}
+
+/// Deletes machine `m` of cluster `c` for every `(c, m)`, `parallelism` at once.
+async fn delete_machines(
+    client: &kube::Client,
+    machines: impl Iterator<Item = (usize, usize)>,
+    parallelism: usize,
+) -> Result<()> {
+    futures::stream::iter(machines)
+        .map(|(c, m)| {
+            let client = client.clone();
+            async move { objects::delete_machine(&client, c, m).await }
+        })
+        .buffer_unordered(parallelism)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Whether no VM but the templates is left in `sim` and no Machine or ProxmoxMachine in
+/// the plane.
+async fn all_gone(client: &kube::Client, sim: &pve_sim::StateHandle) -> Result<bool> {
+    let vms = sim
+        .vms()
+        .iter()
+        .filter(|v| v["config"]["template"] != "1")
+        .count();
+    Ok(vms == 0
+        && objects::count(client, &objects::infra_machine_stored()).await? == 0
+        && objects::count(client, &objects::capi_machine()).await? == 0)
 }
 
 /// The extra ProxmoxCluster spec of cluster `c`: with `--static-ips`, a pool of 241

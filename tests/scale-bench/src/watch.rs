@@ -100,6 +100,12 @@ impl Provisioned {
         self.seen.lock().unwrap().len()
     }
 
+    /// How many of `keys` (`namespace/name`) were seen provisioned.
+    pub fn count_of(&self, keys: &[String]) -> usize {
+        let seen = self.seen.lock().unwrap();
+        keys.iter().filter(|k| seen.contains_key(*k)).count()
+    }
+
     /// What was seen so far; the watch stops.
     pub fn finish(&self) -> HashMap<String, Seen> {
         self.task.abort();
