@@ -4,6 +4,7 @@
 //! come back at the resync period.
 use std::sync::Arc;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
@@ -136,6 +137,9 @@ async fn delete(
     req: &ClusterRequest,
     credentials: &str,
 ) -> Result<Action> {
+    if let Some(wait) = pools_draining(ctx, obj).await? {
+        return Ok(wait);
+    }
     let call = "cluster.delete";
     let result = ctx
         .metrics
@@ -161,6 +165,25 @@ async fn delete(
         }
         Outcome::Failed(e) => outcome::fail(ctx, own, obj, e, Some(credentials)).await,
     }
+}
+
+/// While the pools of a deleting InfraCluster still hold addresses (its machines'
+/// claims being released), a short wait before the plugin is called and the finalizer
+/// goes (`ipam::addresses_left`); none once they are empty or the deletion is
+/// [`requeue::POOLS_DRAIN_AT_MOST`] old.
+async fn pools_draining(ctx: &Context, obj: &DynamicObject) -> Result<Option<Action>> {
+    let since = obj
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0));
+    // A clock behind the API server's counts as a deletion just begun.
+    let recent =
+        since.is_some_and(|d| d.is_negative() || d.unsigned_abs() < requeue::POOLS_DRAIN_AT_MOST);
+    if !recent || ipam::addresses_left(ctx, obj).await? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Action::requeue(requeue::POOLS_DRAIN)))
 }
 
 /// The status and events after a reconcile call reported `s` on a cluster whose status

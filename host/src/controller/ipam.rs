@@ -163,6 +163,42 @@ pub async fn ensure_pools(
     Ok(())
 }
 
+/// How many addresses are still allocated from the pools `infra_cluster` owns (by UID,
+/// whoever made them). Its deletion waits for them before its finalizer goes: the
+/// garbage collector deletes the pools once the InfraCluster is gone, and the IPAM
+/// provider refuses to delete a pool with addresses in it; refused, the collector backs
+/// off exponentially, so a pool deleted while its machines' claims are still being
+/// released lingers for a minute or more. No IPAM installed: none.
+pub async fn addresses_left(ctx: &Context, infra_cluster: &DynamicObject) -> Result<usize> {
+    let ns = infra_cluster.namespace().unwrap_or_default();
+    let uid = infra_cluster.uid().unwrap_or_default();
+    let any = ListParams::default().match_any();
+    let pools = match api(&ctx.client, &in_cluster_ip_pool(), &ns)
+        .list(&any)
+        .await
+    {
+        Ok(list) => list,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    let owned: Vec<String> = pools
+        .into_iter()
+        .filter(|p| p.owner_references().iter().any(|r| r.uid == uid))
+        .map(|p| p.name_any())
+        .collect();
+    if owned.is_empty() {
+        return Ok(0);
+    }
+    let addresses = api(&ctx.client, &ip_address(), &ns).list(&any).await?;
+    Ok(addresses
+        .iter()
+        .filter(|a| {
+            str_field(a, "spec.poolRef.kind") == Some("InClusterIPPool")
+                && str_field(a, "spec.poolRef.name").is_some_and(|n| owned.iter().any(|o| o == n))
+        })
+        .count())
+}
+
 /// Whether `pool` has the fields we apply as `spec` says (others, e.g. defaults the
 /// IPAM provider adds, are its own) and is owned by `owner`.
 fn pool_is(pool: &DynamicObject, spec: &serde_json::Value, owner: &DynamicObject) -> bool {

@@ -20,6 +20,11 @@ pub const CLAIMS_WRITTEN: Duration = Duration::from_millis(250);
 pub const CLAIMS_PENDING: Duration = Duration::from_secs(1);
 /// A delete step that named no time.
 pub const DELETE_STEP: Duration = Duration::from_secs(2);
+/// A deleting InfraCluster whose pools still hold addresses (`ipam::addresses_left`):
+/// looked at this often, for at most [`POOLS_DRAIN_AT_MOST`] after its deletion began
+/// (addresses of machines outside the cluster must not hold its deletion forever).
+pub const POOLS_DRAIN: Duration = Duration::from_secs(1);
+pub const POOLS_DRAIN_AT_MOST: Duration = Duration::from_secs(60);
 /// A machine whose cluster infrastructure is not there yet.
 pub const CLUSTER_INFRASTRUCTURE: Duration = Duration::from_secs(10);
 /// A template whose description failed.
