@@ -17,6 +17,7 @@ use crate::admission::Finalizers;
 use crate::controller::adoption::AdoptionLimits;
 use crate::controller::claims::LeaseClaims;
 use crate::controller::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
+use crate::controller::oversized::DEFAULT_OBJECT_MAX_KIB;
 use crate::controller::ownership::OwnershipKeys;
 use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
 use crate::conversion::Conversions;
@@ -84,6 +85,13 @@ pub struct RunArgs {
     /// more is `CredentialsTooLarge` on the object. Each value is at most 64 KiB.
     #[arg(long, default_value_t = DEFAULT_CREDENTIALS_MAX_KIB)]
     pub credentials_max_kib: u64,
+    /// Most KiB of what its writers put in one object (every field but its status, its
+    /// annotations, labels, owner references and finalizers) that the manager keeps in
+    /// its caches. An object of the plugins' kinds over it is cached without its largest
+    /// parts and gets no plugin call: `ObjectTooLarge` on it until it is smaller. A
+    /// Cluster API object over it is read from the API server when a reconcile needs it.
+    #[arg(long, default_value_t = DEFAULT_OBJECT_MAX_KIB)]
+    pub object_max_kib: u64,
     /// Secret (`NAMESPACE/NAME`) holding the key that signs ownership ids, created on
     /// first start if absent. Default: `$POD_NAMESPACE/hyperplug-ownership-key` (one of
     /// them must be set). A manager that takes objects over by `clusterctl move` needs the
@@ -308,6 +316,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         credentials_max_bytes: usize::try_from(args.credentials_max_kib << 10)
             .unwrap_or(usize::MAX),
+        object_max_bytes: usize::try_from(args.object_max_kib << 10).unwrap_or(usize::MAX),
         ownership_key_secret,
         namespace: watched_namespace,
         concurrency: args.reconcile_concurrency,

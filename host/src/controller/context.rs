@@ -36,6 +36,9 @@ pub struct ManagerOptions {
     pub adoption_limits: super::adoption::AdoptionLimits,
     /// Bytes of credentials one InfraCluster may hand a call (`--credentials-max-kib`).
     pub credentials_max_bytes: usize,
+    /// Bytes of what a tenant wrote that the caches keep per object; an object of ours
+    /// over it is refused (`--object-max-kib`, see `oversized`).
+    pub object_max_bytes: usize,
     /// `namespace/name` of the Secret with the ownership key (created if absent).
     pub ownership_key_secret: (String, String),
     /// Watch only this namespace.
@@ -54,6 +57,7 @@ impl Default for ManagerOptions {
             adopt_namespaces: Vec::new(),
             adoption_limits: Default::default(),
             credentials_max_bytes: (super::credentials::DEFAULT_CREDENTIALS_MAX_KIB as usize) << 10,
+            object_max_bytes: (super::oversized::DEFAULT_OBJECT_MAX_KIB as usize) << 10,
             ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
             namespace: None,
             concurrency: DEFAULT_RECONCILE_CONCURRENCY,

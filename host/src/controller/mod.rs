@@ -18,6 +18,7 @@ mod machine;
 pub mod objects;
 mod outcome;
 mod output;
+pub mod oversized;
 pub mod ownership;
 mod packed;
 mod patch;
@@ -71,6 +72,8 @@ pub async fn run(
     options: ManagerOptions,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
+    // Before any watch packs an object.
+    oversized::set_bound(options.object_max_bytes);
     let (key_ns, key_name) = &options.ownership_key_secret;
     let ownership =
         Arc::new(ownership::OwnershipKeys::load_or_create(client.clone(), key_ns, key_name).await?);
@@ -406,11 +409,17 @@ async fn templates(ctx: Arc<Context>) {
 type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Result<Action, Error>>;
 
 /// Count and time every reconcile by kind and result (of the object unpacked).
-async fn timed(obj: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
+/// An object over `--object-max-kib` is not reconciled: it is refused (`oversized`).
+async fn timed(packed: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
     let started = Instant::now();
-    let obj = obj.unpack();
-    let _housekeeping = (!priority::is_urgent(&obj)).then(|| ctx.housekeeping.enter());
-    let result = f(Arc::new(obj), ctx.clone()).await;
+    let obj = packed.unpack();
+    let result = match packed.oversized() {
+        Some(over) => oversized::refuse(&ctx, &obj, over).await,
+        None => {
+            let _housekeeping = (!priority::is_urgent(&obj)).then(|| ctx.housekeeping.enter());
+            f(Arc::new(obj), ctx.clone()).await
+        }
+    };
     let label = match &result {
         Ok(_) => "ok",
         Err(e) => e.metric_label(),

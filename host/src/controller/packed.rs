@@ -5,7 +5,8 @@
 //! machines the caches of InfraMachines and Machines were about 16 KiB per machine,
 //! most of the manager's heap. Kept as compact text with typed metadata (what the
 //! caches' lookups and the triggers read), an object costs a few KiB; a reconcile
-//! parses the one it works on (tens of microseconds).
+//! parses the one it works on (tens of microseconds). What a tenant wrote is kept up to
+//! `--object-max-kib` per object (`oversized`).
 use std::borrow::Cow;
 
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, TypeMeta};
@@ -13,6 +14,8 @@ use kube::core::DynamicResourceScope;
 use kube::core::Resource;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+
+use super::oversized::{self, Oversized};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -24,6 +27,8 @@ pub struct Packed<const STATUS: bool = true> {
     pub metadata: ObjectMeta,
     /// The object's fields other than `apiVersion`, `kind` and `metadata`, as JSON.
     data: Box<str>,
+    /// Set when it was over the bound: what it is kept without.
+    oversized: Option<Box<Oversized>>,
 }
 
 /// An object cached without its status: Cluster API's own kinds, whose status (its
@@ -31,17 +36,31 @@ pub struct Packed<const STATUS: bool = true> {
 pub type SpecOnly = Packed<false>;
 
 impl<const STATUS: bool> Packed<STATUS> {
-    /// Packs `obj` without what no reconcile reads (`strip`).
-    pub fn pack(mut obj: DynamicObject) -> Packed<STATUS> {
+    /// Packs `obj` without what no reconcile reads (`strip`), within the manager's
+    /// bound per object.
+    pub fn pack(obj: DynamicObject) -> Packed<STATUS> {
+        Packed::pack_within(obj, oversized::bound())
+    }
+
+    /// Packs `obj` without what no reconcile reads, and without its largest parts if
+    /// what its tenant wrote is over `max` bytes (see `oversized`).
+    pub fn pack_within(mut obj: DynamicObject, max: usize) -> Packed<STATUS> {
         strip(&mut obj);
         if !STATUS && let Some(fields) = obj.data.as_object_mut() {
             fields.remove("status");
         }
+        let oversized = oversized::trim(&mut obj, max).map(Box::new);
         Packed {
             types: obj.types,
             metadata: obj.metadata,
             data: obj.data.to_string().into_boxed_str(),
+            oversized,
         }
+    }
+
+    /// What the object is cached without, when it was over the bound.
+    pub fn oversized(&self) -> Option<&Oversized> {
+        self.oversized.as_deref()
     }
 
     /// The object as reconciles read it.
@@ -152,5 +171,21 @@ mod tests {
         let obj = packed.unpack();
         assert!(obj.data.get("status").is_none());
         assert_eq!(obj.data["spec"]["memoryMiB"], 4096);
+    }
+
+    #[test]
+    fn an_object_over_the_bound_is_kept_without_its_spec_and_marked() {
+        let mut big = object();
+        big["spec"]["description"] = json!("d".repeat(100 << 10));
+        let packed = Packed::<true>::pack_within(serde_json::from_value(big).unwrap(), 64 << 10);
+        let over = packed.oversized().expect("marked");
+        assert_eq!((&*over.dropped, over.max), ("spec", 64 << 10));
+        let obj = packed.unpack();
+        assert!(obj.data.get("spec").is_none());
+        assert_eq!(obj.data["status"]["ready"], true);
+        assert_eq!(obj.name_any(), "m");
+        let small =
+            Packed::<true>::pack_within(serde_json::from_value(object()).unwrap(), 64 << 10);
+        assert!(small.oversized().is_none());
     }
 }

@@ -13,6 +13,9 @@
 //!   one not cached yet is read from the API server. Cluster API's Clusters and
 //!   Machines are cached without their status, which nothing here reads (a Cluster
 //!   standing in for a plugin without an InfraCluster kind keeps it).
+//!
+//! Lists come in pages of [`LIST_PAGE`] objects: a page is read whole before its
+//! objects are packed, and a tenant's objects may be 1.5 MiB each.
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -29,6 +32,12 @@ use kube::{Api, ResourceExt};
 use super::packed::{Packed, SpecOnly};
 use super::written::WrittenAt;
 
+/// Objects per list request of every watch. A page is held whole, as text, while it is
+/// parsed: at the API server's largest objects (about 1.5 MiB) this is at most 48 MiB,
+/// where the watcher's default of 500 would be 750 MiB. Objects of a few KiB make pages
+/// of a hundred KiB or so, still few requests at 1,000 objects.
+pub const LIST_PAGE: u32 = 32;
+
 /// The objects of `api` that need a reconcile, and the store that caches them: those
 /// whose [`acted_on`] digest differs from the last one `seen` (by this watch, or by the
 /// reconciler in its own write). Every changed version the watch shows is told to
@@ -38,7 +47,9 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
     let store = writer.as_reader();
     // Relists are quorum reads and the watch resumes from their version, so no event
     // shows a version older than one shown before: `written` relies on that.
-    let config = watcher::Config::default().list_semantic(watcher::ListSemantic::MostRecent);
+    let config = watcher::Config::default()
+        .list_semantic(watcher::ListSemantic::MostRecent)
+        .page_size(LIST_PAGE);
     let stream = watcher(api, config)
         .default_backoff()
         .reflect(writer)
@@ -164,7 +175,7 @@ pub type Watched<const STATUS: bool = true> = (
 pub fn cached<const STATUS: bool>(api: Api<Packed<STATUS>>, ar: &ApiResource) -> Watched<STATUS> {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
         .default_backoff()
         .reflect(writer)
         .touched_objects();
@@ -179,8 +190,9 @@ pub struct Caches {
     pub machines: Store<SpecOnly>,
 }
 
-/// `name` in `ns` of kind `ar` from `store` when cached there, else as the API server
-/// has it (created a moment ago, or the watch still starting).
+/// `name` in `ns` of kind `ar` from `store` when cached there whole, else as the API
+/// server has it (created a moment ago, the watch still starting, or cached without
+/// parts over `--object-max-kib`: then it is read for this reconcile only).
 pub async fn cached_or_read<const STATUS: bool>(
     store: Option<&Store<Packed<STATUS>>>,
     client: &kube::Client,
@@ -189,7 +201,9 @@ pub async fn cached_or_read<const STATUS: bool>(
     name: &str,
 ) -> kube::Result<Option<DynamicObject>> {
     let key = ObjectRef::new_with(name, ar.clone()).within(ns);
-    if let Some(obj) = store.and_then(|s| s.get(&key)) {
+    if let Some(obj) = store.and_then(|s| s.get(&key))
+        && obj.oversized().is_none()
+    {
         return Ok(Some(obj.unpack()));
     }
     super::objects::read(&Api::namespaced_with(client.clone(), ns, ar), name).await
@@ -198,11 +212,13 @@ pub async fn cached_or_read<const STATUS: bool>(
 /// A digest of what a reconcile acts on: the object's identity, spec and metadata
 /// (labels, annotations, owners, finalizers, deletion). Its status is the reconciler's
 /// own output, and so is the spec's `providerID` (written once a machine is ready):
-/// both are left out.
+/// both are left out. Of an object over the bound, its size counts too (what was left
+/// out of it is not here to compare).
 fn acted_on(obj: &Packed) -> Option<u64> {
     let m = &obj.metadata;
     let mut h = DefaultHasher::new();
     m.uid.hash(&mut h);
+    obj.oversized().map(|o| o.bytes).hash(&mut h);
     let mut spec = obj.spec();
     if let Some(fields) = spec.as_object_mut() {
         fields.remove("providerID");

@@ -12,6 +12,7 @@ mod conversion;
 mod hostile_plugin;
 mod leader_election;
 mod lease_claims;
+mod object_bound;
 mod oci_plugins;
 mod plugin_loading;
 mod plugin_outputs;
