@@ -4,14 +4,21 @@
 # The test plugins (tests/*-plugin) are built too; with `--test-out DIR` they are
 # copied there as DIR/<name>.wasm (hostile, wrong-wit, sockets), with the hostile
 # plugin's impersonating build as DIR/impostor.wasm.
+# `--demo` builds only what scripts/demo.sh runs: plugins/proxmox.wasm.
 set -euo pipefail
 test_out=""
+demo=false
 if [ "${1:-}" = "--test-out" ]; then test_out=$2; fi
+if [ "${1:-}" = "--demo" ]; then demo=true; fi
 cd "$(dirname "$0")/.."
 source scripts/target-dir.sh
 guests=(guest-proxmox)
-[ -d guest-redfish ] && guests+=(guest-redfish)
 test_guests=(hostile-plugin wrong-wit-plugin sockets-plugin)
+if $demo; then
+  test_guests=()
+else
+  [ -d guest-redfish ] && guests+=(guest-redfish)
+fi
 args=()
 for g in "${guests[@]}" "${test_guests[@]}"; do args+=(-p "$g"); done
 cargo build --quiet --release --target wasm32-wasip2 "${args[@]}"
@@ -21,6 +28,7 @@ for g in "${guests[@]}"; do
   cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/${g//-/_}.wasm" "plugins/$name.wasm"
   echo "plugins/$name.wasm"
 done
+$demo && exit 0
 # The Python Proxmox plugin (guest-proxmox-py), built with componentize-py.
 bash scripts/build-python-plugin.sh
 if [ -n "$test_out" ]; then

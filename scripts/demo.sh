@@ -14,8 +14,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/target-dir.sh
-bash scripts/setup.sh
+# Only what the demo runs: the test-only tools (CAPMOX's manager, the OCI tools, the
+# Redfish emulator, fuzzing) and plugins are left to scripts/test.sh.
+bash scripts/setup.sh --demo
 echo "[demo] building hyperplug, the plugin and the quickstart driver (minutes the first time)"
-bash scripts/build-plugins.sh >/dev/null
+bash scripts/build-plugins.sh --demo >/dev/null
 cargo build --quiet -p hyperplug -p e2e --bins
 exec "$CARGO_TARGET_DIR/debug/quickstart" "$@"

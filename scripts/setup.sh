@@ -4,8 +4,14 @@
 # kube-apiserver, Cluster API, IPAM, cert-manager; cached under ~/.cache/hyperplug), and
 # sushy-tools (the Redfish BMC emulator) in a virtualenv there, and the fuzzing tools (a
 # pinned nightly toolchain and cargo-fuzz). Idempotent and quick when everything is there.
+#
+# `--demo`: only what scripts/demo.sh runs (the wasm32-wasip2 target and the Go-built
+# management cluster); CAPMOX's manager, the OCI tools, sushy-tools and the fuzzing
+# tools are for the tests, and scripts/test.sh installs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+demo=false
+[ "${1:-}" = "--demo" ] && demo=true
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -21,13 +27,15 @@ if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
     bash ../shared/toolchain/install-wasm32-wasip2.sh
   fi
 fi
-for component in rustfmt clippy; do
-  rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component" || true
-done
-
 command -v go >/dev/null || { echo "Go is not installed: see https://go.dev/dl" >&2; exit 1; }
 log "building the test world from Go modules (first run: about 10 min on 2 cores; then seconds)"
 bash scripts/build-tools.sh >/dev/null
+if $demo; then
+  exit 0
+fi
+for component in rustfmt clippy; do
+  rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component" || true
+done
 # CAPMOX's manager, for the takeover walk (tests/e2e): built only when asked for.
 log "building CAPMOX's manager (first run: about 4 min; then seconds)"
 bash scripts/build-tools.sh capmox-manager >/dev/null
