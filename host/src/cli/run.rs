@@ -19,7 +19,10 @@ use crate::controller::claims::LeaseClaims;
 use crate::controller::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
 use crate::controller::oversized::DEFAULT_OBJECT_MAX_KIB;
 use crate::controller::ownership::OwnershipKeys;
-use crate::controller::{self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, ManagerOptions};
+use crate::controller::{
+    self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, DEFAULT_RECONCILE_CONCURRENCY,
+    ManagerOptions, RESYNC,
+};
 use crate::conversion::Conversions;
 use crate::health::{self, Health};
 use crate::listen::{self, Bounds, ServerArgs, Transport};
@@ -167,18 +170,54 @@ pub struct RunArgs {
     /// burst then wait less for their first reconcile (at 1,000 machines, p99 23 s at 16
     /// and 1 s at 64). Plugin sandboxes alive at once are bounded by
     /// --plugin-concurrency, not by this.
-    #[arg(long, default_value_t = 64, env = "HYPERPLUG_RECONCILE_CONCURRENCY")]
+    #[arg(
+        long,
+        default_value_t = DEFAULT_RECONCILE_CONCURRENCY,
+        env = "HYPERPLUG_RECONCILE_CONCURRENCY"
+    )]
     pub reconcile_concurrency: u16,
     /// Seconds between drift checks of provisioned objects their plugin does not watch (a
     /// watched one is checked when the plugin's observer reports a change, and hourly),
     /// and between checks of whether the credentials of a call that failed for good have
     /// changed since.
-    #[arg(long, default_value_t = 300, env = "HYPERPLUG_RESYNC_SECONDS")]
+    #[arg(long, default_value_t = RESYNC.as_secs(), env = "HYPERPLUG_RESYNC_SECONDS")]
     pub resync_seconds: u64,
     #[command(flatten)]
     pub limits: Limits,
     #[command(flatten)]
     pub cache: CacheArgs,
+}
+
+impl RunArgs {
+    /// The namespace to watch; an empty value (as a Deployment's env may give) means all.
+    fn watched_namespace(&self) -> Option<String> {
+        self.namespace.clone().filter(|n| !n.is_empty())
+    }
+
+    /// What the controllers read of these flags, with what is resolved only at start
+    /// (the default credentials by plugin, the ownership key's Secret).
+    fn manager_options(
+        &self,
+        default_credentials: BTreeMap<String, (String, String)>,
+        ownership_key_secret: (String, String),
+    ) -> ManagerOptions {
+        ManagerOptions {
+            default_credentials,
+            credentials_grants: self.cross_namespace_credentials.clone(),
+            adopt_namespaces: self.adopt_namespace.clone(),
+            adoption_limits: AdoptionLimits {
+                created_before: self.adopt_created_before.clone(),
+                provider_ids: self.adopt_provider_id.clone(),
+            },
+            credentials_max_bytes: usize::try_from(self.credentials_max_kib << 10)
+                .unwrap_or(usize::MAX),
+            object_max_bytes: usize::try_from(self.object_max_kib << 10).unwrap_or(usize::MAX),
+            ownership_key_secret,
+            namespace: self.watched_namespace(),
+            concurrency: self.reconcile_concurrency,
+            resync: Duration::from_secs(self.resync_seconds),
+        }
+    }
 }
 
 /// How long a leader's lease lasts without renewal.
@@ -274,8 +313,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let server = listen::serve(listener, Transport::Plain, app, bounds);
         tokio::spawn(log_exit("blobs", server));
     }
-    // An empty value (as a Deployment's env may give) means all namespaces.
-    let watched_namespace = args.namespace.clone().filter(|n| !n.is_empty());
+    let watched_namespace = args.watched_namespace();
     // Conversion serves every replica, leader or standby: the API server calls whichever
     // the Service picks. The conversion data it keeps on objects is signed with the
     // ownership key, so what one replica wrote verifies on the others and in the
@@ -306,22 +344,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let scrapes = health::serve(metrics_addr, health, Bounds::probes("metrics"));
         tokio::spawn(log_exit("metrics", scrapes));
     }
-    let options = ManagerOptions {
-        default_credentials,
-        credentials_grants: args.cross_namespace_credentials.clone(),
-        adopt_namespaces: args.adopt_namespace.clone(),
-        adoption_limits: AdoptionLimits {
-            created_before: args.adopt_created_before.clone(),
-            provider_ids: args.adopt_provider_id.clone(),
-        },
-        credentials_max_bytes: usize::try_from(args.credentials_max_kib << 10)
-            .unwrap_or(usize::MAX),
-        object_max_bytes: usize::try_from(args.object_max_kib << 10).unwrap_or(usize::MAX),
-        ownership_key_secret,
-        namespace: watched_namespace,
-        concurrency: args.reconcile_concurrency,
-        resync: Duration::from_secs(args.resync_seconds),
-    };
+    let options = args.manager_options(default_credentials, ownership_key_secret);
     ready.store(true, Ordering::Relaxed);
     let elector_namespace = match args.leader_elect {
         true => Some(own_namespace(
@@ -453,6 +476,38 @@ fn own_object(
 #[cfg(test)]
 mod tests {
     use super::{default_credentials, own_namespace, own_object};
+
+    /// Every command run with no optional flag gets exactly what tests and embedders get
+    /// from `Default`: each default is one constant, and this keeps the clap attributes
+    /// reading it.
+    #[test]
+    fn no_flags_run_with_the_defaults() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser as _;
+        use hyperplug_runtime::{BlobLimits, Limits};
+
+        let cli = Cli::parse_from(["hyperplug", "run", "--plugin", "p.wasm"]);
+        let Command::Run(args) = cli.command else {
+            panic!("not `run`")
+        };
+        assert_eq!(args.limits, Limits::default());
+        assert_eq!(args.blob_limits, BlobLimits::default());
+        assert_eq!(args.servers, crate::listen::ServerArgs::default());
+        let fetch = crate::oci::FetchArgs::default();
+        assert_eq!(format!("{:?}", args.cache.fetch), format!("{fetch:?}"));
+        let default = super::ManagerOptions::default();
+        let options = args.manager_options(
+            default.default_credentials.clone(),
+            default.ownership_key_secret.clone(),
+        );
+        assert_eq!(format!("{options:?}"), format!("{default:?}"));
+
+        let cli = Cli::parse_from(["hyperplug", "conformance", "--list"]);
+        let Command::Conformance(args) = cli.command else {
+            panic!("not `conformance`")
+        };
+        assert_eq!(args.limits, Limits::default());
+    }
 
     #[test]
     fn the_managers_namespace_is_told_never_guessed() {
