@@ -149,24 +149,8 @@ impl Quickstart {
 
     /// Prepares the simulated workload side, then applies `yaml` as `kubectl apply` does.
     pub async fn apply(&mut self, yaml: &str) -> Result<()> {
-        self.workload = Some(
-            WorkloadSim::prepare(
-                &self.client(),
-                &self.namespace,
-                &self.cluster,
-                self.endpoint,
-                self.sim.state(),
-            )
-            .await?,
-        );
-        say(format!(
-            "kubectl apply -n {} -f {}.yaml",
-            self.namespace, self.cluster
-        ));
-        let out = packaging::kubectl_apply(&self.management.plane, &self.namespace, yaml)?;
-        for line in out.lines() {
-            say(format!("  {line}"));
-        }
+        let (ns, cluster) = (self.namespace.clone(), self.cluster.clone());
+        self.workload = Some(apply_cluster(self, &ns, &cluster, self.endpoint, yaml).await?);
         Ok(())
     }
 
@@ -178,42 +162,8 @@ impl Quickstart {
         count: usize,
         timeout: Duration,
     ) -> Result<Vec<DynamicObject>> {
-        let client = &management.plane.client();
-        let (ns, cluster) = (self.namespace.as_str(), self.cluster.as_str());
-        let (last, found) = (&Mutex::new(String::new()), &Mutex::new(Vec::new()));
-        let waited = management
-            .plane
-            .wait_for(
-                &format!("{count} provisioned Machines"),
-                timeout,
-                || async move {
-                    let machines = cluster_machines(client, ns, cluster).await?;
-                    let table = capi::describe_machines(&machines);
-                    let mut last = last.lock().unwrap();
-                    if table != *last {
-                        say(format!("Machines:\n{table}"));
-                        *last = table;
-                    }
-                    let done =
-                        machines.len() == count && machines.iter().all(capi::machine_provisioned);
-                    *found.lock().unwrap() = machines;
-                    Ok(done)
-                },
-            )
-            .await;
-        if let Err(e) = waited {
-            let hint = self
-                .workload
-                .as_ref()
-                .and_then(|w| w.last_error())
-                .map(|e| format!("\nworkload simulation: {e}"))
-                .unwrap_or_default();
-            bail!(
-                "{e:#}{hint}\nhyperplug log: {}",
-                management.hyperplug_log.display()
-            );
-        }
-        Ok(std::mem::take(&mut *found.lock().unwrap()))
+        let at = (self.namespace.as_str(), self.cluster.as_str());
+        wait_provisioned(management, at, self.workload.as_ref(), count, timeout).await
     }
 
     /// Scales the workers' MachineDeployment.
@@ -236,28 +186,7 @@ impl Quickstart {
     /// Deletes the Cluster on `management` and waits until every object of
     /// [`CLUSTER_KINDS`] and every Secret of the cluster is gone.
     pub async fn delete_cluster(&self, management: &Management, timeout: Duration) -> Result<()> {
-        say(format!("kubectl delete cluster {}", self.cluster));
-        let client = management.plane.client();
-        capi::api(&client, CAPI, "Cluster", &self.namespace)
-            .await?
-            .delete(&self.cluster, &Default::default())
-            .await?;
-        let (client, ns, cluster) = (&client, self.namespace.as_str(), self.cluster.as_str());
-        let left = &Mutex::new(Vec::new());
-        let waited = management
-            .plane
-            .wait_for(
-                "every object of the cluster to be gone",
-                timeout,
-                || async move {
-                    let now = leftovers(client, ns, cluster).await?;
-                    let done = now.is_empty();
-                    *left.lock().unwrap() = now;
-                    Ok(done)
-                },
-            )
-            .await;
-        waited.with_context(|| format!("left behind: {:?}", left.lock().unwrap()))
+        delete_cluster(management, &self.namespace, &self.cluster, timeout).await
     }
 
     /// VMs in pve-sim other than templates: (vmid, name).
@@ -275,6 +204,155 @@ impl Quickstart {
             })
             .collect()
     }
+}
+
+/// One more workload cluster on a quickstart's management cluster, beside its own: where
+/// it goes and, once applied, its simulated insides. The flavors run several at once,
+/// each in a namespace of its own, so that Cluster API's waits (a control plane's
+/// initialization, a deletion's requeues) overlap instead of adding up.
+pub struct SideCluster {
+    pub namespace: String,
+    pub cluster: String,
+    /// Its control-plane endpoint, a loopback address of its own.
+    pub endpoint: SocketAddr,
+    workload: Option<WorkloadSim>,
+}
+
+impl SideCluster {
+    pub fn new(namespace: &str, cluster: &str) -> SideCluster {
+        SideCluster {
+            namespace: namespace.into(),
+            cluster: cluster.into(),
+            endpoint: loopback_endpoint(),
+            workload: None,
+        }
+    }
+
+    /// As [`Quickstart::apply`], for this cluster.
+    pub async fn apply(&mut self, qs: &Quickstart, yaml: &str) -> Result<()> {
+        let workload = apply_cluster(qs, &self.namespace, &self.cluster, self.endpoint, yaml);
+        self.workload = Some(workload.await?);
+        Ok(())
+    }
+
+    /// As [`Quickstart::wait_provisioned`], for this cluster.
+    pub async fn wait_provisioned(
+        &self,
+        qs: &Quickstart,
+        count: usize,
+        timeout: Duration,
+    ) -> Result<Vec<DynamicObject>> {
+        let at = (self.namespace.as_str(), self.cluster.as_str());
+        wait_provisioned(&qs.management, at, self.workload.as_ref(), count, timeout).await
+    }
+
+    /// As [`Quickstart::delete_cluster`], for this cluster.
+    pub async fn delete(&self, qs: &Quickstart, timeout: Duration) -> Result<()> {
+        delete_cluster(&qs.management, &self.namespace, &self.cluster, timeout).await
+    }
+
+    /// Stops the simulated insides (the workload API server).
+    pub async fn stop(self) {
+        if let Some(workload) = self.workload {
+            workload.stop().await;
+        }
+    }
+}
+
+/// Prepares the simulated workload side of `cluster` (its CA, then its API server once
+/// its control-plane VM runs), then applies `yaml` in `namespace` as `kubectl apply`
+/// does.
+async fn apply_cluster(
+    qs: &Quickstart,
+    namespace: &str,
+    cluster: &str,
+    endpoint: SocketAddr,
+    yaml: &str,
+) -> Result<WorkloadSim> {
+    let workload =
+        WorkloadSim::prepare(&qs.client(), namespace, cluster, endpoint, qs.sim.state()).await?;
+    say(format!("kubectl apply -n {namespace} -f {cluster}.yaml"));
+    let out = packaging::kubectl_apply(&qs.management.plane, namespace, yaml)?;
+    for line in out.lines() {
+        say(format!("  {line}"));
+    }
+    Ok(workload)
+}
+
+/// Waits until `count` Machines of `(namespace, cluster)` are provisioned on
+/// `management`, printing each change; returns them.
+async fn wait_provisioned(
+    management: &Management,
+    (ns, cluster): (&str, &str),
+    workload: Option<&WorkloadSim>,
+    count: usize,
+    timeout: Duration,
+) -> Result<Vec<DynamicObject>> {
+    let client = &management.plane.client();
+    let (last, found) = (&Mutex::new(String::new()), &Mutex::new(Vec::new()));
+    let waited = management
+        .plane
+        .wait_for(
+            &format!("{count} provisioned Machines"),
+            timeout,
+            || async move {
+                let machines = cluster_machines(client, ns, cluster).await?;
+                let table = capi::describe_machines(&machines);
+                let mut last = last.lock().unwrap();
+                if table != *last {
+                    say(format!("Machines:\n{table}"));
+                    *last = table;
+                }
+                let done =
+                    machines.len() == count && machines.iter().all(capi::machine_provisioned);
+                *found.lock().unwrap() = machines;
+                Ok(done)
+            },
+        )
+        .await;
+    if let Err(e) = waited {
+        let hint = workload
+            .and_then(|w| w.last_error())
+            .map(|e| format!("\nworkload simulation: {e}"))
+            .unwrap_or_default();
+        bail!(
+            "{e:#}{hint}\nhyperplug log: {}",
+            management.hyperplug_log.display()
+        );
+    }
+    Ok(std::mem::take(&mut *found.lock().unwrap()))
+}
+
+/// Deletes the Cluster `cluster` on `management` and waits until every object of
+/// [`CLUSTER_KINDS`] in `ns` and every Secret of the cluster is gone.
+async fn delete_cluster(
+    management: &Management,
+    ns: &str,
+    cluster: &str,
+    timeout: Duration,
+) -> Result<()> {
+    say(format!("kubectl delete cluster {cluster}"));
+    let client = management.plane.client();
+    capi::api(&client, CAPI, "Cluster", ns)
+        .await?
+        .delete(cluster, &Default::default())
+        .await?;
+    let client = &client;
+    let left = &Mutex::new(Vec::new());
+    let waited = management
+        .plane
+        .wait_for(
+            "every object of the cluster to be gone",
+            timeout,
+            || async move {
+                let now = leftovers(client, ns, cluster).await?;
+                let done = now.is_empty();
+                *left.lock().unwrap() = now;
+                Ok(done)
+            },
+        )
+        .await;
+    waited.with_context(|| format!("left behind: {:?}", left.lock().unwrap()))
 }
 
 /// pve-sim as `opts` ask, with the seed's `capmox.env` token, and how to reach it.

@@ -3,16 +3,21 @@
 //! and Ignition gates on, as the flavors' docs ask), then per flavor `clusterctl generate
 //! cluster --from <CAPMOX's template>` with the seed's `capmox.env` plus the variables
 //! CAPMOX's docs give it, `kubectl apply`, every Machine provisioned with its VM in
-//! pve-sim, the Cluster deleted and its VMs gone. One flavor after another, each in a
-//! namespace of its own. Then the three ClusterClasses, each with CAPMOX's example Cluster
-//! of it (a topology of one control-plane machine, three workers and no load balancer).
-//! Prints the table of flavors.
+//! pve-sim, the Cluster deleted and its VMs gone. The flavors run side by side, each in a
+//! namespace of its own ([`SIDE_BY_SIDE`] at a time): most of a flavor's minute is Cluster
+//! API waiting on its own requeues, which overlap. Beside them, one after another, the
+//! three ClusterClasses, each with CAPMOX's example Cluster of it (a topology of one
+//! control-plane machine, three workers and no load balancer) in the `default` namespace
+//! they share. Prints the table of flavors.
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::capi;
-use e2e::quickstart::{Options, Quickstart, loopback_endpoint};
+use e2e::quickstart::{Options, Quickstart, SideCluster, proxmox_machines};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use packaging::{Clusterctl, capmox};
 use serde_json::json;
@@ -24,6 +29,10 @@ const CLASSES: &[(&str, &str)] = &[
     ("cluster-class-cilium.yaml", "cluster-cilium.yaml"),
 ];
 
+/// Flavors provisioning at once: each also runs its workload's API server (etcd and
+/// kube-apiserver), which is what bounds this on a 2-core machine.
+const SIDE_BY_SIDE: usize = 4;
+
 /// The flavor whose cluster brings its own credentials Secret.
 const EXTERNAL_CREDS: &str = "external-creds";
 
@@ -32,7 +41,7 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
     let _one = crate::FLOWS.lock().await;
     let hyperplug = capi::build_hyperplug().unwrap();
     let plugin = capi::bundled_plugin().unwrap();
-    let mut qs = Quickstart::start(
+    let qs = Quickstart::start(
         "flavors",
         Options {
             pve_listen: "127.0.0.1:0".into(),
@@ -46,19 +55,22 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
     .unwrap();
     // `E2E_FLAVOR=<part of a file name>` runs only the flavors and classes it names.
     let chosen = |file: &str| std::env::var("E2E_FLAVOR").map_or(true, |f| file.contains(&f));
-    let mut verdicts = Vec::new();
-    for flavor in capmox::FLAVORS {
-        let file = capmox::template_file(flavor);
-        if chosen(&file) {
-            verdicts.push((file, provision(&mut qs, flavor).await));
+    let qs = &qs;
+    let flavors = stream::iter(capmox::FLAVORS.iter().copied())
+        .map(|flavor| (capmox::template_file(flavor), flavor))
+        .filter(|(file, _)| std::future::ready(chosen(file)))
+        .map(|(file, flavor)| async move { (file, provision(qs, flavor).await) })
+        .buffered(SIDE_BY_SIDE)
+        .collect::<Vec<_>>();
+    let classes = async {
+        let mut verdicts = Vec::new();
+        for (class, example) in CLASSES.iter().filter(|(class, _)| chosen(class)) {
+            verdicts.push((class.to_string(), provision_class(qs, class, example).await));
         }
-    }
-    for (class, example) in CLASSES.iter().filter(|(class, _)| chosen(class)) {
-        verdicts.push((
-            class.to_string(),
-            provision_class(&mut qs, class, example).await,
-        ));
-    }
+        verdicts
+    };
+    let (mut verdicts, classes) = futures::join!(flavors, classes);
+    verdicts.extend(classes);
     let mut table = Vec::new();
     let mut failures = Vec::new();
     for (file, verdict) in verdicts {
@@ -78,18 +90,18 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
 }
 
 /// One flavor's cluster, from `clusterctl generate cluster` to deleted; what it made.
-async fn provision(qs: &mut Quickstart, flavor: &str) -> Result<String> {
+async fn provision(qs: &Quickstart, flavor: &str) -> Result<String> {
     let name = capmox::flavor_name(flavor);
-    next_cluster(qs, &format!("flavor-{name}"), &format!("capmox-{name}")).await?;
+    let mut side = SideCluster::new(&format!("flavor-{name}"), &format!("capmox-{name}"));
     let namespaces: Api<Namespace> = Api::all(qs.client());
-    let ns = serde_json::from_value(json!({"metadata": {"name": qs.namespace}}))?;
+    let ns = serde_json::from_value(json!({"metadata": {"name": side.namespace}}))?;
     namespaces.create(&PostParams::default(), &ns).await?;
 
     let mut clusterctl = Clusterctl::with_capmox_env()?
         .var("PROXMOX_URL", &qs.pve.url)
         .var("PROXMOX_TOKEN", &qs.pve.token)
         .var("PROXMOX_SECRET", &qs.pve.secret)
-        .var("CONTROL_PLANE_ENDPOINT_IP", &qs.endpoint.ip().to_string());
+        .var("CONTROL_PLANE_ENDPOINT_IP", &side.endpoint.ip().to_string());
     for (var, value) in capmox::FLAVOR_VARIABLES {
         clusterctl = clusterctl.var(var, value);
     }
@@ -97,7 +109,7 @@ async fn provision(qs: &mut Quickstart, flavor: &str) -> Result<String> {
         .capmox_dir()
         .join("templates")
         .join(capmox::template_file(flavor));
-    let mut yaml = clusterctl.generate_seed_cluster(&qs.cluster, &template, &qs.namespace)?;
+    let mut yaml = clusterctl.generate_seed_cluster(&side.cluster, &template, &side.namespace)?;
     if flavor == EXTERNAL_CREDS {
         // Its Secret has no way to trust pve-sim's self-signed certificate, which we
         // verify by default (docs/proxmox.md, Credentials): add its fingerprint, as the
@@ -110,19 +122,12 @@ async fn provision(qs: &mut Quickstart, flavor: &str) -> Result<String> {
         );
     }
     let machines = machine_count(&yaml)?;
-    qs.apply(&yaml).await?;
-    provisioned_then_deleted(qs, machines).await
-}
-
-/// Stops the previous cluster's workload simulation and points `qs` at the next cluster.
-async fn next_cluster(qs: &mut Quickstart, namespace: &str, cluster: &str) -> Result<()> {
-    if let Some(previous) = qs.workload.take() {
-        previous.stop().await;
-    }
-    qs.namespace = namespace.to_string();
-    qs.cluster = cluster.to_string();
-    qs.endpoint = loopback_endpoint();
-    Ok(())
+    let result = match side.apply(qs, &yaml).await {
+        Ok(()) => provisioned_then_deleted(qs, &side, machines).await,
+        Err(e) => Err(e),
+    };
+    side.stop().await;
+    result
 }
 
 /// As CAPMOX's docs say: `kubectl apply -f templates/<class>`, then its example Cluster of
@@ -130,7 +135,7 @@ async fn next_cluster(qs: &mut Quickstart, namespace: &str, cluster: &str) -> Re
 /// for their ClusterResourceSets) with this world's values where the example has its
 /// own (endpoint, addresses, DNS, template VMID, source and allowed nodes), every Machine
 /// of the topology provisioned, then the Cluster deleted with its VMs.
-async fn provision_class(qs: &mut Quickstart, class: &str, example: &str) -> Result<String> {
+async fn provision_class(qs: &Quickstart, class: &str, example: &str) -> Result<String> {
     let capmox = kube_world::tools::Tools::get()?.capmox_dir();
     let example_yaml = std::fs::read_to_string(capmox.join("examples").join(example))?;
     let mut cluster = packaging::documents(&example_yaml)?
@@ -141,7 +146,7 @@ async fn provision_class(qs: &mut Quickstart, class: &str, example: &str) -> Res
         .as_str()
         .context("the example Cluster has no name")?
         .to_string();
-    next_cluster(qs, "default", &name).await?;
+    let mut side = SideCluster::new("default", &name);
     let class_yaml = Clusterctl::with_capmox_env()?.run(&[
         "generate",
         "yaml",
@@ -155,15 +160,18 @@ async fn provision_class(qs: &mut Quickstart, class: &str, example: &str) -> Res
         .unwrap_or_default()
         .to_string();
     packaging::wait_class_reconciled(&qs.management.plane, "default", &class_name).await?;
-    let machines = in_this_world(&mut cluster, qs)?;
-    qs.apply(&serde_json::to_string(&cluster)?).await?;
-    let what = provisioned_then_deleted(qs, machines).await?;
-    Ok(format!("class {class_name}, Cluster {name}: {what}"))
+    let machines = in_this_world(&mut cluster, &side)?;
+    let result = match side.apply(qs, &serde_json::to_string(&cluster)?).await {
+        Ok(()) => provisioned_then_deleted(qs, &side, machines).await,
+        Err(e) => Err(e),
+    };
+    side.stop().await;
+    Ok(format!("class {class_name}, Cluster {name}: {}", result?))
 }
 
 /// Gives CAPMOX's example Cluster this world's endpoint and the seed's `capmox.env`
 /// values for its addresses, DNS servers, template and nodes; the Machines it asks for.
-fn in_this_world(cluster: &mut serde_json::Value, qs: &Quickstart) -> Result<usize> {
+fn in_this_world(cluster: &mut serde_json::Value, side: &SideCluster) -> Result<usize> {
     let var = packaging::capmox_var;
     let list = |v: &str| -> Vec<String> {
         v.trim_matches(['[', ']'])
@@ -180,7 +188,7 @@ fn in_this_world(cluster: &mut serde_json::Value, qs: &Quickstart) -> Result<usi
         let value = &mut v["value"];
         match name.as_str() {
             "allowedNodes" => *value = json!(list(&var("ALLOWED_NODES"))),
-            "controlPlaneEndpoint" => value["host"] = json!(qs.endpoint.ip().to_string()),
+            "controlPlaneEndpoint" => value["host"] = json!(side.endpoint.ip().to_string()),
             "dnsServers" => *value = json!(list(&var("DNS_SERVERS"))),
             "ipv4Config" => {
                 *value = json!({
@@ -209,12 +217,24 @@ fn in_this_world(cluster: &mut serde_json::Value, qs: &Quickstart) -> Result<usi
 }
 
 /// Waits for `machines` provisioned Machines with their VMs, then deletes the cluster
-/// (whatever came up, so the next one starts from an empty pve-sim); what it made.
-async fn provisioned_then_deleted(qs: &Quickstart, machines: usize) -> Result<String> {
+/// (whatever came up, so that nothing is left in pve-sim); what it made.
+async fn provisioned_then_deleted(
+    qs: &Quickstart,
+    side: &SideCluster,
+    machines: usize,
+) -> Result<String> {
+    // The names its VMs may carry (its Machines' and ProxmoxMachines'), gathered while
+    // the cluster stands: other clusters beside it share pve-sim, and a name prefix is
+    // not enough (`capmox-cilium-` is also the start of `capmox-cilium-load-balancer-`).
+    let mut names = BTreeSet::new();
     let result = async {
-        qs.wait_provisioned(&qs.management, machines, Duration::from_secs(180))
+        let provisioned = side
+            .wait_provisioned(qs, machines, Duration::from_secs(180))
             .await?;
-        let vms = cluster_vms(qs);
+        names.extend(provisioned.iter().map(|m| m.name_any()));
+        let infra = proxmox_machines(&qs.client(), &side.namespace).await?;
+        names.extend(infra.into_iter().map(|(name, _)| name));
+        let vms = cluster_vms(qs, &names);
         ensure!(
             vms.len() == machines,
             "{machines} Machines provisioned but pve-sim holds {} VMs of the cluster: {vms:?}",
@@ -223,12 +243,10 @@ async fn provisioned_then_deleted(qs: &Quickstart, machines: usize) -> Result<St
         Ok(())
     }
     .await;
-    let deleted = qs
-        .delete_cluster(&qs.management, Duration::from_secs(180))
-        .await;
+    let deleted = side.delete(qs, Duration::from_secs(180)).await;
     result?;
     deleted?;
-    let left = cluster_vms(qs);
+    let left = cluster_vms(qs, &names);
     if !left.is_empty() {
         bail!("the cluster is deleted but its VMs are not: {left:?}");
     }
@@ -252,11 +270,10 @@ fn machine_count(yaml: &str) -> Result<usize> {
     Ok(count)
 }
 
-/// pve-sim's VMs named after the current cluster's machines.
-fn cluster_vms(qs: &Quickstart) -> Vec<(u64, String)> {
-    let prefix = format!("{}-", qs.cluster);
+/// pve-sim's VMs named after one of `names` (a cluster's machines).
+fn cluster_vms(qs: &Quickstart, names: &BTreeSet<String>) -> Vec<(u64, String)> {
     qs.vms()
         .into_iter()
-        .filter(|(_, name)| name.starts_with(&prefix))
+        .filter(|(_, name)| names.contains(name))
         .collect()
 }
