@@ -35,7 +35,7 @@ const LIFECYCLE: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_capmox_management_cluster_is_taken_over_without_touching_a_vm() {
-    let _one = crate::FLOWS.lock().await;
+    let _flow = crate::FLOWS.acquire().await.unwrap();
     if kube_world::tools::Tools::get()
         .unwrap()
         .capmox_manager()

@@ -14,7 +14,7 @@ use e2e::quickstart::{Options, Quickstart, proxmox_machines};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
-    let _one = crate::FLOWS.lock().await;
+    let _flow = crate::FLOWS.acquire().await.unwrap();
     let hyperplug = capi::build_hyperplug().unwrap();
     let plugin = capi::bundled_plugin().unwrap();
     let mut qs = Quickstart::start(

@@ -38,7 +38,7 @@ const EXTERNAL_CREDS: &str = "external-creds";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
-    let _one = crate::FLOWS.lock().await;
+    let _flow = crate::FLOWS.acquire().await.unwrap();
     let hyperplug = capi::build_hyperplug().unwrap();
     let plugin = capi::bundled_plugin().unwrap();
     let qs = Quickstart::start(
@@ -56,12 +56,20 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
     // `E2E_FLAVOR=<part of a file name>` runs only the flavors and classes it names.
     let chosen = |file: &str| std::env::var("E2E_FLAVOR").map_or(true, |f| file.contains(&f));
     let qs = &qs;
-    let flavors = stream::iter(capmox::FLAVORS.iter().copied())
-        .map(|flavor| (capmox::template_file(flavor), flavor))
-        .filter(|(file, _)| std::future::ready(chosen(file)))
-        .map(|(file, flavor)| async move { (file, provision(qs, flavor).await) })
-        .buffered(SIDE_BY_SIDE)
-        .collect::<Vec<_>>();
+    // The next flavor starts as soon as any is done; the table keeps their order.
+    let flavors = async {
+        let mut done = stream::iter(capmox::FLAVORS.iter().copied().enumerate())
+            .map(|(i, flavor)| (i, capmox::template_file(flavor), flavor))
+            .filter(|(_, file, _)| std::future::ready(chosen(file)))
+            .map(|(i, file, flavor)| async move { (i, file, provision(qs, flavor).await) })
+            .buffer_unordered(SIDE_BY_SIDE)
+            .collect::<Vec<_>>()
+            .await;
+        done.sort_by_key(|(i, _, _)| *i);
+        done.into_iter()
+            .map(|(_, file, verdict)| (file, verdict))
+            .collect::<Vec<_>>()
+    };
     let classes = async {
         let mut verdicts = Vec::new();
         for (class, example) in CLASSES.iter().filter(|(class, _)| chosen(class)) {

@@ -10,7 +10,7 @@ use e2e::quickstart::{Options, Quickstart, cluster_machines, proxmox_machines};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn quickstart_provisions_scales_and_deletes_with_nothing_left_behind() {
-    let _one = crate::FLOWS.lock().await;
+    let _flow = crate::FLOWS.acquire().await.unwrap();
     let hyperplug = capi::build_hyperplug().unwrap();
     let plugin = capi::bundled_plugin().unwrap();
     let mut qs = Quickstart::start(

@@ -7,7 +7,10 @@ use e2e::capi;
 
 #[test]
 fn quickstart_reaches_provisioned_machines_and_prints_how_to_look_around() {
-    let _one = crate::FLOWS.blocking_lock();
+    let _flow = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(crate::FLOWS.acquire())
+        .unwrap();
     let hyperplug = capi::build_hyperplug().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_quickstart"))
         .args([
