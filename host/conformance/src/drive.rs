@@ -119,6 +119,12 @@ pub trait Answers {
     fn address(&mut self, device: &str, pool: &str) -> Result<AllocatedAddress, String>;
     /// The bootstrap data, once the plugin says it needs it.
     fn bootstrap(&mut self) -> Result<BootstrapData, String>;
+    /// The address from `pool` for `device` is not allocated yet: the call is made
+    /// without it and the plugin asked again at the next, as the host does while an
+    /// IPAddressClaim waits for its IPAM provider. Never, by default.
+    fn pending(&mut self, _device: &str, _pool: &str) -> bool {
+        false
+    }
 }
 
 /// A machine as the host keeps it between calls.
@@ -155,7 +161,7 @@ impl Machine {
         for r in &status.address_requests {
             // A reported pool by its name, a referenced one as `<Kind>/<name>`.
             let wanted = (r.device.clone(), r.pool.label());
-            if self.answered.contains(&wanted) {
+            if self.answered.contains(&wanted) || answers.pending(&wanted.0, &wanted.1) {
                 continue;
             }
             self.req
@@ -185,11 +191,16 @@ pub struct Drive {
     pub calls: usize,
     pub phases: Vec<String>,
     pub transient: u32,
+    /// The messages of the transient errors retried, in order.
+    pub transient_errors: Vec<String>,
     pub asked_addresses: usize,
     pub asked_bootstrap: bool,
     pub last: Option<MachineStatus>,
     /// Describe after each create call, when asked for.
     pub describes: Vec<Result<MachineStatus, Failure>>,
+    /// The failure that stopped the drive, when a call failed (a caller that judges the
+    /// error's class and fields reads it here).
+    pub failure: Option<Failure>,
 }
 
 impl Drive {
@@ -207,6 +218,21 @@ pub async fn create(
     answers: &mut (impl Answers + ?Sized),
     pacing: &Pacing,
     until: Until,
+) -> Result<Drive, (Drive, String)> {
+    create_watched(plugin, machine, answers, pacing, until, |_| false).await
+}
+
+/// [`create`], with each call's status shown to `stop` once its state is saved; the
+/// drive ends after a call `stop` says yes to, before its needs are answered. A test
+/// awaits a step of the plugin's with it (and looks at each step on the way) instead of
+/// calling the plugin in a loop of its own.
+pub async fn create_watched(
+    plugin: &Plugin,
+    machine: &mut Machine,
+    answers: &mut (impl Answers + ?Sized),
+    pacing: &Pacing,
+    until: Until,
+    mut stop: impl FnMut(&MachineStatus) -> bool,
 ) -> Result<Drive, (Drive, String)> {
     let deadline = Instant::now() + pacing.drive_timeout;
     let mut drive = Drive::default();
@@ -231,11 +257,13 @@ pub async fn create(
             {
                 transient_in_row += 1;
                 drive.transient += 1;
+                drive.transient_errors.push(t.message.clone());
                 tokio::time::sleep(pacing.wait(t.retry_after_ms, 1_000)).await;
                 continue;
             }
             Err(e) => {
                 let msg = format!("create call {} failed: {e}", drive.calls + 1);
+                drive.failure = Some(e);
                 return Err((drive, msg));
             }
         };
@@ -245,8 +273,13 @@ pub async fn create(
             drive.phases.push(status.progress.phase.clone());
         }
         machine.req.state = Some(status.progress.state.clone());
+        let stopped = stop(&status);
         if status.ready {
             machine.ready_state = Some(status.progress.state.clone());
+            drive.last = Some(status);
+            return Ok(drive);
+        }
+        if stopped {
             drive.last = Some(status);
             return Ok(drive);
         }
@@ -267,6 +300,35 @@ pub async fn create(
             return Ok(drive);
         }
         wait_after(plugin, &machine.req, &progress, pacing, 1_000).await;
+    }
+}
+
+/// Call describe until `done` says yes to its status, the state saved after each, as
+/// the host describes a machine again when the observer fires one of its waits (or at
+/// its requeue hint); the status `done` accepted.
+pub async fn describe_until(
+    plugin: &Plugin,
+    machine: &mut Machine,
+    pacing: &Pacing,
+    mut done: impl FnMut(&MachineStatus) -> bool,
+) -> Result<MachineStatus, String> {
+    let deadline = Instant::now() + pacing.drive_timeout;
+    let mut calls = 0;
+    loop {
+        let status = flatten(plugin.describe_machine(&machine.req).await)
+            .map_err(|e| format!("describe call {} failed: {e}", calls + 1))?;
+        calls += 1;
+        machine.req.state = Some(status.progress.state.clone());
+        if done(&status) {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "not done after {:?} and {calls} describe calls (last {}: {})",
+                pacing.drive_timeout, status.progress.phase, status.progress.message
+            ));
+        }
+        wait_after(plugin, &machine.req, &status.progress, pacing, 1_000).await;
     }
 }
 

@@ -1,5 +1,5 @@
 //! The host's integration tests, one binary: each module was a test file of its own, and
-//! its tests keep their names (`cargo test -p hyperplug --test it proxmox_machine::`).
+//! its tests keep their names (`cargo test -p hyperplug --test it proxmox::`).
 //! One binary links wasmtime and kube once instead of once per file.
 mod support;
 
@@ -17,7 +17,7 @@ mod oci_plugins;
 mod plugin_loading;
 mod plugin_outputs;
 mod plugin_upgrade;
-mod proxmox_machine;
+mod proxmox;
 mod proxmox_via_runtime;
 mod pve_tenants;
 mod redfish_machine;

@@ -25,12 +25,52 @@ pub async fn create_until_ready(
     answers: &mut (impl Answers + ?Sized),
     pacing: &Pacing,
 ) -> Result<(MachineStatus, Drive), String> {
+    create_until(plugin, req, answers, pacing, |_| false)
+        .await
+        .map_err(|(drive, why)| format!("{why} (phases {})", drive.phases()))
+}
+
+/// Call create until `stop` says yes to a call's status (before that call's needs are
+/// answered) or the machine is ready: a test awaits a step of the plugin's, and looks
+/// at every status on the way in `stop`. `req` keeps what the host handed over, also
+/// when a call fails (the host keeps the state from before a failed call). Returns the
+/// last status and what the drive saw; a failure keeps the drive, whose `failure` is
+/// the plugin's error.
+pub async fn create_until(
+    plugin: &Plugin,
+    req: &mut MachineRequest,
+    answers: &mut (impl Answers + ?Sized),
+    pacing: &Pacing,
+    stop: impl FnMut(&MachineStatus) -> bool,
+) -> Result<(MachineStatus, Drive), (Drive, String)> {
     let mut machine = Machine::new(req.clone());
-    let driven = drive::create(plugin, &mut machine, answers, pacing, Until::default()).await;
+    let driven = drive::create_watched(
+        plugin,
+        &mut machine,
+        answers,
+        pacing,
+        Until::default(),
+        stop,
+    )
+    .await;
     *req = machine.req;
-    let mut drive = driven.map_err(|(drive, why)| format!("{why} (phases {})", drive.phases()))?;
-    let status = drive.last.take().expect("a ready drive has a status");
+    let mut drive = driven?;
+    let status = drive.last.take().expect("a drive that ended has a status");
     Ok((status, drive))
+}
+
+/// Call describe until `done` says yes to its status, as the host describes a machine
+/// when one of its waits fires; `req` keeps the plugin's state. The status `done` took.
+pub async fn describe_until(
+    plugin: &Plugin,
+    req: &mut MachineRequest,
+    pacing: &Pacing,
+    done: impl FnMut(&MachineStatus) -> bool,
+) -> Result<MachineStatus, String> {
+    let mut machine = Machine::new(req.clone());
+    let described = drive::describe_until(plugin, &mut machine, pacing, done).await;
+    *req = machine.req;
+    described
 }
 
 /// Call delete until the plugin confirms the machine gone; returns the phases it went

@@ -150,6 +150,20 @@ pub fn cluster_request(
     }
 }
 
+/// Until `holds` is true, looked at every 10 ms: a test awaits what it then asserts on
+/// (a simulator's task ending, say) instead of sleeping for a time it guessed. Panics
+/// naming `what` after 30 s.
+pub async fn until(what: &str, mut holds: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !holds() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not so after 30 s: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Serve blobs for `runtime` with the default limits (on a port nothing reads).
 pub fn blob_store() -> Arc<BlobStore> {
     Arc::new(BlobStore::new(
