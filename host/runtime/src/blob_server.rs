@@ -14,7 +14,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::BlobStore;
+use crate::blobs::BlobStore;
 
 /// The routes, serving `store`.
 pub fn router(store: Arc<BlobStore>) -> Router {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::ObjectRef;
+use super::bindings::types::ObjectRef;
 use super::limits::size;
 
 /// Path prefix of every blob URL.

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
 
-use super::ObjectRef;
+use crate::bindings::types::ObjectRef;
 
 pub type ClaimFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
 

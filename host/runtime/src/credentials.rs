@@ -1,7 +1,7 @@
 //! The keys of a credentials Secret. The controllers read them from Secrets and
 //! `hyperplug conformance` from its credentials file, so both accept the same keys, read
 //! the same way.
-use super::Credentials;
+use crate::bindings::types::Credentials;
 
 pub const URL: &str = "url";
 pub const TOKEN: &str = "token";
