@@ -105,6 +105,20 @@ pub enum CallError {
         call: &'static str,
         message: String,
     },
+    /// The call's tenant (its object's namespace; for calls about no object, its
+    /// endpoint) already had its whole share of `--plugin-concurrency` in use or waited
+    /// for: refused before it waited, so its caller does not wait either (see `slots`).
+    /// Not a failure of anything: the caller comes back shortly.
+    #[error(
+        "plugin {plugin}: `{call}` for tenant {tenant} not started: its calls hold or wait for all {share} of the plugin slots one tenant may have ({held} held; --plugin-concurrency)"
+    )]
+    TenantAtShare {
+        plugin: String,
+        call: &'static str,
+        tenant: String,
+        held: usize,
+        share: usize,
+    },
     /// The plugin's calls in flight together held all of a budget they share (memory)
     /// before this call reached its own limit: worth retrying once others end, not a
     /// failure of the plugin.
@@ -134,6 +148,7 @@ impl CallError {
             CallError::Credentials { .. } => "credentials",
             CallError::Busy { .. } => "busy",
             CallError::Crowded { .. } => "crowded",
+            CallError::TenantAtShare { .. } => "tenant_at_share",
         }
     }
 }

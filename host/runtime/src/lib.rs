@@ -245,6 +245,14 @@ impl Runtime {
         &self.inner.limits
     }
 
+    /// Whether a call with credentials about an object of `namespace` would be refused
+    /// now ([`CallError::TenantAtShare`]): the namespace's calls hold or wait for its
+    /// whole share of the plugin slots. A caller that would otherwise read the API
+    /// server to prepare the call asks first, and comes back later instead.
+    pub fn tenant_at_share(&self, namespace: &str) -> bool {
+        self.inner.slots.at_share(namespace)
+    }
+
     /// Load, check, compile and describe a plugin.
     pub async fn load(&self, path: &Path) -> Result<Plugin, LoadError> {
         let inner = &self.inner;
@@ -767,7 +775,18 @@ impl Plugin {
                 Subject::Owner(o) | Subject::Named(o) => o.namespace.as_str(),
                 Subject::None => credentials.first().map_or("", |c| c.endpoint.as_str()),
             };
-            (Some(inner.slots.acquire(tenant).await), None)
+            match inner.slots.acquire(tenant).await {
+                Ok(slot) => (Some(slot), None),
+                Err(refused) => {
+                    return Err(CallError::TenantAtShare {
+                        plugin,
+                        call,
+                        tenant: tenant.to_string(),
+                        held: refused.held,
+                        share: refused.share,
+                    });
+                }
+            }
         };
         let meter = CallMeter::new(limits.cpu());
         let egress = self.egress_for(credentials, &meter)?;

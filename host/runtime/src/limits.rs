@@ -170,7 +170,8 @@ pub struct Limits {
     /// Calls given no credentials (conversions, template descriptions), which reach no
     /// endpoint, have 4 slots of their own besides. Shared fairly: one namespace holds
     /// at most three quarters of them, and a freed one goes to the waiting namespace
-    /// holding the fewest.
+    /// holding the fewest; a namespace's calls past its three quarters, held or waiting,
+    /// do not wait but come back shortly, so they hold no reconcile worker either.
     #[arg(
         long = "plugin-concurrency",
         default_value_t = defaults::CONCURRENCY,

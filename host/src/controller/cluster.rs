@@ -24,6 +24,10 @@ use hyperplug_runtime::bindings::types::Progress;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
+    // As a machine's: no reads while its tenant has no plugin slot to give it.
+    if let Some(later) = outcome::tenant_at_share(&ctx, &ns) {
+        return Ok(later);
+    }
     let own = api(&ctx.client, &ctx.resource, &ns);
     let Some(obj) = objects::fresh(&own, &obj).await? else {
         return Ok(Action::await_change());

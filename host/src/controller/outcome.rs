@@ -10,7 +10,7 @@ use super::context::Context;
 use super::error::{Error, Result};
 use super::events::{self, Event};
 use super::output::Check;
-use super::patch;
+use super::{patch, requeue};
 use crate::status::{Progressing, Status};
 
 pub enum Outcome<T> {
@@ -62,7 +62,10 @@ pub fn of<T: Check>(
             },
         }),
         Err(
-            e @ (CallError::Timeout { .. } | CallError::Busy { .. } | CallError::Crowded { .. }),
+            e @ (CallError::Timeout { .. }
+            | CallError::Busy { .. }
+            | CallError::Crowded { .. }
+            | CallError::TenantAtShare { .. }),
         ) => Outcome::Failed(Error::Call(e)),
         Err(e @ CallError::Credentials { .. }) => Outcome::Failed(Error::Terminal {
             reason: reasons::CREDENTIALS_ERROR.into(),
@@ -123,6 +126,9 @@ pub async fn fail(
     err: Error,
     credentials: Option<&str>,
 ) -> Result<Action> {
+    if let Some(action) = at_share(&err) {
+        return Ok(action);
+    }
     let generation = obj.metadata.generation.unwrap_or(0);
     let (next, event, terminal) = failure_report(
         &Progressing::of(obj),
@@ -142,6 +148,24 @@ pub async fn fail(
         (true, None) => Ok(Action::await_change()),
         (false, _) => Err(err),
     }
+}
+
+/// A call not started because its tenant's calls hold or wait for all the plugin slots
+/// it may have: nothing failed, so nothing is shown on the object (no condition, no
+/// event) and no backoff grows; the reconcile ends, its worker free for other tenants'
+/// objects, and the object comes back shortly ([`requeue::TENANT_AT_SHARE`]).
+pub fn at_share(err: &Error) -> Option<Action> {
+    matches!(err, Error::Call(CallError::TenantAtShare { .. }))
+        .then(|| Action::requeue(requeue::TENANT_AT_SHARE))
+}
+
+/// Before a reconcile reads anything for a plugin call of an object in `namespace`: if
+/// the call would be refused ([`at_share`]), the reconcile ends at once instead.
+pub fn tenant_at_share(ctx: &Context, namespace: &str) -> Option<Action> {
+    ctx.plugin
+        .runtime()
+        .tenant_at_share(namespace)
+        .then(|| Action::requeue(requeue::TENANT_AT_SHARE))
 }
 
 /// How a reconcile of an object that failed for good goes on.
@@ -302,6 +326,29 @@ mod tests {
             Outcome::Failed(e @ Error::Call(_)) => assert_eq!(e.metric_label(), "plugin_call"),
             _ => panic!("a busy pool is not terminal"),
         }
+    }
+
+    #[test]
+    fn a_call_its_tenant_had_no_room_for_is_no_failure_and_comes_back_soon() {
+        let refused = CallError::TenantAtShare {
+            plugin: "p".into(),
+            call: "machine.create",
+            tenant: "slow".into(),
+            held: 12,
+            share: 12,
+        };
+        let Outcome::Failed(err) = of::<Option<hyperplug_runtime::bindings::types::Progress>>(
+            "p",
+            "machine.create",
+            Err(refused),
+        ) else {
+            panic!("not started is not done");
+        };
+        assert_eq!(
+            at_share(&err),
+            Some(Action::requeue(requeue::TENANT_AT_SHARE))
+        );
+        assert_eq!(at_share(&Error::Transient("503".into())), None);
     }
 
     /// Found at 10,000 machines: 16 first steps at once, each reading a listing of

@@ -25,6 +25,13 @@ pub const DELETE_STEP: Duration = Duration::from_secs(2);
 /// (addresses of machines outside the cluster must not hold its deletion forever).
 pub const POOLS_DRAIN: Duration = Duration::from_secs(1);
 pub const POOLS_DRAIN_AT_MOST: Duration = Duration::from_secs(60);
+/// A reconcile whose tenant (namespace) already has its whole share of the plugin slots
+/// in use or waited for (`CallError::TenantAtShare`): it gives its worker back rather
+/// than wait for a slot holding it, and looks again this soon. Short, as a slot of the
+/// tenant frees as soon as one of its calls ends and nothing wakes the object then; a
+/// tenant whose calls hang costs a cheap look per waiting object per period meanwhile
+/// (no API read, no status write).
+pub const TENANT_AT_SHARE: Duration = Duration::from_millis(250);
 /// A machine whose cluster infrastructure is not there yet.
 pub const CLUSTER_INFRASTRUCTURE: Duration = Duration::from_secs(10);
 /// A template whose description failed.

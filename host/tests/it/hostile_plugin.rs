@@ -151,11 +151,12 @@ async fn as_many_calls_as_the_concurrency_limit_all_find_an_instance_slot() {
     let (_rt, plugin) = load("hostile", limits).await;
     // Every call stays in flight until its deadline.
     let (addr, _connections) = silent_endpoint().await;
-    let calls = (0..32).map(|_| {
-        spawn_attack(
+    let calls = (0..32).map(|i| {
+        spawn_attack_as(
             &plugin,
             json!({"attack": "connect", "authority": addr}),
             format!("http://{addr}"),
+            format!("tenant-{}", i % 2),
         )
     });
     for ended in futures_join(calls).await {
@@ -344,6 +345,27 @@ fn spawn_attack(
     tokio::spawn(async move { attack(&plugin, spec, &endpoint).await })
 }
 
+/// [`spawn_attack`] about an object of namespace `tenant`: one tenant's calls past its
+/// share of the slots are refused rather than queued (`slots`), so tests that fill every
+/// slot, or queue for one, spread their calls over tenants.
+fn spawn_attack_as(
+    plugin: &Plugin,
+    spec: serde_json::Value,
+    endpoint: String,
+    tenant: String,
+) -> tokio::task::JoinHandle<Result<String, String>> {
+    let plugin = plugin.clone();
+    tokio::spawn(async move {
+        let mut req = machine_request(spec, credentials(&endpoint));
+        req.machine.namespace = tenant;
+        match plugin.create_machine(&req).await {
+            Ok(Ok(status)) => Ok(status.progress.message),
+            Ok(Err(e)) => Err(format!("plugin error: {e:?}")),
+            Err(call_error) => Err(format!("host: {call_error}")),
+        }
+    })
+}
+
 /// An endpoint that accepts connections and never answers (so a call that sends it a
 /// request stays in flight until its deadline): its address, and a message per
 /// connection it took. Dropping the receiver does not close the connections.
@@ -437,11 +459,12 @@ async fn calls_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing() {
         },
     )
     .await;
-    let calls = (0..24).map(|_| {
-        spawn_attack(
+    let calls = (0..24).map(|i| {
+        spawn_attack_as(
             &plugin,
             json!({"attack": "connect", "authority": addr}),
             format!("http://{addr}"),
+            format!("tenant-{i}"),
         )
     });
     for result in futures_join(calls).await {

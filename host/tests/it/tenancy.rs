@@ -252,7 +252,8 @@ async fn a_tenant_reaches_no_vm_its_machines_did_not_make() {
 }
 
 /// One tenant's endpoint that answers nothing holds at most three quarters of the
-/// plugin slots, however many of its calls wait: another tenant's call runs at once.
+/// plugin slots, however many of its calls come: those past its share are refused at once
+/// (`TenantAtShare`, so their callers wait for nothing) and another tenant's call runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_whose_endpoint_hangs_does_not_hold_every_plugin_slot() {
     use crate::support::{self, machine_request};
@@ -282,17 +283,32 @@ async fn a_tenant_whose_endpoint_hangs_does_not_hold_every_plugin_slot() {
         req.machine.uid = format!("uid-{ns}-{i}");
         req
     };
-    let slow: Vec<_> = (0..8)
-        .map(|i| {
-            let (plugin, req) = (
-                plugin.clone(),
-                in_namespace("slow", i, support::credentials(&endpoint)),
-            );
-            tokio::spawn(async move { plugin.describe_machine(&req).await })
-        })
-        .collect();
+    let mut slow = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let (plugin, req) = (
+            plugin.clone(),
+            in_namespace("slow", i, support::credentials(&endpoint)),
+        );
+        slow.spawn(async move { plugin.describe_machine(&req).await });
+    }
     // Three of the four slots are the slow tenant's: its calls reach the endpoint.
     while accepted.recv().await.is_some_and(|n| n < 3) {}
+    // The other five are refused without waiting: the three that hold slots end only
+    // at their first-byte timeout, so these are the first five to end.
+    for _ in 0..5 {
+        let refused = slow.join_next().await.unwrap().unwrap();
+        assert!(
+            matches!(
+                refused,
+                Err(hyperplug_runtime::CallError::TenantAtShare {
+                    held: 3,
+                    share: 3,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+    }
 
     let sim = support::sim_with(pve_sim::Config::fast()).await;
     let fast = in_namespace("fast", 0, support::pinned(&sim));
@@ -305,9 +321,150 @@ async fn a_tenant_whose_endpoint_hangs_does_not_hold_every_plugin_slot() {
         n = accepted.recv() => panic!("a slow call took the slot first ({n:?} reached the endpoint)"),
     };
     assert!(answered.is_ok(), "{answered:?}");
-    assert!(slow.iter().all(|call| !call.is_finished()));
+    assert_eq!(slow.len(), 3);
+    assert!(slow.try_join_next().is_none(), "the three hang");
     assert!(accepted.try_recv().is_err(), "no fourth slow call ran");
-    for call in slow {
-        call.abort();
+    slow.abort_all();
+}
+
+/// More of one tenant's machines against an endpoint that hangs than there are
+/// reconcile workers: the tenant's calls hold its share of the plugin slots (3 of 4),
+/// and its other reconciles give their workers back at once rather than wait for a slot
+/// holding them, so another tenant's machine still gets a worker and its plugin call.
+/// Shown by the order of events, no clock: the other tenant's clone reaches its PVE
+/// before any of the hanging calls ends (each ends only at the plugin's first-byte
+/// timeout, after which a next slow call would reach the hanging endpoint). With workers
+/// held while waiting for a slot, every worker is the slow tenant's until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_endpoint_hangs_does_not_hold_every_reconcile_worker() {
+    use std::sync::Arc;
+
+    use crate::support::controllers::{self, PROXMOX_SPEC, machine};
+    use crate::support::world::{TOKEN_ID, TOKEN_SECRET};
+    use hyperplug::controller::ManagerOptions;
+    use hyperplug::controller::claims::LeaseClaims;
+    use hyperplug_runtime::{Limits, Runtime};
+
+    const WORKERS: u16 = 4;
+    const SLOW_MACHINES: usize = 8;
+    let world = World::start_with(pve_sim::Config::fast(), false).await;
+    let mut slow_config = pve_sim::Config::fast();
+    slow_config.tokens = vec![format!("{TOKEN_ID}={TOKEN_SECRET}")];
+    let slow_sim = crate::support::sim_with(slow_config).await;
+    let fast_ns = world.plane.namespace("fast").await.unwrap();
+    let credentials = |name: &str, sim: &pve_sim::RunningSim| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\nstringData:\n  url: {}\n  token: \"{TOKEN_ID}\"\n  secret: {TOKEN_SECRET}\n  fingerprint: \"{}\"\n",
+            sim.base_url(),
+            sim.fingerprint()
+        )
+    };
+    // The slow tenant in the world's namespace with a PVE of its own; the fast tenant in
+    // another namespace with the world's PVE.
+    world
+        .apply(&credentials("slow-credentials", &slow_sim))
+        .await;
+    world
+        .apply(&proxmox_cluster("slow", Some("{name: slow-credentials}")))
+        .await;
+    let in_fast = |yaml: String| {
+        let (plane, ns) = (&world.plane, fast_ns.clone());
+        async move { plane.apply_yaml_in(&ns, &yaml).await.unwrap() }
+    };
+    in_fast(credentials("pve-credentials", &world.sim)).await;
+    in_fast(proxmox_cluster("fast", Some("{name: pve-credentials}"))).await;
+
+    // 4 plugin slots (one tenant holds at most 3) and 4 reconcile workers per kind.
+    let limits = Limits {
+        concurrency: u32::from(WORKERS),
+        ..Limits::default()
+    };
+    let runtime = Runtime::builder(limits)
+        .claims(Arc::new(LeaseClaims::new(world.plane.client(), &world.ns)));
+    let (_runtime, plugin) = crate::support::load_with("proxmox", runtime).await;
+    let options = ManagerOptions {
+        concurrency: WORKERS,
+        ..controllers::options()
+    };
+    let _controllers = controllers::start(&world, plugin, options);
+    let ready = |o: &kube::api::DynamicObject| o.data["status"]["ready"] == true;
+    let slow_clusters = world.api(V1ALPHA1, "ProxmoxCluster").await;
+    world.wait_for(&slow_clusters, "slow", "ready", ready).await;
+    let fast_clusters = world
+        .plane
+        .dynamic_api(V1ALPHA1, "ProxmoxCluster", Some(&fast_ns))
+        .await
+        .unwrap();
+    world.wait_for(&fast_clusters, "fast", "ready", ready).await;
+
+    // The slow tenant's endpoint now answers nothing within the plugin's timeouts (each
+    // request is counted as it arrives); twice as many of its machines as workers.
+    let slow = slow_sim.state();
+    slow.set_faults(pve_sim::Faults {
+        latency_ms: 600_000,
+        ..pve_sim::Faults::default()
+    });
+    slow.reset_counters();
+    let slow_requests = || slow.counters().values().sum::<u64>();
+    for i in 0..SLOW_MACHINES {
+        machine(
+            &world,
+            "slow",
+            "ProxmoxMachine",
+            &format!("slow-{i}"),
+            "{}",
+            PROXMOX_SPEC,
+        )
+        .await;
+    }
+    // Its calls hold its share: three requests in, each a call holding a slot.
+    while slow_requests() < 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let held = slow_requests();
+    assert_eq!(held, 3, "one tenant's calls hold at most 3 of the 4 slots");
+
+    // The other tenant's machine.
+    let machine_yaml = |name: &str, owner_uid: Option<&str>| match owner_uid {
+        None => format!(
+            "apiVersion: cluster.x-k8s.io/v1beta2\nkind: Machine\nmetadata:\n  name: {name}\n  labels:\n    cluster.x-k8s.io/cluster-name: fast\nspec:\n  clusterName: fast\n  bootstrap:\n    dataSecretName: {name}-bootstrap\n  infrastructureRef:\n    apiGroup: infrastructure.cluster.x-k8s.io\n    kind: ProxmoxMachine\n    name: {name}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}-bootstrap\n  labels:\n    cluster.x-k8s.io/cluster-name: fast\ntype: cluster.x-k8s.io/secret\nstringData:\n  value: \"#cloud-config\\n\"\n  format: cloud-config\n"
+        ),
+        Some(uid) => format!(
+            "apiVersion: {V1ALPHA1}\nkind: ProxmoxMachine\nmetadata:\n  name: {name}\n  labels:\n    cluster.x-k8s.io/cluster-name: fast\n  ownerReferences:\n  - apiVersion: cluster.x-k8s.io/v1beta2\n    kind: Machine\n    name: {name}\n    uid: {uid}\nspec: {PROXMOX_SPEC}\n"
+        ),
+    };
+    let clones = || world.requests("POST /nodes/{node}/qemu/{vmid}/clone");
+    let before = clones();
+    in_fast(machine_yaml("fast-0", None)).await;
+    let machines = world
+        .plane
+        .dynamic_api("cluster.x-k8s.io/v1beta2", "Machine", Some(&fast_ns))
+        .await
+        .unwrap();
+    let uid = machines.get("fast-0").await.unwrap().uid().unwrap();
+    in_fast(machine_yaml("fast-0", Some(&uid))).await;
+
+    // Which comes first: the fast tenant's clone, or a fourth request at the hanging
+    // endpoint (a slow call ended and another took its slot).
+    loop {
+        if clones() > before {
+            break;
+        }
+        let now = slow_requests();
+        assert_eq!(
+            now, held,
+            "a slow call ended before the other tenant's machine got its plugin call"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(slow_requests(), held);
+    // The slow tenant's machines that found no room show nothing of it: it is no failure.
+    let pms = world.api(V1ALPHA1, "ProxmoxMachine").await;
+    for i in 0..SLOW_MACHINES {
+        let m = pms.get(&format!("slow-{i}")).await.unwrap();
+        let message = condition(&m, "Ready")
+            .and_then(|c| c["message"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        assert!(!message.contains("plugin slots"), "slow-{i}: {message}");
     }
 }

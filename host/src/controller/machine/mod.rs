@@ -36,6 +36,11 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     ) {
         return Ok(Action::requeue(left));
     }
+    // Its tenant's calls hold or wait for all the plugin slots it may have: this worker
+    // goes to another object, before any read (see `outcome::at_share`).
+    if let Some(later) = outcome::tenant_at_share(&ctx, &obj.namespace().unwrap_or_default()) {
+        return Ok(later);
+    }
     let mut o = match observe::machine(&ctx, &obj).await? {
         Step::Call(o) => o,
         Step::Done(action) => {
