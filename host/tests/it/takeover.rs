@@ -359,3 +359,162 @@ async fn machines_another_provider_made_are_adopted_only_with_a_grant_and_a_proo
     host.kill().unwrap();
     host.wait().unwrap();
 }
+
+/// A call to the Proxmox API with the world's token, as anyone holding it may make:
+/// `POST path` with `form`.
+async fn pve_post(world: &World, path: &str, form: &[(&str, &str)]) {
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .danger_accept_invalid_certs(true)
+        .build()
+        .unwrap();
+    let auth = format!(
+        "PVEAPIToken={}={}",
+        crate::support::world::TOKEN_ID,
+        crate::support::world::TOKEN_SECRET
+    );
+    let reply = http
+        .post(format!("{}/api2/json{path}", world.sim.base_url()))
+        .header("Authorization", auth)
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    assert!(reply.status().is_success(), "{:?}", reply.text().await);
+}
+
+/// Issue 40, item 4: a provisioned machine loses its status (a restore, a move without
+/// it) in a namespace granted adoption, and meanwhile its marker (the description line
+/// and the `hp-` tag) was planted on another VM. The plugin finds two VMs carrying the
+/// machine's marker: that is `AmbiguousOwnership`, terminal, with a count and no VMID
+/// or name of either VM; neither VM is adopted, written, powered or destroyed, not even
+/// when the machine is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_on_two_vms_is_an_ambiguity_that_touches_neither() {
+    use crate::support::controllers::{self, PROXMOX_SPEC, machine, proxmox_cluster};
+
+    const FOREIGN: u32 = 150;
+    const FOREIGN_NAME: &str = "team-b-db";
+    let mut sim = pve_sim::Config::fast();
+    sim.vms.push(capmox_vm(FOREIGN, FOREIGN_NAME, OTHER_UUID));
+    let world = World::start_with(sim, false).await;
+    let granted = hyperplug::controller::ManagerOptions {
+        adopt_namespaces: vec![world.ns.clone()],
+        ..controllers::options()
+    };
+    let (_rt, plugin) = crate::support::load_with("proxmox", controllers::managed(&world)).await;
+    let manager = controllers::start(&world, plugin, granted.clone());
+    world
+        .apply(&proxmox_cluster("demo", Some("{name: pve-credentials}")))
+        .await;
+    machine(&world, "demo", "ProxmoxMachine", "m-0", "{}", PROXMOX_SPEC).await;
+    let pms = world
+        .api("infrastructure.cluster.x-k8s.io/v1alpha1", "ProxmoxMachine")
+        .await;
+    let pm = world
+        .wait_for(&pms, "m-0", "provisioned", |o| {
+            o.data["status"]["initialization"]["provisioned"] == true
+        })
+        .await;
+    let ours: u32 = pm.data["status"]["details"]["vmid"]
+        .as_str()
+        .expect("the VMID in the status")
+        .parse()
+        .unwrap();
+    let uid = pm.uid().unwrap();
+    drop(manager);
+
+    // The machine's marker, copied onto the other VM: its description's marker line
+    // and its `hp-` tag.
+    let marker_line = description(&world, ours)
+        .lines()
+        .find(|l| l.ends_with(&uid) && l.starts_with("hyperplug.machine-uid="))
+        .expect("the machine's marker line")
+        .to_string();
+    let config = &world.sim.state().vm(ours).unwrap()["config"];
+    let tag = config["tags"]
+        .as_str()
+        .unwrap_or_default()
+        .split(';')
+        .find(|t| t.starts_with("hp-"))
+        .expect("the machine's tag")
+        .to_string();
+    let planted = format!("team b's database\n{marker_line}\n");
+    pve_post(
+        &world,
+        &format!("/nodes/pve1/qemu/{FOREIGN}/config"),
+        &[("description", &planted), ("tags", &tag)],
+    )
+    .await;
+
+    // The status is lost: spec.providerID names a VM the manager has no record of.
+    pms.patch_status(
+        "m-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": null})),
+    )
+    .await
+    .unwrap();
+    let vm = |vmid| world.sim.state().vm(vmid).expect("the VM");
+    let before = [vm(ours), vm(FOREIGN)];
+    world.sim.state().reset_counters();
+    let (_rt, plugin) = crate::support::load_with("proxmox", controllers::managed(&world)).await;
+    let _manager = controllers::start(&world, plugin, granted);
+    let message = world.wait_reason(&pms, "m-0", "AmbiguousOwnership").await;
+
+    // A count, the machine's own marker, and nothing of the VMs.
+    assert!(
+        message.starts_with("2 VMs carry this machine's marker"),
+        "{message}"
+    );
+    let without_uid = message.replace(&uid, "");
+    for fact in [
+        ours.to_string(),
+        FOREIGN.to_string(),
+        FOREIGN_NAME.to_string(),
+        OTHER_UUID.to_string(),
+        "pve1".to_string(),
+    ] {
+        assert!(!without_uid.contains(&fact), "{fact} in {message}");
+    }
+    let pm = pms.get("m-0").await.unwrap();
+    assert_ne!(
+        pm.data["status"]["initialization"]["provisioned"], true,
+        "neither VM is adopted: {:?}",
+        pm.data["status"]
+    );
+
+    // Deleting the machine destroys neither: the delete finds the same ambiguity.
+    let looked = || world.requests("GET /nodes/{node}/qemu/{vmid}/config");
+    let seen = looked();
+    pms.delete("m-0", &Default::default()).await.unwrap();
+    world
+        .wait_for(&pms, "m-0", "its delete refused, both VMs looked at", |o| {
+            let refused = crate::support::world::condition(o, "Ready").is_some_and(|c| {
+                c["reason"] == "AmbiguousOwnership"
+                    && c["observedGeneration"].as_i64() == o.metadata.generation
+            });
+            o.metadata.deletion_timestamp.is_some() && refused && looked() >= seen + 2
+        })
+        .await;
+
+    // No request changed either VM; nothing was destroyed.
+    let writes: Vec<(String, u64)> = world
+        .sim
+        .state()
+        .counters()
+        .into_iter()
+        .filter(|(endpoint, _)| !endpoint.starts_with("GET "))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    for (was, vmid) in before.iter().zip([ours, FOREIGN]) {
+        let now = vm(vmid);
+        assert_eq!(
+            now["config"]["digest"], was["config"]["digest"],
+            "VM {vmid}"
+        );
+        assert_eq!(now["status"], was["status"], "VM {vmid}");
+    }
+    assert_eq!(description(&world, FOREIGN), planted);
+    assert!(world.sim.state().destroyed().is_empty());
+}
