@@ -1505,6 +1505,11 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
                     o.data["status"]["initialization"]["provisioned"] == true
                 })
                 .await;
+            let rss = manager.peak_rss_mib();
+            println!(
+                "peak RSS of `hyperplug run` with 1,100 idle connections to its metrics port while a machine provisioned: {rss} MiB (goal {PEAK_RSS_GOAL_MIB} MiB)"
+            );
+            assert!(rss <= PEAK_RSS_GOAL_MIB, "{rss} MiB");
             drop(held);
             let log =
                 std::fs::read_to_string(world.plane.dir().join("hyperplug-listeners.log")).unwrap();
