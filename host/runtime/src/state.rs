@@ -7,8 +7,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::ObjectRef;
 use super::bindings::hyperplug::provider::{blobs, claims, grants, log, reservations};
+use super::bindings::types::ObjectRef;
 use super::blobs::BlobStore;
 use super::claims::ClaimStore;
 use super::egress::Egress;
@@ -40,6 +40,14 @@ pub struct CallState {
     services: Services,
 }
 
+/// What an administrator granted a call's object beyond what it made itself: the host
+/// decides, a plugin asks through the `grants` import (WIT 0.3.1). Nothing by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Grants {
+    /// The call may take over infrastructure another provider made for the object.
+    pub adoption: bool,
+}
+
 /// The host services of a call beyond HTTP and logs: blobs and claims, on behalf of
 /// the call's object.
 pub struct Services {
@@ -61,7 +69,7 @@ pub struct Services {
     /// endpoint, no claims), so it runs in an offline slot (see `OFFLINE_SLOTS`).
     pub offline: bool,
     /// What an administrator granted the call's object (the `grants` import).
-    pub grants: crate::Grants,
+    pub grants: Grants,
 }
 
 impl Services {
