@@ -1464,6 +1464,76 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
             drop((kept, silent));
         }
 
+        /// The manager's conversion calls so far, as its `/metrics` counts them.
+        async fn conversions(http: &reqwest::Client, metrics: &str) -> u64 {
+            let text = http
+                .get(metrics)
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("hyperplug_plugin_calls_total{")
+                        && l.contains(r#"call="conversion.convert""#)
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .sum()
+        }
+
+        /// 64 idle sockets past their TLS handshake on the webhook port of `hyperplug
+        /// run` itself, the API server converting through it: a v1alpha1 write goes
+        /// through, converted by the manager, whose peak RSS stays under its goal.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn idle_sockets_on_a_managers_webhook_port_leave_it_under_its_memory_goal() {
+            let world = World::start_with(pve_sim::Config::fast(), false).await;
+            let (manager, ports) = proxmox_manager(&world, None);
+            let http = http();
+            until_ok(&http, &format!("http://127.0.0.1:{}/readyz", ports.health)).await;
+            // From now on the API server converts through the manager's webhook server.
+            let (_rt, plugin) = support::load("proxmox", Limits::default()).await;
+            let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
+            let addr: SocketAddr = format!("127.0.0.1:{}", ports.webhook).parse().unwrap();
+            let url = format!("https://{addr}{}", hyperplug_runtime::crds::CONVERSION_PATH);
+            world
+                .plane
+                .install_crds_yaml_converted_at(&crds, &url)
+                .await
+                .unwrap();
+            let metrics = format!("http://127.0.0.1:{}/metrics", ports.metrics);
+            let v1 = world.api(V1, "ProxmoxMachine").await;
+            // Writes until one is converted by the manager (the API server takes up the
+            // CRDs' new webhook within moments).
+            for probe in 0.. {
+                assert!(probe < 50, "no write was converted by the manager");
+                let before = conversions(&http, &metrics).await;
+                let never = std::future::pending::<usize>();
+                write_before(&v1, &format!("probe-{probe}"), never).await;
+                if conversions(&http, &metrics).await > before {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let mut kept = idle_tls(&world.plane, addr, 64).await;
+            let before = conversions(&http, &metrics).await;
+            write_before(&v1, "after-64-idle", first_closed(&mut kept)).await;
+            assert!(
+                conversions(&http, &metrics).await > before,
+                "the manager converted the write"
+            );
+            let rss = manager.peak_rss_mib();
+            println!(
+                "peak RSS of `hyperplug run` with 64 idle sockets on its webhook port while a v1alpha1 write went through: {rss} MiB (goal {PEAK_RSS_GOAL_MIB} MiB)"
+            );
+            assert!(rss <= PEAK_RSS_GOAL_MIB, "{rss} MiB");
+            let stored = world.api(V2, "ProxmoxMachine").await;
+            let stored = stored.get("after-64-idle").await.unwrap();
+            assert_eq!(stored.data["spec"]["numCores"], 2);
+            drop(kept);
+        }
+
         /// 1,100 idle connections to the metrics port of a manager whose open-files
         /// limit is 1,024 (soft and hard, so it cannot raise it): `/readyz` and
         /// `/metrics` keep answering, and a machine provisions.
