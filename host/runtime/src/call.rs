@@ -85,6 +85,40 @@ impl Plugin {
         let meter = CallMeter::new(limits.cpu());
         let egress = self.egress_for(credentials, &meter)?;
         let denied = egress.denied.clone();
+        let mut store = self.store(call, subject, grants, offline, egress, &meter);
+        let run = async {
+            // Marked, so a failure here is told from the call's by type (`failure`).
+            let instance = self
+                .pre
+                .instantiate(&mut store)
+                .await
+                .map_err(failure::instantiating)?;
+            f(&mut store, &instance).await
+        };
+        let outcome =
+            tokio::time::timeout(Duration::from_millis(timeout_ms), Metered::call(run, meter))
+                .await;
+        let result = self.result(call, outcome, timeout_ms, &store)?;
+        let refused = denied.lock().expect("denied list").clone();
+        if !refused.is_empty() {
+            tracing::warn!(plugin = %self.name, call, refused = ?refused, "plugin tried to reach hosts outside its endpoint");
+        }
+        Ok(result)
+    }
+
+    /// The call's store: its state (the egress gate, the log, the services on behalf
+    /// of its object) with the memory, transfer and CPU limits armed.
+    fn store(
+        &self,
+        call: &'static str,
+        subject: Subject<'_>,
+        grants: Grants,
+        offline: bool,
+        egress: Egress,
+        meter: &Arc<CallMeter>,
+    ) -> Store<CallState> {
+        let inner = &self.runtime.inner;
+        let limits = &inner.limits;
         let (named, owner) = match subject {
             Subject::None => (None, None),
             Subject::Owner(o) => (Some(o), Some(o)),
@@ -133,19 +167,19 @@ impl Plugin {
             // Give the tokio worker back every tick: a busy plugin never starves others.
             failure::at_epoch(&ctx.data().meter).map(|()| UpdateDeadline::Yield(1))
         });
+        store
+    }
 
-        let run = async {
-            // Marked, so a failure here is told from the call's by type (`failure`).
-            let instance = self
-                .pre
-                .instantiate(&mut store)
-                .await
-                .map_err(failure::instantiating)?;
-            f(&mut store, &instance).await
-        };
-        let outcome =
-            tokio::time::timeout(Duration::from_millis(timeout_ms), Metered::call(run, meter))
-                .await;
+    /// What the call came to: its result, within the output limit, or what stopped it.
+    fn result<R: serde::Serialize>(
+        &self,
+        call: &'static str,
+        outcome: Result<Result<wasmtime::Result<R>, Stop>, tokio::time::error::Elapsed>,
+        timeout_ms: u64,
+        store: &Store<CallState>,
+    ) -> Result<R, CallError> {
+        let limits = &self.runtime.inner.limits;
+        let plugin = self.name.to_string();
         let result = match outcome {
             Err(_) => {
                 return Err(CallError::Timeout {
@@ -169,7 +203,7 @@ impl Plugin {
                 });
             }
             Ok(Ok(Err(e))) => {
-                return Err(failure::classify(&self.name, limits, call, e, &store));
+                return Err(failure::classify(&self.name, limits, call, e, store));
             }
             Ok(Ok(Ok(r))) => r,
         };
@@ -180,10 +214,6 @@ impl Plugin {
                 size,
                 limit: limits.output_bytes(),
             });
-        }
-        let refused = denied.lock().expect("denied list").clone();
-        if !refused.is_empty() {
-            tracing::warn!(plugin = %self.name, call, refused = ?refused, "plugin tried to reach hosts outside its endpoint");
         }
         Ok(result)
     }
