@@ -18,32 +18,24 @@ use super::limits::size;
 pub const PATH_PREFIX: &str = "/blobs/";
 
 /// How much the host keeps for plugins' blobs: they live in the manager's memory.
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobLimits {
-    /// Longest a published blob lives, in seconds (a plugin may ask for less).
-    #[arg(long, default_value_t = defaults::TTL_SECONDS, env = "HYPERPLUG_BLOB_TTL_SECONDS")]
+    /// Longest a published blob lives, seconds (a plugin may ask for less).
     pub blob_ttl_seconds: u64,
-    /// Largest blob a plugin may publish, in MiB.
-    #[arg(long, default_value_t = defaults::MAX_MIB, env = "HYPERPLUG_BLOB_MAX_MIB")]
+    /// Largest blob a plugin may publish, MiB.
     pub blob_max_mib: usize,
-    /// Most blobs one object may have published at once.
-    #[arg(long, default_value_t = defaults::MAX_PER_OBJECT, env = "HYPERPLUG_BLOB_MAX_PER_OBJECT")]
+    /// Blobs one object may have published at once.
     pub blob_max_per_object: usize,
-    /// Most bytes of blobs one object may have published at once, in MiB.
-    #[arg(long, default_value_t = defaults::OBJECT_MIB, env = "HYPERPLUG_BLOB_OBJECT_MIB")]
+    /// Bytes of blobs one object may have published at once, MiB.
     pub blob_object_mib: usize,
-    /// Most bytes of blobs all objects of one plugin may have published at once, in
-    /// MiB (the host keeps them in memory).
-    #[arg(long, default_value_t = defaults::PLUGIN_MIB, env = "HYPERPLUG_BLOB_PLUGIN_MIB")]
+    /// Bytes of blobs all objects of one plugin may have published at once, MiB.
     pub blob_plugin_mib: usize,
-    /// Most bytes of blobs the objects of one namespace may have published at once, in
-    /// MiB: one tenant cannot take the whole plugin budget from the others.
-    #[arg(long, default_value_t = defaults::NAMESPACE_MIB, env = "HYPERPLUG_BLOB_NAMESPACE_MIB")]
+    /// Bytes of blobs the objects of one namespace may have published at once, MiB.
     pub blob_namespace_mib: usize,
 }
 
-/// The default of every blob limit, written once: the flags and
-/// [`BlobLimits::default`] both read these.
+/// The default of every blob limit, written once: the host's flags
+/// (`host/src/cli/limits.rs`) and [`BlobLimits::default`] both read these.
 pub mod defaults {
     /// `--blob-ttl-seconds`.
     pub const TTL_SECONDS: u64 = 3600;
@@ -373,18 +365,6 @@ impl Blobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// What production runs with (no flags) is what tests start from.
-    #[test]
-    fn no_flags_parse_to_the_defaults() {
-        use clap::Parser as _;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            limits: BlobLimits,
-        }
-        assert_eq!(Cli::parse_from(["hyperplug"]).limits, BlobLimits::default());
-    }
 
     fn owner(uid: &str) -> ObjectRef {
         ObjectRef {

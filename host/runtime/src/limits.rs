@@ -1,11 +1,12 @@
 //! What one plugin call may use, and what one plugin may use across its calls. Every
-//! figure is configurable from the CLI; the defaults keep a manager serving several
-//! plugins inside the shipped 512 MiB memory limit whatever a plugin does.
+//! figure has a flag in the host's CLI (`host/src/cli/limits.rs`: the runtime itself
+//! knows no command line); the defaults keep a manager serving several plugins inside
+//! the shipped 512 MiB memory limit whatever a plugin does.
 use std::time::Duration;
 
-/// The default of every limit, written once: the flags' `default_value_t` and
-/// [`Limits::default`] (what tests and embedders start from) both read these, so the
-/// two cannot drift apart.
+/// The default of every limit, written once: the host's flags (their `default_value_t`)
+/// and [`Limits::default`] (what tests and embedders start from) both read these, so
+/// the two cannot drift apart.
 pub mod defaults {
     /// `--plugin-memory-mib`.
     pub const MEMORY_MIB: u64 = 64;
@@ -41,142 +42,43 @@ pub mod defaults {
     pub const CONCURRENCY: u32 = 16;
 }
 
-/// Per-call and per-plugin resource limits.
-#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+/// Per-call and per-plugin resource limits (each field's flag: `defaults`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest linear memory a plugin may grow to during one call, in MiB (all its
-    /// memories together).
-    #[arg(
-        long = "plugin-memory-mib",
-        default_value_t = defaults::MEMORY_MIB,
-        env = "HYPERPLUG_PLUGIN_MEMORY_MIB"
-    )]
+    /// Linear memory one call may grow to, all its memories together, MiB.
     pub memory_mib: u64,
-    /// Linear memory all calls of one plugin in flight at once may hold together, in
-    /// MiB (at least --plugin-memory-mib): a plugin's concurrent calls cannot add up past
-    /// it (a call that would grow past it fails, and is retried later).
-    #[arg(
-        long = "plugin-memory-per-plugin-mib",
-        default_value_t = defaults::MEMORY_PER_PLUGIN_MIB,
-        env = "HYPERPLUG_PLUGIN_MEMORY_PER_PLUGIN_MIB"
-    )]
+    /// Linear memory all calls of one plugin in flight may hold together, MiB (at
+    /// least `memory_mib`; see [`Limits::memory_per_plugin_bytes`]).
     pub memory_per_plugin_mib: u64,
-    /// CPU time one call may spend, in milliseconds: executing Wasm and the host's
-    /// own work on the call's behalf (host imports, copying data in and out, sending
-    /// its HTTP requests).
-    #[arg(
-        long = "plugin-cpu-ms",
-        default_value_t = defaults::CPU_MS,
-        env = "HYPERPLUG_PLUGIN_CPU_MS"
-    )]
+    /// CPU time one call may spend, Wasm and the host's work on its behalf, ms.
     pub cpu_ms: u64,
-    /// Wall-clock time one call may take, including time the plugin waits on HTTP
-    /// through the host, in milliseconds. A call given no credentials (a conversion)
-    /// waits on nothing: it may take no longer than 4 × --plugin-cpu-ms.
-    #[arg(
-        long = "plugin-timeout-ms",
-        default_value_t = defaults::TIMEOUT_MS,
-        env = "HYPERPLUG_PLUGIN_TIMEOUT_MS"
-    )]
+    /// Wall-clock time one call may take, ms (a call given no credentials: at most
+    /// `OFFLINE_WALL_PER_CPU` × `cpu_ms`).
     pub timeout_ms: u64,
-    /// Largest result a call may return (as JSON), in KiB. The result is copied out of
-    /// the sandbox within the larger of this and --blob-max-mib, then measured.
-    #[arg(
-        long = "plugin-output-kib",
-        default_value_t = defaults::OUTPUT_KIB,
-        env = "HYPERPLUG_PLUGIN_OUTPUT_KIB"
-    )]
+    /// Largest result a call may return, as JSON, KiB.
     pub output_kib: u64,
-    /// Largest HTTP response body the host hands to a plugin, in MiB.
-    #[arg(
-        long = "plugin-http-body-mib",
-        default_value_t = defaults::HTTP_BODY_MIB,
-        env = "HYPERPLUG_PLUGIN_HTTP_BODY_MIB"
-    )]
+    /// Largest HTTP response body handed to a plugin, MiB.
     pub http_body_mib: u64,
-    /// HTTP request body bytes one call may send, all its requests together, in MiB
-    /// (the host buffers them).
-    #[arg(
-        long = "plugin-request-body-mib",
-        default_value_t = defaults::REQUEST_BODY_MIB,
-        env = "HYPERPLUG_PLUGIN_REQUEST_BODY_MIB"
-    )]
+    /// HTTP request body bytes one call may send, all its requests together, MiB.
     pub request_body_mib: u64,
-    /// HTTP request body bytes all calls of one plugin may have the host buffer at once,
-    /// in MiB (a call past it fails).
-    #[arg(
-        long = "plugin-request-body-per-plugin-mib",
-        default_value_t = defaults::REQUEST_BODY_PER_PLUGIN_MIB,
-        env = "HYPERPLUG_PLUGIN_REQUEST_BODY_PER_PLUGIN_MIB"
-    )]
+    /// HTTP request body bytes all calls of one plugin may have buffered at once, MiB.
     pub request_body_per_plugin_mib: u64,
-    /// Most HTTP requests one call may have in flight at once (sent, response body not
-    /// yet dropped).
-    #[arg(
-        long = "plugin-http-in-flight",
-        default_value_t = defaults::HTTP_IN_FLIGHT,
-        env = "HYPERPLUG_PLUGIN_HTTP_IN_FLIGHT"
-    )]
+    /// HTTP requests one call may have in flight at once.
     pub http_in_flight: u32,
-    /// Most HTTP requests all calls of one plugin may have in flight at once; further
-    /// requests wait for a slot.
-    #[arg(
-        long = "plugin-http-in-flight-per-plugin",
-        default_value_t = defaults::HTTP_IN_FLIGHT_PER_PLUGIN,
-        env = "HYPERPLUG_PLUGIN_HTTP_IN_FLIGHT_PER_PLUGIN"
-    )]
+    /// HTTP requests all calls of one plugin may have in flight at once (more wait).
     pub http_in_flight_per_plugin: u32,
-    /// Most requests to hosts outside its endpoints one call may try; each is refused
-    /// and logged, and one more fails the call.
-    #[arg(
-        long = "plugin-egress-denials",
-        default_value_t = defaults::EGRESS_DENIALS,
-        env = "HYPERPLUG_PLUGIN_EGRESS_DENIALS"
-    )]
+    /// Requests outside its endpoints one call may try; one more fails the call.
     pub egress_denials: u32,
-    /// Most log lines a plugin may emit in one call; further lines are dropped.
-    #[arg(
-        long = "plugin-log-lines",
-        default_value_t = defaults::LOG_LINES,
-        env = "HYPERPLUG_PLUGIN_LOG_LINES"
-    )]
+    /// Log lines one call may emit; more are dropped.
     pub log_lines: u32,
-    /// Most log bytes (messages and fields) a plugin may emit in one call, in KiB.
-    #[arg(
-        long = "plugin-log-kib",
-        default_value_t = defaults::LOG_KIB,
-        env = "HYPERPLUG_PLUGIN_LOG_KIB"
-    )]
+    /// Log bytes one call may emit, KiB.
     pub log_kib: u64,
-    /// Most claims one object may hold at once (each is a Lease); acquiring more is
-    /// refused.
-    #[arg(
-        long = "plugin-claims-per-object",
-        default_value_t = defaults::CLAIMS_PER_OBJECT,
-        env = "HYPERPLUG_PLUGIN_CLAIMS_PER_OBJECT"
-    )]
+    /// Claims one object may hold at once.
     pub claims_per_object: u32,
-    /// Most calls of the `claims` import one plugin call may make (each reaches the
-    /// Kubernetes API).
-    #[arg(
-        long = "plugin-claim-calls",
-        default_value_t = defaults::CLAIM_CALLS,
-        env = "HYPERPLUG_PLUGIN_CLAIM_CALLS"
-    )]
+    /// Calls of the `claims` import one plugin call may make.
     pub claim_calls: u32,
-    /// Most plugin calls in flight at once, all plugins together (instances are pooled up
-    /// to this number); more wait for a slot. Each call alive
-    /// holds its sandbox's memory, so this bounds the manager's memory for plugins.
-    /// Calls given no credentials (conversions, template descriptions), which reach no
-    /// endpoint, have 4 slots of their own besides. Shared fairly: one namespace holds
-    /// at most three quarters of them, and a freed one goes to the waiting namespace
-    /// holding the fewest; a namespace's calls past its three quarters, held or waiting,
-    /// do not wait but come back shortly, so they hold no reconcile worker either.
-    #[arg(
-        long = "plugin-concurrency",
-        default_value_t = defaults::CONCURRENCY,
-        env = "HYPERPLUG_PLUGIN_CONCURRENCY"
-    )]
+    /// Plugin calls in flight at once, all plugins together (the pooled instances),
+    /// shared fairly by namespace (`slots`); offline calls have `OFFLINE_SLOTS` besides.
     pub concurrency: u32,
 }
 
@@ -263,22 +165,5 @@ pub fn size(bytes: usize) -> String {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} bytes")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser as _;
-
-    /// What production runs with (no flags) is what tests start from.
-    #[test]
-    fn no_flags_parse_to_the_defaults() {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            limits: Limits,
-        }
-        assert_eq!(Cli::parse_from(["hyperplug"]).limits, Limits::default());
     }
 }

@@ -10,6 +10,7 @@ use hyperplug_conformance::{Options, inputs};
 use hyperplug_runtime::blob_server;
 use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
 
+use super::limits::LimitArgs;
 use super::{CacheArgs, load_plugins};
 use crate::oci::PluginSource;
 
@@ -86,7 +87,7 @@ pub struct ConformanceArgs {
     #[arg(long)]
     pub list: bool,
     #[command(flatten)]
-    pub limits: Limits,
+    pub limits: LimitArgs,
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -134,14 +135,14 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
     let runtime = |limits: Limits| Runtime::builder(limits).blobs(blobs.clone());
     let plugin = load_plugins(
         std::slice::from_ref(plugin_path),
-        runtime(args.limits.clone()),
+        runtime(Limits::from(args.limits.clone())),
         &args.cache,
     )
     .await?
     .remove(0);
     let short = Limits {
         timeout_ms: args.deadline_ms,
-        ..args.limits.clone()
+        ..Limits::from(args.limits.clone())
     };
     let deadline_plugin = load_plugins(
         std::slice::from_ref(plugin_path),

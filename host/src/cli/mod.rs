@@ -2,6 +2,7 @@
 mod conformance;
 mod crds;
 mod inspect;
+mod limits;
 mod run;
 
 use std::path::PathBuf;

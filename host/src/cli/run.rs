@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hyperplug_runtime::blob_server;
-use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
+use hyperplug_runtime::{BlobStore, Limits, Runtime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::limits::{BlobLimitArgs, LimitArgs};
 use super::{CacheArgs, load_fetched};
 use crate::admission::Finalizers;
 use crate::controller::adoption::AdoptionLimits;
@@ -144,7 +145,7 @@ pub struct RunArgs {
     #[arg(long, env = "HYPERPLUG_BLOB_ADVERTISE_URL")]
     pub blob_advertise_url: Option<url::Url>,
     #[command(flatten)]
-    pub blob_limits: BlobLimits,
+    pub blob_limits: BlobLimitArgs,
     #[command(flatten)]
     pub servers: ServerArgs,
     /// Address of the HTTPS webhook server: the CRD conversion webhook of kinds a plugin
@@ -183,7 +184,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = RESYNC.as_secs(), env = "HYPERPLUG_RESYNC_SECONDS")]
     pub resync_seconds: u64,
     #[command(flatten)]
-    pub limits: Limits,
+    pub limits: LimitArgs,
     #[command(flatten)]
     pub cache: CacheArgs,
 }
@@ -240,20 +241,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     );
     let metrics = Arc::new(Metrics::default());
     let observed = metrics.clone();
-    let mut runtime =
-        Runtime::builder(args.limits.clone()).observe_http(Arc::new(move |p, method, path| {
-            observed.infrastructure_request(p, method, path)
-        }));
+    let mut runtime = Runtime::builder(Limits::from(args.limits.clone())).observe_http(Arc::new(
+        move |p, method, path| observed.infrastructure_request(p, method, path),
+    ));
     if let Ok(client) = &client {
         // Claims must hold across replicas and restarts: keep them in Kubernetes.
         // Unknown, no call is made: the manager stops once the plugins are checked.
         let namespace = claims_namespace.as_deref().unwrap_or_default();
         runtime = runtime.claims(Arc::new(LeaseClaims::new(client.clone(), namespace)));
     }
-    let blobs = args
-        .blob_advertise_url
-        .as_ref()
-        .map(|advertise| Arc::new(BlobStore::new(advertise.clone(), args.blob_limits.clone())));
+    let blobs = args.blob_advertise_url.as_ref().map(|advertise| {
+        Arc::new(BlobStore::new(
+            advertise.clone(),
+            args.blob_limits.clone().into(),
+        ))
+    });
     if let Some(store) = &blobs {
         runtime = runtime.blobs(store.clone());
     }
@@ -490,8 +492,11 @@ mod tests {
         let Command::Run(args) = cli.command else {
             panic!("not `run`")
         };
-        assert_eq!(args.limits, Limits::default());
-        assert_eq!(args.blob_limits, BlobLimits::default());
+        assert_eq!(Limits::from(args.limits.clone()), Limits::default());
+        assert_eq!(
+            BlobLimits::from(args.blob_limits.clone()),
+            BlobLimits::default()
+        );
         assert_eq!(args.servers, crate::listen::ServerArgs::default());
         let fetch = crate::oci::FetchArgs::default();
         assert_eq!(format!("{:?}", args.cache.fetch), format!("{fetch:?}"));
@@ -506,7 +511,7 @@ mod tests {
         let Command::Conformance(args) = cli.command else {
             panic!("not `conformance`")
         };
-        assert_eq!(args.limits, Limits::default());
+        assert_eq!(Limits::from(args.limits), Limits::default());
     }
 
     #[test]
