@@ -55,6 +55,27 @@ pub fn flatten<T>(r: Result<Result<T, PluginError>, CallError>) -> Result<T, Fai
     }
 }
 
+/// How soon a call the runtime refused for its tenant's share of the plugin slots
+/// (`CallError::TenantAtShare`) is made again: as the host's reconciler comes back after
+/// such a refusal (its `requeue::TENANT_AT_SHARE`), not a failure.
+pub const AT_SHARE_RETRY: Duration = Duration::from_millis(250);
+
+/// `call`, made again while the runtime refuses it because its tenant (namespace) holds
+/// its share of the plugin slots: the kit and the tests drive many machines of one
+/// namespace at once, as the host's reconciler may, and wait their turn as it does.
+pub async fn admitted<T, F, Fut>(mut call: F) -> Result<Result<T, PluginError>, CallError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Result<T, PluginError>, CallError>>,
+{
+    loop {
+        match call().await {
+            Err(CallError::TenantAtShare { .. }) => tokio::time::sleep(AT_SHARE_RETRY).await,
+            other => return other,
+        }
+    }
+}
+
 /// Consecutive transient errors the kit retries (the host would back off and retry).
 pub const TRANSIENT_RETRIES: u32 = 5;
 
@@ -250,7 +271,7 @@ pub async fn create_watched(
             );
             return Err((drive, msg));
         }
-        let status = match flatten(plugin.create_machine(&machine.req).await) {
+        let status = match flatten(admitted(|| plugin.create_machine(&machine.req)).await) {
             Ok(s) => s,
             Err(Failure::Plugin(PluginError::Transient(t)))
                 if transient_in_row < pacing.transient_retries =>
@@ -290,9 +311,9 @@ pub async fn create_watched(
             return Err((drive, e));
         }
         if until.describe_each {
-            drive
-                .describes
-                .push(flatten(plugin.describe_machine(&machine.req).await));
+            drive.describes.push(flatten(
+                admitted(|| plugin.describe_machine(&machine.req)).await,
+            ));
         }
         let progress = status.progress.clone();
         drive.last = Some(status);
@@ -315,7 +336,7 @@ pub async fn describe_until(
     let deadline = Instant::now() + pacing.drive_timeout;
     let mut calls = 0;
     loop {
-        let status = flatten(plugin.describe_machine(&machine.req).await)
+        let status = flatten(admitted(|| plugin.describe_machine(&machine.req)).await)
             .map_err(|e| format!("describe call {} failed: {e}", calls + 1))?;
         calls += 1;
         machine.req.state = Some(status.progress.state.clone());
@@ -349,7 +370,7 @@ pub async fn delete(
                 phases.join(" → ")
             ));
         }
-        match flatten(plugin.delete_machine(&machine.req).await) {
+        match flatten(admitted(|| plugin.delete_machine(&machine.req)).await) {
             Ok(None) => {
                 calls += 1;
                 machine.deleted = true;
@@ -385,7 +406,7 @@ pub async fn cluster(
     let deadline = Instant::now() + pacing.drive_timeout;
     let (mut calls, mut transient_in_row) = (0, 0);
     loop {
-        match flatten(plugin.reconcile_cluster(req).await) {
+        match flatten(admitted(|| plugin.reconcile_cluster(req)).await) {
             Ok(status) => {
                 calls += 1;
                 transient_in_row = 0;
