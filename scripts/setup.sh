@@ -22,9 +22,15 @@ sysroot=$(rustc --print sysroot)
 if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
   log "installing the wasm32-wasip2 target"
   if ! rustup target add wasm32-wasip2; then
-    # rustup's server may be out of reach: fall back to the copy in ../shared.
-    log "rustup could not install it; trying ../shared/toolchain"
-    bash ../shared/toolchain/install-wasm32-wasip2.sh
+    # rustup's server may be out of reach: fall back to a copy beside the checkout
+    # (../shared/toolchain, where this project's machines keep one), if there is one.
+    fallback=../shared/toolchain/install-wasm32-wasip2.sh
+    if [ ! -f "$fallback" ]; then
+      echo "rustup could not install the wasm32-wasip2 target (see its error above): install it with 'rustup target add wasm32-wasip2' once rustup's server is reachable" >&2
+      exit 1
+    fi
+    log "rustup could not install it; trying $fallback"
+    bash "$fallback"
   fi
 fi
 command -v go >/dev/null || { echo "Go is not installed: see https://go.dev/dl" >&2; exit 1; }
