@@ -231,7 +231,8 @@ pub struct Claim {
 /// What became of a machine's address requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Claimed {
-    /// Claims were written just now (the IPAM provider binds them in a moment).
+    /// Claims were written just now (the IPAM provider binds them in a moment), or the
+    /// cached read missed addresses already bound: either way, a reconcile soon.
     pub written: bool,
     /// Some request has no bound address yet.
     pub pending: bool,
@@ -365,6 +366,11 @@ impl MachineClaims {
             fresh = Self::read_as(ctx, machine, false).await?;
             &fresh
         };
+        // The cached read this reconcile handed the plugin missed bound addresses the API
+        // server has (a claim taken over or labelled a moment ago): the plugin answered
+        // without them, so the machine comes back soon, as after a write, rather than
+        // at its resync (a ready machine would keep a status without its address).
+        let stale = this.bound().len() > self.bound().len();
         let ns = machine.namespace().unwrap_or_default();
         let claims = api(&ctx.client, &ip_address_claim(), &ns);
         let to_write = this.to_write(infra_cluster, requests);
@@ -414,7 +420,7 @@ impl MachineClaims {
                 .is_none_or(|c| c.address.is_none())
         });
         Ok(Claimed {
-            written: !to_write.is_empty(),
+            written: !to_write.is_empty() || stale,
             pending,
         })
     }
