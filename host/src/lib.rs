@@ -9,6 +9,7 @@ pub mod conversion;
 pub mod health;
 pub mod heap;
 pub mod leader;
+pub mod lease_claims;
 pub mod listen;
 pub mod metrics;
 pub mod oci;

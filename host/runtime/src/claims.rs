@@ -2,7 +2,7 @@
 //! bare-metal host of an inventory per machine.
 //!
 //! The runtime only defines what a claim store does; `hyperplug run` backs it with
-//! Kubernetes (`hyperplug::controller::claims`), so every replica and every cluster sees
+//! Kubernetes (`hyperplug::lease_claims`), so every replica and every cluster sees
 //! the same claims. [`MemoryClaims`] serves a single process (tests, one-off tools).
 use std::collections::HashMap;
 use std::future::Future;

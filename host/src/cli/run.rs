@@ -16,7 +16,6 @@ use super::limits::{BlobLimitArgs, LimitArgs};
 use super::{CacheArgs, load_fetched};
 use crate::admission::Finalizers;
 use crate::controller::adoption::AdoptionLimits;
-use crate::controller::claims::LeaseClaims;
 use crate::controller::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
 use crate::controller::oversized::DEFAULT_OBJECT_MAX_KIB;
 use crate::controller::ownership::OwnershipKeys;
@@ -26,6 +25,7 @@ use crate::controller::{
 };
 use crate::conversion::Conversions;
 use crate::health::{self, Health};
+use crate::lease_claims::LeaseClaims;
 use crate::listen::{self, Bounds, ServerArgs, Transport};
 use crate::metrics::Metrics;
 use crate::oci::{ConfigMapPins, DEFAULT_PINS_CONFIGMAP, Pins, PluginSource};

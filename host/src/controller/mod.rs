@@ -4,7 +4,6 @@
 pub mod adoption;
 mod asked;
 mod backoff;
-pub mod claims;
 mod cluster;
 mod coalesce;
 pub mod conditions;
@@ -65,7 +64,7 @@ use packed::{Packed, SpecOnly};
 
 /// Run every controller until one stops (none does, unless a task panics). Fails
 /// at start if the ownership key can be neither read nor created. The plugins' runtime
-/// keeps their claims where every replica sees them ([`claims::LeaseClaims`]).
+/// keeps their claims where every replica sees them ([`crate::lease_claims::LeaseClaims`]).
 pub async fn run(
     client: Client,
     plugins: Vec<Plugin>,

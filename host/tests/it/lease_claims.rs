@@ -3,7 +3,7 @@
 //! be); holders find, release and lose their claims as the `claims` import promises.
 use std::sync::Arc;
 
-use hyperplug::controller::claims::LeaseClaims;
+use hyperplug::lease_claims::LeaseClaims;
 use hyperplug_runtime::{ClaimStore, ObjectRef};
 use kube_world::{Plane, PlaneOpts};
 

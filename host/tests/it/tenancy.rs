@@ -342,7 +342,7 @@ async fn a_tenant_whose_endpoint_hangs_does_not_hold_every_reconcile_worker() {
     use crate::support::controllers::{self, PROXMOX_SPEC, machine};
     use crate::support::world::{TOKEN_ID, TOKEN_SECRET};
     use hyperplug::controller::ManagerOptions;
-    use hyperplug::controller::claims::LeaseClaims;
+    use hyperplug::lease_claims::LeaseClaims;
     use hyperplug_runtime::{Limits, Runtime};
 
     const WORKERS: u16 = 4;

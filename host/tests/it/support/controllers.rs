@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyperplug::controller::claims::LeaseClaims;
 use hyperplug::controller::{self, ManagerOptions};
+use hyperplug::lease_claims::LeaseClaims;
 use hyperplug::metrics::Metrics;
 use hyperplug_runtime::{BlobStore, Limits, Plugin, Runtime, RuntimeBuilder};
 use k8s_openapi::api::core::v1::Event;

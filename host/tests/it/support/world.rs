@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hyperplug::admission::Finalizers;
-use hyperplug::controller::claims::LeaseClaims;
 use hyperplug::controller::ownership::OwnershipKeys;
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::conversion::Conversions;
+use hyperplug::lease_claims::LeaseClaims;
 use hyperplug::metrics::Metrics;
 use hyperplug::webhook::{self, CertDir};
 use hyperplug_runtime::{Limits, Runtime};
