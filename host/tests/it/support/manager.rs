@@ -3,6 +3,25 @@
 //! goal).
 use std::process::{Child, Command, Stdio};
 
+/// The goal for the manager's peak resident memory under any flood.
+pub const PEAK_RSS_GOAL_MIB: u64 = 256;
+
+/// Prints a flood test's table, `title` above it and one row per `(what, peak RSS in MiB,
+/// outcome)`, outcomes cut to 120 characters; then holds every row to
+/// [`PEAK_RSS_GOAL_MIB`].
+pub fn rss_table<N: std::fmt::Display>(title: &str, what: &str, rows: &[(N, u64, String)]) {
+    println!("\n{title} (goal {PEAK_RSS_GOAL_MIB} MiB)\n");
+    println!("| {what} | peak RSS (MiB) | what it got |");
+    println!("|---|---:|---|");
+    for (name, rss, outcome) in rows {
+        let outcome: String = outcome.chars().take(120).collect();
+        println!("| {name} | {rss} | {outcome} |");
+    }
+    for (name, rss, _) in rows {
+        assert!(*rss <= PEAK_RSS_GOAL_MIB, "{name}: {rss} MiB");
+    }
+}
+
 pub struct Manager(pub Child);
 
 impl Drop for Manager {
