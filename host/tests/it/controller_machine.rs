@@ -269,23 +269,7 @@ async fn a_vm_stopped_out_of_band_shows_as_drift_long_before_the_resync() {
 
 /// A call to the Proxmox API behind the host's back, as a user with the token would make.
 async fn out_of_band(world: &World, method: reqwest::Method, path: &str) -> reqwest::StatusCode {
-    let http = reqwest::Client::builder()
-        .danger_accept_invalid_certs(true)
-        .build()
-        .unwrap();
-    let auth = format!(
-        "PVEAPIToken={}={}",
-        crate::support::world::TOKEN_ID,
-        crate::support::world::TOKEN_SECRET
-    );
-    let url = format!("{}/api2/json{path}", world.sim.base_url());
-    let response = http
-        .request(method, url)
-        .header("Authorization", &auth)
-        .send()
-        .await
-        .unwrap();
-    response.status()
+    world.out_of_band(method, path, &[]).await.0
 }
 
 /// Events about `name` with `reason`: (type, how many times each was reported).

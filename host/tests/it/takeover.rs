@@ -363,24 +363,8 @@ async fn machines_another_provider_made_are_adopted_only_with_a_grant_and_a_proo
 /// A call to the Proxmox API with the world's token, as anyone holding it may make:
 /// `POST path` with `form`.
 async fn pve_post(world: &World, path: &str, form: &[(&str, &str)]) {
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .danger_accept_invalid_certs(true)
-        .build()
-        .unwrap();
-    let auth = format!(
-        "PVEAPIToken={}={}",
-        crate::support::world::TOKEN_ID,
-        crate::support::world::TOKEN_SECRET
-    );
-    let reply = http
-        .post(format!("{}/api2/json{path}", world.sim.base_url()))
-        .header("Authorization", auth)
-        .form(form)
-        .send()
-        .await
-        .unwrap();
-    assert!(reply.status().is_success(), "{:?}", reply.text().await);
+    let (status, body) = world.out_of_band(reqwest::Method::POST, path, form).await;
+    assert!(status.is_success(), "{status}: {body}");
 }
 
 /// Issue 40, item 4: a provisioned machine loses its status (a restore, a move without
