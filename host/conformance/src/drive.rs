@@ -62,15 +62,22 @@ pub const AT_SHARE_RETRY: Duration = Duration::from_millis(250);
 
 /// `call`, made again while the runtime refuses it because its tenant (namespace) holds
 /// its share of the plugin slots: the kit and the tests drive many machines of one
-/// namespace at once, as the host's reconciler may, and wait their turn as it does.
-pub async fn admitted<T, F, Fut>(mut call: F) -> Result<Result<T, PluginError>, CallError>
+/// namespace at once, as the host's reconciler may, and wait their turn as it does. Not
+/// past the drive's `deadline`: then the refusal is the answer, and the drive fails on it
+/// (a slot that is never given back must not hang a run).
+pub async fn admitted<T, F, Fut>(
+    deadline: Instant,
+    mut call: F,
+) -> Result<Result<T, PluginError>, CallError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Result<T, PluginError>, CallError>>,
 {
     loop {
         match call().await {
-            Err(CallError::TenantAtShare { .. }) => tokio::time::sleep(AT_SHARE_RETRY).await,
+            Err(CallError::TenantAtShare { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(AT_SHARE_RETRY).await
+            }
             other => return other,
         }
     }
@@ -271,7 +278,8 @@ pub async fn create_watched(
             );
             return Err((drive, msg));
         }
-        let status = match flatten(admitted(|| plugin.create_machine(&machine.req)).await) {
+        let status = match flatten(admitted(deadline, || plugin.create_machine(&machine.req)).await)
+        {
             Ok(s) => s,
             Err(Failure::Plugin(PluginError::Transient(t)))
                 if transient_in_row < pacing.transient_retries =>
@@ -312,7 +320,7 @@ pub async fn create_watched(
         }
         if until.describe_each {
             drive.describes.push(flatten(
-                admitted(|| plugin.describe_machine(&machine.req)).await,
+                admitted(deadline, || plugin.describe_machine(&machine.req)).await,
             ));
         }
         let progress = status.progress.clone();
@@ -336,7 +344,7 @@ pub async fn describe_until(
     let deadline = Instant::now() + pacing.drive_timeout;
     let mut calls = 0;
     loop {
-        let status = flatten(admitted(|| plugin.describe_machine(&machine.req)).await)
+        let status = flatten(admitted(deadline, || plugin.describe_machine(&machine.req)).await)
             .map_err(|e| format!("describe call {} failed: {e}", calls + 1))?;
         calls += 1;
         machine.req.state = Some(status.progress.state.clone());
@@ -370,7 +378,7 @@ pub async fn delete(
                 phases.join(" → ")
             ));
         }
-        match flatten(admitted(|| plugin.delete_machine(&machine.req)).await) {
+        match flatten(admitted(deadline, || plugin.delete_machine(&machine.req)).await) {
             Ok(None) => {
                 calls += 1;
                 machine.deleted = true;
@@ -406,7 +414,7 @@ pub async fn cluster(
     let deadline = Instant::now() + pacing.drive_timeout;
     let (mut calls, mut transient_in_row) = (0, 0);
     loop {
-        match flatten(admitted(|| plugin.reconcile_cluster(req)).await) {
+        match flatten(admitted(deadline, || plugin.reconcile_cluster(req)).await) {
             Ok(status) => {
                 calls += 1;
                 transient_in_row = 0;

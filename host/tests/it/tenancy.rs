@@ -418,9 +418,10 @@ async fn a_tenant_whose_endpoint_hangs_does_not_hold_every_reconcile_worker() {
         .await;
     }
     // Its calls hold its share: three requests in, each a call holding a slot.
-    while slow_requests() < 3 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    crate::support::until("the slow tenant's calls hold its share", || {
+        slow_requests() >= 3
+    })
+    .await;
     let held = slow_requests();
     assert_eq!(held, 3, "one tenant's calls hold at most 3 of the 4 slots");
 
