@@ -9,7 +9,7 @@ use super::conditions::{self, Condition, READY};
 use super::context::{Context, finalizer};
 use super::error::Result;
 use super::events::{self, Event};
-use super::ownership::OWNERSHIP_UNVERIFIED;
+use super::ownership::{OWNERSHIP_UNVERIFIED, RECHECK};
 use super::patch;
 use crate::status::{Progressing, Status};
 
@@ -45,6 +45,11 @@ pub(super) async fn refuse(
     if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
         tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
         events::publish(ctx, obj, &Event::warning(OWNERSHIP_UNVERIFIED, &message)).await;
+    }
+    // The sooner look (keys read moments ago) only on the first refusal: an object
+    // refused before is not worth a reconcile every few seconds.
+    if before.as_deref() == Some(OWNERSHIP_UNVERIFIED) {
+        return Ok(Action::requeue(recheck.max(RECHECK)));
     }
     Ok(Action::requeue(recheck))
 }
