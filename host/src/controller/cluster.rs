@@ -39,6 +39,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if deleting && !obj.finalizers().contains(&finalizer(&ctx.plugin)) {
         return Ok(Action::await_change());
     }
+    // Before the credentials and the spec are read: a drain wait looks every second.
+    if deleting && let Some(wait) = pools_draining(&ctx, &obj).await? {
+        return Ok(wait);
+    }
     let cluster = match objects::cluster_name(&obj) {
         Some(name) => objects::read(&api(&ctx.client, &capi_cluster(), &ns), &name).await?,
         None => None,
@@ -141,9 +145,6 @@ async fn delete(
     req: &ClusterRequest,
     credentials: &str,
 ) -> Result<Action> {
-    if let Some(wait) = pools_draining(ctx, obj).await? {
-        return Ok(wait);
-    }
     let call = "cluster.delete";
     let result = ctx
         .metrics

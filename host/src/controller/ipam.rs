@@ -169,9 +169,12 @@ pub async fn ensure_pools(
 /// provider refuses to delete a pool with addresses in it; refused, the collector backs
 /// off exponentially, so a pool deleted while its machines' claims are still being
 /// released lingers for a minute or more. No IPAM installed: none.
-pub async fn addresses_left(ctx: &Context, infra_cluster: &DynamicObject) -> Result<usize> {
+pub async fn addresses_left(ctx: &Context, infra_cluster: &DynamicObject) -> Result<u64> {
     let ns = infra_cluster.namespace().unwrap_or_default();
     let uid = infra_cluster.uid().unwrap_or_default();
+    // The pools' own count of addresses in use (their status, kept by the IPAM
+    // provider): one list of the namespace's pools (a few small objects per cluster),
+    // from the watch cache, and no list of addresses, however many the namespace holds.
     let any = ListParams::default().match_any();
     let pools = match api(&ctx.client, &in_cluster_ip_pool(), &ns)
         .list(&any)
@@ -181,22 +184,11 @@ pub async fn addresses_left(ctx: &Context, infra_cluster: &DynamicObject) -> Res
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(0),
         Err(e) => return Err(e.into()),
     };
-    let owned: Vec<String> = pools
-        .into_iter()
-        .filter(|p| p.owner_references().iter().any(|r| r.uid == uid))
-        .map(|p| p.name_any())
-        .collect();
-    if owned.is_empty() {
-        return Ok(0);
-    }
-    let addresses = api(&ctx.client, &ip_address(), &ns).list(&any).await?;
-    Ok(addresses
+    Ok(pools
         .iter()
-        .filter(|a| {
-            str_field(a, "spec.poolRef.kind") == Some("InClusterIPPool")
-                && str_field(a, "spec.poolRef.name").is_some_and(|n| owned.iter().any(|o| o == n))
-        })
-        .count())
+        .filter(|p| p.owner_references().iter().any(|r| r.uid == uid))
+        .filter_map(|p| field(p, "status.ipAddresses.used").and_then(|v| v.as_u64()))
+        .sum())
 }
 
 /// Whether `pool` has the fields we apply as `spec` says (others, e.g. defaults the
@@ -370,7 +362,7 @@ impl MachineClaims {
         // server has (a claim taken over or labelled a moment ago): the plugin answered
         // without them, so the machine comes back soon, as after a write, rather than
         // at its resync (a ready machine would keep a status without its address).
-        let stale = this.bound().len() > self.bound().len();
+        let stale = !std::ptr::eq(this, self) && this.bound().len() > self.bound().len();
         let ns = machine.namespace().unwrap_or_default();
         let claims = api(&ctx.client, &ip_address_claim(), &ns);
         let to_write = this.to_write(infra_cluster, requests);
