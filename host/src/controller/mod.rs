@@ -310,7 +310,9 @@ async fn machines(
         .watches_stream_with(
             watcher(
                 secret_names(&ctx.client, ns),
-                watcher::Config::default().labels(objects::CLUSTER_NAME_LABEL),
+                watcher::Config::default()
+                    .labels(objects::CLUSTER_NAME_LABEL)
+                    .page_size(watch::LIST_PAGE),
             )
             .touched_objects(),
             move |s: PartialObjectMeta<Secret>| {
@@ -365,7 +367,8 @@ async fn clusters(ctx: Arc<Context>) {
         .watches_with(
             all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
             objects::capi_cluster(),
-            watcher::Config::default(),
+            // Listed a page at a time, as every watch of ours (`watch::LIST_PAGE`).
+            watcher::Config::default().page_size(watch::LIST_PAGE),
             // Only its spec (paused, the reference) or its deletion: CAPI rewrites its status
             // on every machine change, and none of that is ours to act on.
             move |c: DynamicObject| {
