@@ -30,7 +30,7 @@ use super::{objects, patch};
 use crate::status::{Progressing, Status};
 
 /// Default of `--object-max-kib`. The largest objects of the release's templates and
-/// tests are under 7 KiB (the ClusterClass; a ProxmoxMachineTemplate is under 1 KiB):
+/// tests are under 7 KiB (the ClusterClass; a machine template is under 1 KiB):
 /// ten times that leaves room for long SSH key lists, conversion data and Cluster
 /// API's annotations, and 1,000 objects at the bound are 64 MiB.
 pub const DEFAULT_OBJECT_MAX_KIB: u64 = 64;

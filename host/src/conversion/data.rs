@@ -9,7 +9,7 @@
 //! (HMAC-SHA256 under the ownership key, `crate::controller::ownership`) over the
 //! object's group, kind, namespace, name and the data, kept beside it in
 //! [`MAC_ANNOTATION`]. Data whose MAC does not verify for this very object (none,
-//! edited, copied from another object, written by CAPMOX or by a manager before this
+//! edited, copied from another object, written by another provider or by a manager before this
 //! check) is never handed to a plugin: the object converts as if it had none, and the
 //! manager logs it.
 //!
