@@ -18,7 +18,7 @@ use kube::core::conversion::{
 };
 use serde_json::{Map, Value};
 
-use crate::controller::ownership::OwnershipKeys;
+use crate::controller::trust::ownership::OwnershipKeys;
 use crate::metrics::Metrics;
 
 pub mod data;

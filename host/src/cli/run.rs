@@ -15,10 +15,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::limits::{BlobLimitArgs, LimitArgs};
 use super::{CacheArgs, load_fetched};
 use crate::admission::Finalizers;
-use crate::controller::adoption::AdoptionLimits;
-use crate::controller::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
-use crate::controller::oversized::DEFAULT_OBJECT_MAX_KIB;
-use crate::controller::ownership::OwnershipKeys;
+use crate::controller::cache::oversized::DEFAULT_OBJECT_MAX_KIB;
+use crate::controller::call::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
+use crate::controller::trust::adoption::AdoptionLimits;
+use crate::controller::trust::ownership::OwnershipKeys;
 use crate::controller::{
     self, CredentialsGrant, DEFAULT_OWNERSHIP_KEY_SECRET, DEFAULT_RECONCILE_CONCURRENCY,
     ManagerOptions, RESYNC,

@@ -1,38 +1,21 @@
 //! The controllers: for every kind a loaded plugin declares, a kube-rs controller of the
 //! role that kind plays in the Cluster API contract. Discovered at start, so a new
 //! plugin adds kinds without a rebuild.
-pub mod adoption;
-mod asked;
-mod backoff;
-mod cluster;
-mod coalesce;
-pub mod conditions;
-mod context;
-pub mod credentials;
+pub mod cache;
+pub mod call;
 mod error;
-mod events;
-mod grants;
 mod ipam;
-mod machine;
 pub mod objects;
-mod outcome;
-mod output;
-pub mod oversized;
-pub mod ownership;
-mod packed;
-mod patch;
-mod priority;
-mod requeue;
-#[cfg(test)]
-mod result_properties;
-mod supervise;
-mod template;
-mod triggers;
-mod unverified;
-mod versions;
-mod waits;
-mod watch;
-mod written;
+mod reconcile;
+mod schedule;
+pub mod trust;
+pub mod write;
+
+use cache::{oversized, packed, triggers, watch};
+use call::{grants, versions};
+use reconcile::{cluster, context, machine, template};
+use schedule::{backoff, priority, requeue, supervise, waits};
+use trust::ownership;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -86,7 +69,7 @@ pub async fn run(
         let resource = |k: &KindInfo| {
             // The stored version: the API server converts nothing for the manager.
             let gvk = GroupVersionKind::gvk(&info.group, versions::stored(&info, k), &k.kind);
-            ApiResource::from_gvk_with_plural(&gvk, &hyperplug_runtime::crds::plural(&k.kind))
+            ApiResource::from_gvk_with_plural(&gvk, &hyperplug_kinds::crds::plural(&k.kind))
         };
         let cluster_kind = info
             .kinds

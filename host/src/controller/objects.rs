@@ -13,7 +13,7 @@ pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
 /// The identity a plugin proves ownership with. It starts as the object's UID and is
 /// kept in an annotation because `clusterctl move` recreates objects with new UIDs but
 /// copies annotations: the moved object keeps proving ownership of what it made. The
-/// value is signed by the manager (`super::ownership`), so a copy proves nothing.
+/// value is signed by the manager (`crate::controller::trust::ownership`), so a copy proves nothing.
 pub const OWNERSHIP_ID_ANNOTATION: &str = "infrastructure.hyperplug.dev/ownership-id";
 
 pub fn capi_cluster() -> ApiResource {

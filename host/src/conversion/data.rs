@@ -6,7 +6,7 @@
 //! converts it to. Handed to the plugin as it is, a hand-written value would put into
 //! the stored object fields the stored version's schema refuses (a `v1alpha1` write
 //! carrying `v1alpha2` fields). So the manager vouches for what it writes: a MAC
-//! (HMAC-SHA256 under the ownership key, `crate::controller::ownership`) over the
+//! (HMAC-SHA256 under the ownership key, `crate::controller::trust::ownership`) over the
 //! object's group, kind, namespace, name and the data, kept beside it in
 //! [`MAC_ANNOTATION`]. Data whose MAC does not verify for this very object (none,
 //! edited, copied from another object, written by another provider or by a manager before this
@@ -25,7 +25,7 @@ use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
 use super::PRESERVED_ANNOTATION;
-use crate::controller::ownership::OwnershipKeys;
+use crate::controller::trust::ownership::OwnershipKeys;
 
 /// Where the MAC of an object's conversion data is kept.
 pub const MAC_ANNOTATION: &str = "infrastructure.hyperplug.dev/conversion-data-mac";

@@ -4,7 +4,7 @@
 //! kept in the `cluster.x-k8s.io/conversion-data` annotation.
 use std::sync::Arc;
 
-use hyperplug::controller::ownership::OwnershipKeys;
+use hyperplug::controller::trust::ownership::OwnershipKeys;
 use hyperplug::conversion::Conversions;
 use hyperplug::conversion::data::{MAC_ANNOTATION, MAX_BYTES};
 use kube::api::{Patch, PatchParams, PostParams};

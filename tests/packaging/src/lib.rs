@@ -120,7 +120,7 @@ pub async fn bundled_plugin_crds() -> Result<String> {
 /// a certificate from the plane's CA.
 pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
     use hyperplug::admission::Finalizers;
-    use hyperplug::controller::ownership::OwnershipKeys;
+    use hyperplug::controller::trust::ownership::OwnershipKeys;
     use hyperplug::conversion::Conversions;
     use hyperplug::webhook::{CertDir, Server};
     use std::sync::Arc;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hyperplug::admission::Finalizers;
-use hyperplug::controller::ownership::OwnershipKeys;
+use hyperplug::controller::trust::ownership::OwnershipKeys;
 use hyperplug::controller::{self, ManagerOptions};
 use hyperplug::conversion::Conversions;
 use hyperplug::lease_claims::LeaseClaims;

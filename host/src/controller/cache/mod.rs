@@ -1,0 +1,4 @@
+pub mod oversized;
+pub(crate) mod packed;
+pub(crate) mod triggers;
+pub(crate) mod watch;

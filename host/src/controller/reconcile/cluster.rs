@@ -1,0 +1,314 @@
+//! The InfraCluster reconciler: validate the infrastructure, publish the control-plane
+//! endpoint and failure domains, realize the IP pools. Its steps: observe → (delete) →
+//! finalizer → call the plugin → pools and endpoint → persist its report (`report`) →
+//! come back at the resync period.
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use crate::controller::call::credentials;
+use crate::controller::call::outcome::{self, Failed, Outcome};
+use crate::controller::call::versions;
+use crate::controller::error::{Error, Result};
+use crate::controller::ipam;
+use crate::controller::objects::{self, api, capi_cluster, str_field};
+use crate::controller::reconcile::context::{Context, finalizer};
+use crate::controller::schedule::requeue;
+use crate::controller::trust::adoption;
+use crate::controller::trust::ownership::Ownership;
+use crate::controller::trust::unverified;
+use crate::controller::write::conditions::{self, Condition, PAUSED, PROVISIONED, READY, reasons};
+use crate::controller::write::events::{self, Event, Report};
+use crate::controller::write::patch;
+use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
+use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
+use hyperplug_runtime::bindings::types::Progress;
+
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = obj.namespace().unwrap_or_default();
+    // As a machine's: no reads while its tenant has no plugin slot to give it.
+    if let Some(later) = outcome::tenant_at_share(&ctx, &ns) {
+        return Ok(later);
+    }
+    let own = api(&ctx.client, &ctx.resource, &ns);
+    let Some(obj) = objects::fresh(&own, &obj).await? else {
+        return Ok(Action::await_change());
+    };
+    if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
+        return Ok(Action::await_change());
+    }
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    if deleting && !obj.finalizers().contains(&finalizer(&ctx.plugin)) {
+        return Ok(Action::await_change());
+    }
+    // Before the credentials and the spec are read: a drain wait looks every second.
+    if deleting && let Some(wait) = pools_draining(&ctx, &obj).await? {
+        return Ok(wait);
+    }
+    let cluster = match objects::cluster_name(&obj) {
+        Some(name) => objects::read(&api(&ctx.client, &capi_cluster(), &ns), &name).await?,
+        None => None,
+    };
+    if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
+        patch::conditions(
+            &own,
+            &obj,
+            &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    // Failed for good on this generation: nothing more to read until the spec changes
+    // (or, at the resync period, the credentials it was called with).
+    let failed = outcome::still_failing(&Progressing::of(&obj), obj.metadata.generation, deleting);
+    if failed == Failed::Stop {
+        return Ok(Action::await_change());
+    }
+    // Unproven ownership: no plugin call at all.
+    let (cluster_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
+        Ownership::Proven { id, write } => (id, write),
+        Ownership::Unproven { message, recheck } => {
+            return unverified::refuse(&ctx, &own, &obj, message, recheck).await;
+        }
+    };
+    let creds = match credentials::for_cluster(&ctx, &obj).await {
+        Ok(creds) => creds,
+        Err(e) => return outcome::fail(&ctx, &own, &obj, e, None).await,
+    };
+    if failed == Failed::UnlessChanged(creds.version.clone()) {
+        return Ok(Action::requeue(ctx.options.resync));
+    }
+    let version = creds.version.clone();
+    let spec =
+        match versions::spec_for_plugin(&ctx, &ctx.kind.kind, &ctx.resource.version, &obj).await {
+            Ok(spec) => spec,
+            Err(e) => return outcome::fail(&ctx, &own, &obj, e, None).await,
+        };
+    let req = ClusterRequest {
+        cluster: objects::object_ref(&obj, &cluster_id),
+        spec: spec.to_string(),
+        state: str_field(&obj, "status.pluginState").map(str::to_string),
+        credentials: creds.primary,
+        more_credentials: creds.more,
+        plugin_status: None,
+    };
+    if deleting {
+        return delete(&ctx, &own, &obj, &req, &version).await;
+    }
+    patch::take_ownership(
+        &own,
+        &obj,
+        &finalizer(&ctx.plugin),
+        &adoption::previous_finalizer(&ctx.resource),
+        write_id.as_deref(),
+    )
+    .await?;
+    let call = "cluster.reconcile";
+    let result = ctx
+        .metrics
+        .plugin_call(ctx.plugin.name(), call, ctx.plugin.reconcile_cluster(&req))
+        .await;
+    let status = match outcome::of(ctx.plugin.name(), call, result) {
+        Outcome::Done(s) => s,
+        Outcome::Failed(err) => return outcome::fail(&ctx, &own, &obj, err, Some(&version)).await,
+    };
+    // The endpoint first: the status then describes the generation it makes.
+    let mut generation = obj.metadata.generation;
+    if let Some(ep) = &status.control_plane_endpoint
+        && str_field(&obj, "spec.controlPlaneEndpoint.host").is_none()
+    {
+        let endpoint = json!({"host": ep.host, "port": ep.port});
+        if let Some(patched) =
+            patch::spec_field(&own, &obj, "controlPlaneEndpoint", endpoint, None).await?
+        {
+            generation = patched.metadata.generation;
+        }
+    }
+    let report = report(
+        &InfraClusterStatus::of(&obj),
+        &status,
+        generation.unwrap_or(0),
+        &conditions::now(),
+    );
+    patch::status(&own, &obj, &report.status).await?;
+    events::publish_all(&ctx, &obj, &report.events).await;
+    ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
+    ctx.backoff.reset(&objects::key(&obj));
+    Ok(requeue::after_cluster_step(
+        &status.progress,
+        ctx.options.resync,
+    ))
+}
+
+async fn delete(
+    ctx: &Context,
+    own: &kube::Api<DynamicObject>,
+    obj: &DynamicObject,
+    req: &ClusterRequest,
+    credentials: &str,
+) -> Result<Action> {
+    let call = "cluster.delete";
+    let result = ctx
+        .metrics
+        .plugin_call(ctx.plugin.name(), call, ctx.plugin.delete_cluster(req))
+        .await;
+    match outcome::of(ctx.plugin.name(), call, result) {
+        Outcome::Done(None) => {
+            // What the plugin published or claimed for the cluster goes with it.
+            let runtime = ctx.plugin.runtime();
+            runtime.blobs().withdraw_object(&req.cluster.uid);
+            runtime
+                .claims()
+                .release_all(&req.cluster.uid)
+                .await
+                .map_err(Error::Dependency)?;
+            patch::remove_finalizer(own, obj, &finalizer(&ctx.plugin)).await?;
+            Ok(Action::await_change())
+        }
+        Outcome::Done(Some(p)) => {
+            // The plugin's state goes on to its next call, as for machines.
+            patch::status(own, obj, &deleting(&Progressing::of(obj), &p)).await?;
+            Ok(requeue::after_delete_step(&p))
+        }
+        Outcome::Failed(e) => outcome::fail(ctx, own, obj, e, Some(credentials)).await,
+    }
+}
+
+/// While the pools of a deleting InfraCluster still hold addresses (its machines'
+/// claims being released), a short wait before the plugin is called and the finalizer
+/// goes (`ipam::addresses_left`); none once they are empty or the deletion is
+/// [`requeue::POOLS_DRAIN_AT_MOST`] old.
+async fn pools_draining(ctx: &Context, obj: &DynamicObject) -> Result<Option<Action>> {
+    let since = obj
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0));
+    // A clock behind the API server's counts as a deletion just begun.
+    let recent =
+        since.is_some_and(|d| d.is_negative() || d.unsigned_abs() < requeue::POOLS_DRAIN_AT_MOST);
+    if !recent || ipam::addresses_left(ctx, obj).await? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Action::requeue(requeue::POOLS_DRAIN)))
+}
+
+/// The status and events after a reconcile call reported `s` on a cluster whose status
+/// was `prev`. Pure, like the machine's (`machine::report`).
+pub fn report(
+    prev: &InfraClusterStatus,
+    s: &ClusterStatus,
+    generation: i64,
+    now: &str,
+) -> Report<InfraClusterStatus> {
+    let mut next = prev.clone();
+    let p = &mut next.progress;
+    p.plugin_state = (!s.progress.state.is_empty()).then(|| s.progress.state.clone());
+    p.phase = (!s.progress.phase.is_empty()).then(|| s.progress.phase.clone());
+    p.observed_generation = Some(generation);
+    p.failed_generation = None;
+    p.failed_credentials = None;
+    p.details = s.details.iter().cloned().collect();
+    next.failure_domains = s
+        .failure_domains
+        .iter()
+        .map(|d| FailureDomain {
+            name: d.name.clone(),
+            control_plane: d.control_plane,
+            attributes: d.attributes.iter().cloned().collect(),
+        })
+        .collect();
+    if s.ready {
+        next.initialization = Initialization::provisioned();
+        next.ready = Some(true);
+    }
+    let step = conditions::reason_or(
+        &s.progress.phase,
+        if s.ready {
+            reasons::PROVISIONED
+        } else {
+            reasons::PROVISIONING
+        },
+    );
+    let ready_reason = if s.ready { reasons::PROVISIONED } else { &step };
+    let message = &s.progress.message;
+    next.progress.conditions = conditions::merge(
+        &prev.progress.conditions,
+        &[
+            Condition::new(READY, s.ready, ready_reason, message),
+            Condition::new(PROVISIONED, s.ready, &step, message),
+            conditions::not_paused(),
+        ],
+        generation,
+        now,
+    );
+    // An InfraCluster's phases are few: each is an event.
+    let events = if prev.progress.phase != next.progress.phase {
+        vec![Event::normal(&step, message)]
+    } else {
+        vec![]
+    };
+    Report {
+        status: next,
+        events,
+    }
+}
+
+/// The status while the plugin releases what the cluster holds.
+fn deleting(prev: &Progressing, p: &Progress) -> Progressing {
+    let mut next = prev.clone();
+    next.plugin_state = (!p.state.is_empty()).then(|| p.state.clone());
+    next.phase = (!p.phase.is_empty()).then(|| p.phase.clone());
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyperplug_runtime::bindings::cluster::FailureDomain as PluginDomain;
+
+    fn status(phase: &str, ready: bool) -> ClusterStatus {
+        ClusterStatus {
+            progress: Progress {
+                state: String::new(),
+                phase: phase.into(),
+                message: "3 nodes".into(),
+                requeue_after_ms: None,
+                waits: vec![],
+                durable: true,
+            },
+            ready,
+            control_plane_endpoint: None,
+            failure_domains: vec![PluginDomain {
+                name: "pve1".into(),
+                control_plane: true,
+                attributes: vec![("node".into(), "pve1".into())],
+            }],
+            ip_pools: vec![],
+            details: vec![],
+            plugin_status: None,
+        }
+    }
+
+    #[test]
+    fn a_ready_cluster_reports_its_domains_and_one_event_per_phase() {
+        let first = report(&Default::default(), &status("Ready", true), 1, "t0");
+        let s = &first.status;
+        assert_eq!(s.ready, Some(true));
+        assert_eq!(s.failure_domains[0].attributes["node"], "pve1");
+        assert_eq!(
+            conditions::find(&s.progress.conditions, READY)
+                .unwrap()
+                .reason,
+            "Provisioned"
+        );
+        assert_eq!(first.events, vec![Event::normal("Ready", "3 nodes")]);
+        let again = report(s, &status("Ready", true), 1, "t1");
+        assert_eq!(&again.status, s);
+        assert!(again.events.is_empty());
+    }
+}

@@ -1,0 +1,3 @@
+pub mod adoption;
+pub mod ownership;
+pub(crate) mod unverified;

@@ -1,0 +1,381 @@
+//! Status writes that may wait: a plugin step whose state is not `durable` (it can be
+//! recomputed if lost, e.g. "task running") is kept in memory and written with a
+//! later step, so a machine's lifecycle costs a few status patches rather than one per
+//! step. What users and Cluster API read still moves at once: readiness, provisioning,
+//! addresses, conditions turning True or False, events and a new generation are written
+//! when they change; a step's phase and message at most `requeue::HOLD_AT_MOST` late (by the
+//! next reconcile past it); see `rule::must_write`.
+//!
+//! A held status is only ever continued from while the API server still stores the
+//! plugin state it was derived from; anyone else's status write (another replica, a
+//! restore) makes it void, and a restart simply loses it: the plugin recomputes.
+mod rule;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+
+use crate::controller::write::written::WrittenAt;
+use crate::status::InfraMachineStatus;
+use rule::{Waited, a_new_step, must_write};
+
+/// A status the API server does not have yet.
+struct Held {
+    /// The plugin state the API server stored when this was derived.
+    stored_state: Option<String>,
+    status: InfraMachineStatus,
+    /// When the first step held since the last write was.
+    since: Instant,
+    /// When the held status's step (phase and condition reasons) first showed: a phase
+    /// is written once it has lasted `requeue::HOLD_AT_MOST`, not as soon as the wait before
+    /// it has (minutes in the infrastructure's queue, then quick steps to ready).
+    step_since: Instant,
+}
+
+/// Unwritten machine statuses, by object UID. At most one per live object: an entry
+/// goes when it is written, voided, or its object's deletion completes.
+#[derive(Default)]
+pub struct Coalescer {
+    held: Mutex<HashMap<String, Held>>,
+    /// By object UID, the newest resource version known to hold every write of ours to
+    /// the object: the one our last recorded write made, one a fresh read showed
+    /// since, or one the watch showed after either. A cached object at that version is
+    /// as the API server has it, and needs no read.
+    written_at: WrittenAt,
+}
+
+impl Coalescer {
+    /// The status to continue from for object `uid` whose stored status is `stored`:
+    /// the held one if it continues what is stored, else the stored one (and a void
+    /// entry is dropped).
+    pub fn current(&self, uid: &str, stored: &InfraMachineStatus) -> InfraMachineStatus {
+        let mut held = self.held.lock().expect("coalescer");
+        match held.get(uid) {
+            Some(h) if h.stored_state == stored.progress.plugin_state => h.status.clone(),
+            Some(_) => {
+                held.remove(uid);
+                stored.clone()
+            }
+            None => stored.clone(),
+        }
+    }
+
+    /// Whether `next` (derived from the stored status `stored`) must be written now;
+    /// if not, it is held. The caller writes when told to, then calls [`Self::written`].
+    pub fn write_now(
+        &self,
+        uid: &str,
+        stored: &InfraMachineStatus,
+        next: &InfraMachineStatus,
+        durable: bool,
+        has_events: bool,
+        deleting: bool,
+    ) -> bool {
+        let now = Instant::now();
+        let mut held = self.held.lock().expect("coalescer");
+        let prev = held
+            .get(uid)
+            .filter(|h| h.stored_state == stored.progress.plugin_state);
+        let since = prev.map(|h| h.since);
+        let step_since = prev
+            .filter(|h| !a_new_step(&h.status, next))
+            .map(|h| h.step_since);
+        let waited = Waited { since, step_since };
+        if must_write(stored, next, durable, has_events, deleting, waited, now) {
+            return true;
+        }
+        held.insert(
+            uid.to_string(),
+            Held {
+                stored_state: stored.progress.plugin_state.clone(),
+                status: next.clone(),
+                since: since.unwrap_or(now),
+                step_since: step_since.unwrap_or(now),
+            },
+        );
+        false
+    }
+
+    /// `uid`'s status was written: nothing is held for it any more; `version` is the
+    /// resource version the write made (`None`: nothing differed, nothing was sent).
+    pub fn written(&self, uid: &str, version: Option<String>) {
+        self.held.lock().expect("coalescer").remove(uid);
+        if let Some(v) = version {
+            self.written_at.at(uid, v);
+        }
+    }
+
+    /// `uid`'s object is gone: nothing is kept for it.
+    pub fn forget(&self, uid: &str) {
+        self.held.lock().expect("coalescer").remove(uid);
+        self.written_at.forget(uid);
+    }
+
+    /// `uid`'s object itself (not its status) was written, making `version`: a cached
+    /// object is current from that version on (see [`Self::is_current`]).
+    pub fn wrote(&self, uid: &str, version: Option<String>) {
+        if let Some(v) = version {
+            self.written_at.at(uid, v);
+        }
+    }
+
+    /// A fresh read of `uid`'s object showed `version`. A read that follows our writes'
+    /// answers holds them all, so a cached object at that version is current too: after
+    /// another writer's change (Cluster API's owner patch, a deletion) one read is
+    /// enough, not one per reconcile until our next write. So every write of the object
+    /// is recorded ([`Self::written`], [`Self::record`]), and a failed one marked
+    /// [`Self::unsure`].
+    pub fn read_at(&self, uid: &str, version: Option<String>) {
+        self.wrote(uid, version);
+    }
+
+    /// What a write of `obj` came to, when not through [`Self::written`]: the version it
+    /// made (none: nothing differed, nothing was sent), or, when it failed,
+    /// [`Self::unsure`] (a write whose answer was lost may still have been applied).
+    pub fn record<E>(&self, obj: &DynamicObject, write: &Result<Option<String>, E>) {
+        self.record_uid(obj.uid().as_deref().unwrap_or_default(), write);
+    }
+
+    fn record_uid<E>(&self, uid: &str, write: &Result<Option<String>, E>) {
+        match write {
+            Ok(version) => self.wrote(uid, version.clone()),
+            Err(_) => self.unsure(uid),
+        }
+    }
+
+    /// A write of `uid`'s object failed, and may still have been applied: no cached
+    /// object is current until the next fresh read.
+    pub fn unsure(&self, uid: &str) {
+        self.written_at.unsure(uid);
+    }
+
+    /// Whether a cached object is current enough to reconcile from, with no fresh read
+    /// (see [`WrittenAt::is_current`]). A new machine's first reconciles, many at once,
+    /// then read nothing from the API server for it; nor does a step after Cluster
+    /// API's patch of the object, once the watch has shown our last write.
+    pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
+        self.written_at.is_current(uid, version)
+    }
+
+    /// What the watch of the objects' kind tells of the versions it shows.
+    pub fn written_at(&self) -> WrittenAt {
+        self.written_at.clone()
+    }
+
+    /// How many statuses are held (metrics, tests).
+    pub fn len(&self) -> usize {
+        self.held.lock().expect("coalescer").len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::rule::tests::{held_since, step, stored};
+    use super::*;
+    use crate::controller::schedule::requeue::{DETAIL_HOLD_AT_MOST, HOLD_AT_MOST};
+
+    #[test]
+    fn a_non_durable_step_is_held_and_continued_from() {
+        let c = Coalescer::default();
+        let at_rest = stored("id=100");
+        let next = step(&at_rest, "id=100,task=T");
+        assert!(!c.write_now("a", &at_rest, &next, false, false, false));
+        assert_eq!(c.current("a", &at_rest), next);
+        // A durable step is written, and nothing stays held once it is.
+        let durable = step(&next, "id=101");
+        assert!(c.write_now("a", &at_rest, &durable, true, false, false));
+        c.written("a", None);
+        assert_eq!(c.len(), 0);
+        assert_eq!(c.current("a", &at_rest), at_rest);
+    }
+
+    #[test]
+    fn a_held_status_is_void_once_someone_else_stored_another_state() {
+        let c = Coalescer::default();
+        let at_rest = stored("id=100");
+        let next = step(&at_rest, "id=100,task=T");
+        c.write_now("a", &at_rest, &next, false, false, false);
+        let elsewhere = stored("id=200");
+        assert_eq!(c.current("a", &elsewhere), elsewhere);
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn a_new_phase_waits_from_when_it_showed_not_from_the_first_step_held() {
+        let c = Coalescer::default();
+        let at_rest = stored("s");
+        let mut waiting = step(&at_rest, "t1");
+        waiting.progress.phase = Some("Waiting".into());
+        let mut stored_waiting = at_rest.clone();
+        stored_waiting.progress.phase = Some("Waiting".into());
+        assert!(!c.write_now("a", &stored_waiting, &waiting, false, false, false));
+        std::thread::sleep(Duration::from_millis(2));
+        let mut next_phase = step(&at_rest, "t2");
+        next_phase.progress.phase = Some("Configuring".into());
+        assert!(!c.write_now("a", &stored_waiting, &next_phase, false, false, false));
+        let (since, step_since) = {
+            let held = c.held.lock().unwrap();
+            (held["a"].since, held["a"].step_since)
+        };
+        assert!(
+            step_since > since,
+            "the new phase's clock starts when it shows"
+        );
+        // Long after the first step held, but not after the new phase showed: held.
+        let later = since + HOLD_AT_MOST;
+        let waited = Waited {
+            since: Some(since),
+            step_since: None,
+        };
+        assert!(!must_write(
+            &stored_waiting,
+            &next_phase,
+            false,
+            false,
+            false,
+            waited,
+            later
+        ));
+        let shown = Waited {
+            since: Some(since),
+            step_since: Some(step_since),
+        };
+        assert!(must_write(
+            &stored_waiting,
+            &next_phase,
+            false,
+            false,
+            false,
+            shown,
+            step_since + HOLD_AT_MOST
+        ));
+    }
+
+    #[test]
+    fn nothing_users_see_is_held_longer_than_the_limit() {
+        let c = Coalescer::default();
+        let at_rest = stored("s");
+        let first = step(&at_rest, "t1");
+        assert!(!c.write_now("a", &at_rest, &first, false, false, false));
+        let now = Instant::now();
+        let since = c.held.lock().unwrap()["a"].since;
+        let mut shown = first.clone();
+        shown.progress.phase = Some("PoweringOn".into());
+        assert!(!must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            false,
+            held_since(since),
+            now
+        ));
+        let later = since + HOLD_AT_MOST;
+        assert!(must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            false,
+            held_since(since),
+            later
+        ));
+        // A message alone (a long wait in the same phase) waits longer.
+        let mut told = first.clone();
+        told.progress
+            .details
+            .insert("task".into(), "running".into());
+        assert!(!must_write(
+            &at_rest,
+            &told,
+            false,
+            false,
+            false,
+            held_since(since),
+            later
+        ));
+        let much_later = since + DETAIL_HOLD_AT_MOST;
+        assert!(must_write(
+            &at_rest,
+            &told,
+            false,
+            false,
+            false,
+            held_since(since),
+            much_later
+        ));
+        // So does a deleting object's new phase.
+        assert!(!must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            true,
+            held_since(since),
+            later
+        ));
+        assert!(must_write(
+            &at_rest,
+            &shown,
+            false,
+            false,
+            true,
+            held_since(since),
+            much_later
+        ));
+        // The plugin's state alone is not worth a write, however long it waits.
+        assert!(!must_write(
+            &at_rest,
+            &first,
+            false,
+            false,
+            false,
+            held_since(since),
+            much_later
+        ));
+    }
+
+    #[test]
+    fn a_cache_is_current_unless_it_lags_behind_our_last_write() {
+        let c = Coalescer::default();
+        // Never written by us: nothing of ours to lag behind.
+        assert!(c.is_current("a", Some("5")));
+        assert!(!c.is_current("a", None));
+        c.wrote("a", Some("7".into()));
+        assert!(!c.is_current("a", Some("5")));
+        assert!(c.is_current("a", Some("7")));
+        c.written("a", Some("9".into()));
+        assert!(!c.is_current("a", Some("7")));
+        c.forget("a");
+        assert!(c.is_current("a", Some("7")));
+    }
+
+    #[test]
+    fn a_fresh_read_makes_its_version_current() {
+        let c = Coalescer::default();
+        c.written("a", Some("7".into()));
+        // Someone else wrote after us: the cache at 8 may or may not hold our write.
+        assert!(!c.is_current("a", Some("8")));
+        c.read_at("a", Some("8".into()));
+        assert!(c.is_current("a", Some("8")));
+        assert!(!c.is_current("a", Some("7")));
+        // A write that sent nothing changes nothing; one that made 9 makes 9 current.
+        c.record_uid("a", &Ok::<_, ()>(None));
+        assert!(c.is_current("a", Some("8")));
+        c.record_uid("a", &Ok::<_, ()>(Some("9".into())));
+        assert!(c.is_current("a", Some("9")));
+        // A write whose answer was lost: the cache at 9 may lack it, and so may the
+        // cache of an object we never wrote before.
+        c.record_uid("a", &Err::<Option<String>, _>(()));
+        assert!(!c.is_current("a", Some("9")));
+        c.record_uid("b", &Err::<Option<String>, _>(()));
+        assert!(!c.is_current("b", Some("1")));
+        c.read_at("a", Some("10".into()));
+        assert!(c.is_current("a", Some("10")));
+    }
+}
