@@ -1,5 +1,5 @@
 //! The finalizer webhook: the API server asks it, as an InfraMachine is created, which
-//! finalizer to add (`hyperplug_runtime::crds::finalizer_webhook` registers it). With
+//! finalizer to add (`hyperplug_kinds::crds::finalizer_webhook` registers it). With
 //! the finalizer there from the start, the reconciler's first step writes nothing before
 //! the first plugin call. It never refuses anything: a request it does not recognise is
 //! allowed unchanged, and the reconciler adds a missing finalizer as before.
@@ -29,7 +29,7 @@ impl Finalizers {
         let mut by_kind = BTreeMap::new();
         for plugin in plugins {
             let info = plugin.info();
-            if !hyperplug_runtime::crds::serves_webhooks(info) {
+            if !hyperplug_kinds::crds::serves_webhooks(info) {
                 continue;
             }
             for kind in info
@@ -39,7 +39,7 @@ impl Finalizers {
             {
                 by_kind.insert(
                     (info.group.clone(), kind.kind.clone()),
-                    hyperplug_runtime::crds::finalizer(info),
+                    hyperplug_kinds::crds::finalizer(info),
                 );
             }
         }

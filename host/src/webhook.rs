@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use hyperplug_runtime::crds::{CONVERSION_PATH, FINALIZER_PATH};
+use hyperplug_kinds::crds::{CONVERSION_PATH, FINALIZER_PATH};
 use kube::api::DynamicObject;
 use kube::core::admission::AdmissionReview;
 

@@ -41,6 +41,17 @@ impl identity::KindInfo {
     }
 }
 
+/// Lower-case plural of a kind, the name its resources (and CRD) go by
+/// (`ExampleMachine` → `examplemachines`): a plugin may not declare two kinds with one.
+pub fn plural(kind: &str) -> String {
+    let lower = kind.to_ascii_lowercase();
+    if lower.ends_with('s') {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    }
+}
+
 impl identity::PluginInfo {
     /// The `spec` schema (JSON) of `kind` in the version calls speak (`api-version`);
     /// the loader made sure every kind has it.

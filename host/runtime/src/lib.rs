@@ -1,7 +1,8 @@
 //! The plugin runtime: loads WebAssembly components and calls them, each call in a
 //! fresh sandbox with memory, CPU and wall-clock limits and one gated egress; serves
-//! what plugins publish (`blob_server`) and gives the CRDs of the kinds a plugin
-//! declares (`crds`). It knows no controller and no command line.
+//! what plugins publish (`blob_server`). It knows no controller and no command line; the
+//! Kubernetes shapes of the kinds a plugin declares (CRDs, typed status) are the
+//! `hyperplug-kinds` crate's.
 //!
 //! Compile once (cached on disk), one `InstancePre` per plugin, a fresh `Store` per
 //! call: no state survives a call, so nothing leaks between calls or clusters.
@@ -18,7 +19,6 @@ pub mod blobs;
 mod call;
 pub mod claims;
 mod compat;
-pub mod crds;
 pub mod credentials;
 mod egress;
 mod engine;
@@ -34,7 +34,6 @@ mod plugin;
 mod reservations;
 mod slots;
 mod state;
-pub mod status;
 mod text;
 pub mod tls;
 mod wit;

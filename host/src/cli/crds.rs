@@ -23,7 +23,7 @@ pub async fn run(args: CrdsArgs) -> anyhow::Result<ExitCode> {
     )
     .await?
     {
-        let yaml = hyperplug_runtime::crds::crds_yaml(plugin.info())
+        let yaml = hyperplug_kinds::crds::crds_yaml(plugin.info())
             .map_err(|e| anyhow::anyhow!("plugin {}: {e}", plugin.path().display()))?;
         print!("{yaml}");
     }

@@ -133,7 +133,7 @@ fn check_distinct(loaded: &[&Plugin], new: &Plugin) -> anyhow::Result<()> {
                 .iter()
                 .map(|k| {
                     (
-                        format!("{}.{}", hyperplug_runtime::crds::plural(&k.kind), i.group),
+                        format!("{}.{}", hyperplug_kinds::crds::plural(&k.kind), i.group),
                         k.kind.clone(),
                     )
                 })

@@ -950,7 +950,7 @@ pub(crate) mod floods {
     async fn every_flood_leaves_the_manager_under_its_memory_goal() {
         let world = World::start_with(pve_sim::Config::fast(), false).await;
         let (_rt, plugin) = hostile().await;
-        let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
+        let crds = hyperplug_kinds::crds::crds_yaml(plugin.info()).unwrap();
         world.plane.install_crds_yaml(&crds).await.unwrap();
         let (silent, _) = silent_endpoint().await;
         let floods = [
@@ -1415,7 +1415,7 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
         async fn idle_sockets_on_the_webhook_port_do_not_hold_up_a_conversion() {
             let plane = Plane::start(PlaneOpts::default()).await.expect("plane");
             let (_rt, plugin) = support::load("proxmox", Limits::default()).await;
-            let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
+            let crds = hyperplug_kinds::crds::crds_yaml(plugin.info()).unwrap();
             // The webhook server as `hyperplug run` serves it, with its default bounds.
             let url = crate::support::world::serve_conversion(&plane, &[plugin]).await;
             plane
@@ -1425,7 +1425,7 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
             let ns = plane.namespace("idle").await.unwrap();
             let addr: SocketAddr = url
                 .trim_start_matches("https://")
-                .trim_end_matches(hyperplug_runtime::crds::CONVERSION_PATH)
+                .trim_end_matches(hyperplug_kinds::crds::CONVERSION_PATH)
                 .parse()
                 .unwrap();
             let v1 = plane
@@ -1486,9 +1486,9 @@ spec: {{credentialsRef: {{name: hostile-credentials}}}}
             until_ok(&http, &format!("http://127.0.0.1:{}/readyz", ports.health)).await;
             // From now on the API server converts through the manager's webhook server.
             let (_rt, plugin) = support::load("proxmox", Limits::default()).await;
-            let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
+            let crds = hyperplug_kinds::crds::crds_yaml(plugin.info()).unwrap();
             let addr: SocketAddr = format!("127.0.0.1:{}", ports.webhook).parse().unwrap();
-            let url = format!("https://{addr}{}", hyperplug_runtime::crds::CONVERSION_PATH);
+            let url = format!("https://{addr}{}", hyperplug_kinds::crds::CONVERSION_PATH);
             world
                 .plane
                 .install_crds_yaml_converted_at(&crds, &url)

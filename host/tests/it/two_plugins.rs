@@ -62,7 +62,7 @@ async fn one_host_process_provisions_a_proxmox_and_a_redfish_machine_side_by_sid
     let world = World::start_with(pve_sim::Config::fast(), false).await;
     world.plane.start_ipam().await.expect("IPAM provider");
     let (_rt, redfish) = crate::support::load("redfish", Limits::default()).await;
-    let crds = hyperplug_runtime::crds::crds_yaml(redfish.info()).expect("Redfish CRDs");
+    let crds = hyperplug_kinds::crds::crds_yaml(redfish.info()).expect("Redfish CRDs");
     world
         .plane
         .install_crds_yaml(&crds)

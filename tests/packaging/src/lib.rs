@@ -112,7 +112,7 @@ pub async fn bundled_plugin() -> Result<hyperplug_runtime::Plugin> {
 
 /// `hyperplug crds plugins/proxmox.wasm`, rendered in process by the host library.
 pub async fn bundled_plugin_crds() -> Result<String> {
-    hyperplug_runtime::crds::crds_yaml(bundled_plugin().await?.info()).map_err(|e| anyhow!(e))
+    hyperplug_kinds::crds::crds_yaml(bundled_plugin().await?.info()).map_err(|e| anyhow!(e))
 }
 
 /// The bundled plugin's CRDs on `plane`, converting between their versions through the
@@ -125,7 +125,7 @@ pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
     use hyperplug::webhook::{CertDir, Server};
     use std::sync::Arc;
     let plugin = bundled_plugin().await?;
-    let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).map_err(|e| anyhow!(e))?;
+    let crds = hyperplug_kinds::crds::crds_yaml(plugin.info()).map_err(|e| anyhow!(e))?;
     let certs = CertDir {
         dir: plane.webhook_cert_dir("hyperplug-webhook")?,
     };

@@ -120,7 +120,7 @@ pub async fn identity(kit: &mut Kit) -> Verdict {
 const COLUMN_TYPES: &[&str] = &["string", "integer", "number", "boolean", "date"];
 
 pub async fn schemas(kit: &mut Kit) -> Verdict {
-    let crds = match hyperplug_runtime::crds::crds(&kit.info) {
+    let crds = match hyperplug_kinds::crds::crds(&kit.info) {
         Ok(c) => c,
         Err(e) => return Verdict::Fail(e),
     };

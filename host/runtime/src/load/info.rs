@@ -2,7 +2,7 @@
 //! object names, kinds declared once, and each kind's versions complete, so the host
 //! can make CRDs and route calls from it without checking again.
 use crate::bindings::identity::{KindInfo, PluginInfo};
-use crate::crds;
+use crate::bindings::plural;
 
 /// The plugin's name, kinds and their versions (see `validate_versions`).
 pub(super) fn validate(info: &PluginInfo) -> Result<(), String> {
@@ -21,11 +21,8 @@ pub(super) fn validate(info: &PluginInfo) -> Result<(), String> {
         return Err("plugin declares no kinds".into());
     }
     for (i, kind) in info.kinds.iter().enumerate() {
-        let plural = crds::plural(&kind.kind);
-        if info.kinds[..i]
-            .iter()
-            .any(|k| crds::plural(&k.kind) == plural)
-        {
+        let own = plural(&kind.kind);
+        if info.kinds[..i].iter().any(|k| plural(&k.kind) == own) {
             return Err(format!("plugin declares kind {} twice", kind.kind));
         }
     }

@@ -176,7 +176,7 @@ pub async fn hostile_world() -> (World, Controllers, Runtime, Arc<BlobStore>) {
     let world = World::start_with(pve_sim::Config::fast(), false).await;
     let store = super::blob_store();
     let (runtime, plugin) = super::load_with("hostile", managed(&world).blobs(store.clone())).await;
-    let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).unwrap();
+    let crds = hyperplug_kinds::crds::crds_yaml(plugin.info()).unwrap();
     world.plane.install_crds_yaml(&crds).await.unwrap();
     world
         .apply(

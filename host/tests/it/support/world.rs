@@ -146,7 +146,7 @@ impl World {
             }))
             .claims(Arc::new(LeaseClaims::new(plane.client(), "default")));
         let (_rt, plugin) = super::load_with("proxmox", runtime).await;
-        let crds = hyperplug_runtime::crds::crds_yaml(plugin.info()).expect("our CRDs");
+        let crds = hyperplug_kinds::crds::crds_yaml(plugin.info()).expect("our CRDs");
         // The kinds' conversion webhook, served in this process for the whole world (a
         // manager started as a process serves its own too, unused).
         let webhook = serve_conversion(&plane, std::slice::from_ref(&plugin)).await;

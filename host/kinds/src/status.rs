@@ -1,5 +1,5 @@
 //! The `status` of our kinds, typed: one type per role is both the CRD's status schema
-//! (`crds.rs` generates it from the type) and what the controllers write (a merge patch
+//! (`crate::crds` generates it from the type) and what the controllers write (a merge patch
 //! of what differs between the type's view of the object's status and the new value,
 //! `controller/patch.rs`). A field the type drops is removed from the object; a field it
 //! does not know is left alone.
