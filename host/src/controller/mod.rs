@@ -16,6 +16,8 @@ use call::{grants, versions};
 use reconcile::{cluster, context, machine, template};
 use schedule::{backoff, priority, requeue, supervise, waits};
 use trust::ownership;
+use write::Writes;
+use write::events::Events;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,11 +34,10 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-pub use context::{
-    DEFAULT_OWNERSHIP_KEY_SECRET, DEFAULT_RECONCILE_CONCURRENCY, ManagerOptions, finalizer,
-};
+pub use context::{DEFAULT_OWNERSHIP_KEY_SECRET, DEFAULT_RECONCILE_CONCURRENCY, ManagerOptions};
 pub use error::Error;
 pub use grants::CredentialsGrant;
+pub use objects::finalizer;
 pub use requeue::RESYNC;
 
 use crate::metrics::Metrics;
@@ -106,7 +107,13 @@ pub async fn run(
                 kind: kind.clone(),
                 resource: resource(kind),
                 cluster_kind: cluster_kind.clone(),
-                recorder: Recorder::new(client.clone(), reporter.clone()),
+                writes: Writes {
+                    events: Events::new(
+                        Recorder::new(client.clone(), reporter.clone()),
+                        resource(kind),
+                    ),
+                    written: Default::default(),
+                },
                 metrics: metrics.clone(),
                 backoff: backoff::Backoff::new(requeue::BACKOFF_BASE, requeue::BACKOFF_MAX),
                 options: options.clone(),
@@ -222,7 +229,7 @@ async fn machines(
         all_or_namespaced(&ctx.client, &ar, ns),
         &ar,
         ctx.seen.clone(),
-        ctx.coalescer.written_at(),
+        ctx.writes.written.clone(),
     );
     let controller = Controller::for_stream_with(own, store, ar.clone());
     let store = controller.store();
@@ -343,7 +350,7 @@ async fn clusters(ctx: Arc<Context>) {
         all_or_namespaced(&ctx.client, &ar, ns),
         &ar,
         ctx.seen.clone(),
-        ctx.coalescer.written_at(),
+        ctx.writes.written.clone(),
     );
     Controller::for_stream_with(own, store, ar.clone())
         .with_config(config(&ctx))
@@ -378,7 +385,7 @@ async fn templates(ctx: Arc<Context>) {
         all_or_namespaced(&ctx.client, &ar, &ctx.options.namespace),
         &ar,
         ctx.seen.clone(),
-        ctx.coalescer.written_at(),
+        ctx.writes.written.clone(),
     );
     Controller::for_stream_with(own, store, ar)
         .with_config(config(&ctx))
@@ -399,7 +406,18 @@ async fn timed(packed: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<A
     let started = Instant::now();
     let obj = packed.unpack();
     let result = match packed.oversized() {
-        Some(over) => oversized::refuse(&ctx, &obj, over).await,
+        Some(over) => {
+            ctx.waits.clear(&objects::obj_ref(&obj, &ctx.resource));
+            oversized::refuse(
+                &ctx.writes,
+                &ctx.client,
+                &ctx.resource,
+                ctx.kind.role,
+                &obj,
+                over,
+            )
+            .await
+        }
         None => {
             let _housekeeping = (!priority::is_urgent(&obj)).then(|| ctx.housekeeping.enter());
             f(Arc::new(obj), ctx.clone()).await

@@ -4,7 +4,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GetParams, GroupVersionKind, Ob
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use hyperplug_runtime::ObjectRef;
+use hyperplug_runtime::{ObjectRef, Plugin};
 
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -170,4 +170,9 @@ pub fn object_ref(obj: &DynamicObject, id: &str) -> ObjectRef {
 /// Whether the object's infrastructure was provisioned (`status.initialization.provisioned`).
 pub fn provisioned(obj: &DynamicObject) -> bool {
     field(obj, "status.initialization.provisioned").and_then(Value::as_bool) == Some(true)
+}
+
+/// The finalizer on every object whose infrastructure we may create.
+pub fn finalizer(plugin: &Plugin) -> String {
+    hyperplug_kinds::crds::finalizer(plugin.info())
 }

@@ -18,15 +18,15 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hyperplug_runtime::bindings::identity::KindRole;
-use kube::ResourceExt;
-use kube::api::DynamicObject;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
 
 use crate::controller::error::Result;
 use crate::controller::objects;
-use crate::controller::reconcile::context::Context;
+use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY};
-use crate::controller::write::events::{self, Event};
+use crate::controller::write::events::Event;
 use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 
@@ -207,38 +207,43 @@ fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     count.0
 }
 
-/// React to one of our objects over the bound: no plugin call, nothing it waited for
-/// is watched; `Ready=False` (`ObjectTooLarge`) saying why and what to do, and a
-/// Warning event when that starts. A template, which has no conditions, gets the event
-/// (and a log line) only. Deleting it waits too: what the plugin would delete is known
-/// only from the spec the bound left out.
-pub async fn refuse(ctx: &Context, obj: &DynamicObject, over: &Oversized) -> Result<Action> {
-    ctx.waits.clear(&objects::obj_ref(obj, &ctx.resource));
+/// React to one of our objects over the bound: no plugin call (nothing it waited for is
+/// watched: the caller forgets that first); `Ready=False` (`ObjectTooLarge`) saying why
+/// and what to do, and a Warning event when that starts. A template, which has no
+/// conditions, gets the event (and a log line) only. Deleting it waits too: what the
+/// plugin would delete is known only from the spec the bound left out.
+pub(crate) async fn refuse(
+    writes: &Writes,
+    client: &Client,
+    kind: &ApiResource,
+    role: KindRole,
+    obj: &DynamicObject,
+    over: &Oversized,
+) -> Result<Action> {
     let message = over.message(obj.metadata.deletion_timestamp.is_some());
-    let starts = if ctx.kind.role == KindRole::InfraMachineTemplate {
+    let starts = if role == KindRole::InfraMachineTemplate {
         // No condition remembers it: an event each time it changes (and stays over).
         true
     } else {
         let before =
             conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
-        let own = objects::api(
-            &ctx.client,
-            &ctx.resource,
-            &obj.namespace().unwrap_or_default(),
-        );
+        let own = objects::api(client, kind, &obj.namespace().unwrap_or_default());
         let written = patch::conditions(
             &own,
             obj,
             &[Condition::new(READY, false, OBJECT_TOO_LARGE, &message)],
         )
         .await;
-        ctx.coalescer.record(obj, &written);
+        writes.written.record(obj, &written);
         written?;
         before.as_deref() != Some(OBJECT_TOO_LARGE)
     };
     if starts {
-        tracing::warn!(kind = %ctx.kind.kind, object = %objects::key(obj), bytes = over.bytes, max_bytes = over.max, "object over --object-max-kib; not calling the plugin");
-        events::publish(ctx, obj, &Event::warning(OBJECT_TOO_LARGE, &message)).await;
+        tracing::warn!(kind = %kind.kind, object = %objects::key(obj), bytes = over.bytes, max_bytes = over.max, "object over --object-max-kib; not calling the plugin");
+        writes
+            .events
+            .publish(obj, &Event::warning(OBJECT_TOO_LARGE, &message))
+            .await;
     }
     // A change of the object wakes it (what was left out comes back under the bound).
     Ok(Action::await_change())

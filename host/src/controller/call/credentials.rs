@@ -13,13 +13,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use hyperplug_runtime::{Credentials, NamedCredentials, credentials};
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use kube::api::DynamicObject;
+use kube::{Api, Client};
 
-use crate::controller::call::grants::allowed;
+use super::grants::{CredentialsGrant, allowed};
 use crate::controller::error::{Error, Result};
 use crate::controller::objects::{field, str_field};
-use crate::controller::reconcile::context::Context;
 
 /// The credentials of a call: the primary ones and those of `spec.credentialsRefs`.
 pub struct CallCredentials {
@@ -47,7 +46,27 @@ pub const INVALID: &str = "InvalidCredentials";
 /// Condition reason of credentials over `--credentials-max-kib`.
 pub const TOO_LARGE: &str = "CredentialsTooLarge";
 
-pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result<CallCredentials> {
+/// Where a call's credentials are read from, and the manager's rules for them (its
+/// options): what [`for_cluster`] needs besides the InfraCluster.
+#[derive(Clone, Copy)]
+pub struct Sources<'a> {
+    pub client: &'a Client,
+    /// Secrets read a moment ago.
+    pub recent: &'a Recent,
+    /// Secrets in other namespaces an InfraCluster may name (`--cross-namespace-credentials`).
+    pub grants: &'a [CredentialsGrant],
+    /// `namespace/name` of this plugin's default Secret (`--default-credentials-secret`).
+    pub default: Option<&'a (String, String)>,
+    /// Bytes of credentials one InfraCluster may hand a call (`--credentials-max-kib`).
+    pub max_bytes: usize,
+    /// The plugin's name, as messages name it.
+    pub plugin: &'a str,
+}
+
+pub async fn for_cluster(
+    from: Sources<'_>,
+    infra_cluster: &DynamicObject,
+) -> Result<CallCredentials> {
     let own_ns = infra_cluster.metadata.namespace.clone().unwrap_or_default();
     let refs: &[serde_json::Value] = field(infra_cluster, "spec.credentialsRefs")
         .and_then(|v| v.as_array())
@@ -79,7 +98,7 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
             .filter(|n| !n.is_empty())
             .unwrap_or(&own_ns);
         check_allowed(
-            ctx,
+            from.grants,
             &own_ns,
             ns,
             name,
@@ -87,12 +106,12 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
         )?;
         named.push((ns.to_string(), name.to_string()));
     }
-    let max_bytes = ctx.options.credentials_max_bytes;
+    let max_bytes = from.max_bytes;
     let mut total = 0;
     let mut more = Vec::with_capacity(named.len());
     let mut versions = Vec::with_capacity(named.len() + 1);
     let mut reads = futures::stream::iter(named.into_iter().map(|(ns, name)| async move {
-        let read = read(ctx, &ns, &name).await;
+        let read = read(from, &ns, &name).await;
         (ns, name, read)
     }))
     .buffered(REFS_AT_ONCE);
@@ -112,15 +131,12 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
                 .and_then(|v| v.as_str())
                 .filter(|n| !n.is_empty())
                 .unwrap_or(&own_ns);
-            check_allowed(ctx, &own_ns, ns, name, "spec.credentialsRef")?;
+            check_allowed(from.grants, &own_ns, ns, name, "spec.credentialsRef")?;
             (ns.to_string(), name.to_string())
         }
         // The manager's default belongs to one plugin: another plugin's InfraCluster
         // never gets it.
-        None => match (
-            more.first(),
-            ctx.options.default_credentials.get(ctx.plugin.name()),
-        ) {
+        None => match (more.first(), from.default) {
             // A list and no single Secret: the first of the list is the primary (never
             // the manager's default, which may belong to another kind of infrastructure).
             (Some(first), _) => {
@@ -136,13 +152,13 @@ pub async fn for_cluster(ctx: &Context, infra_cluster: &DynamicObject) -> Result
                     reason: NO_CREDENTIALS.into(),
                     message: format!(
                         "spec.credentialsRef (or spec.credentialsRefs) is not set and the manager has no --default-credentials-secret for plugin {}",
-                        ctx.plugin.name()
+                        from.plugin
                     ),
                 });
             }
         },
     };
-    let (primary, version) = read(ctx, &namespace, &name).await?;
+    let (primary, version) = read(from, &namespace, &name).await?;
     too_large(total + credentials::bytes(&primary), max_bytes)?;
     versions.insert(0, version);
     Ok(CallCredentials {
@@ -173,8 +189,14 @@ fn digest(versions: &[String]) -> String {
 }
 
 /// Refuse a reference to a Secret outside the InfraCluster's namespace, unless granted.
-fn check_allowed(ctx: &Context, own: &str, ns: &str, name: &str, field: &str) -> Result<()> {
-    if allowed(&ctx.options.credentials_grants, own, ns) {
+fn check_allowed(
+    grants: &[CredentialsGrant],
+    own: &str,
+    ns: &str,
+    name: &str,
+    field: &str,
+) -> Result<()> {
+    if allowed(grants, own, ns) {
         return Ok(());
     }
     Err(Error::Credentials {
@@ -244,18 +266,18 @@ impl Recent {
 }
 
 /// The credentials of a Secret, and `namespace/name@resourceVersion` it was read at.
-async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<(Credentials, String)> {
-    if let Some(recent) = ctx.secrets.get(namespace, name) {
+async fn read(from: Sources<'_>, namespace: &str, name: &str) -> Result<(Credentials, String)> {
+    if let Some(recent) = from.recent.get(namespace, name) {
         return Ok(recent);
     }
-    let _reading = ctx
-        .secrets
+    let _reading = from
+        .recent
         .reading
         .acquire()
         .await
         .expect("the semaphore is never closed");
     let secret = crate::controller::objects::read(
-        &Api::<Secret>::namespaced(ctx.client.clone(), namespace),
+        &Api::<Secret>::namespaced(from.client.clone(), namespace),
         name,
     )
     .await?
@@ -272,7 +294,7 @@ async fn read(ctx: &Context, namespace: &str, name: &str) -> Result<(Credentials
             .unwrap_or_default()
     );
     let credentials = from_secret(&secret, &format!("{namespace}/{name}"))?;
-    ctx.secrets.put(namespace, name, &credentials, &version);
+    from.recent.put(namespace, name, &credentials, &version);
     Ok((credentials, version))
 }
 

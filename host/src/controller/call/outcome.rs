@@ -1,16 +1,18 @@
 //! What a plugin call came to, in the controllers' terms, and how a failure (of the call
 //! or of what a reconcile read before it) shows on the object. Shared by every kind.
-use hyperplug_runtime::{CallError, PluginError};
+use std::time::Duration;
+
+use hyperplug_runtime::{CallError, Plugin, PluginError};
 use kube::Api;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 
-use crate::controller::call::output::Check;
+use super::output::Check;
 use crate::controller::error::{Error, Result};
-use crate::controller::reconcile::context::Context;
 use crate::controller::schedule::requeue;
+use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY, reasons};
-use crate::controller::write::events::{self, Event};
+use crate::controller::write::events::Event;
 use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 
@@ -121,7 +123,8 @@ pub fn failure_report(
 /// `credentials::CallCredentials`), until they change, looked at every resync period
 /// ([`still_failing`]): a user who fixes a token fixes a Secret, not the spec.
 pub async fn fail(
-    ctx: &Context,
+    writes: &Writes,
+    resync: Duration,
     own: &Api<DynamicObject>,
     obj: &DynamicObject,
     err: Error,
@@ -139,13 +142,13 @@ pub async fn fail(
         &conditions::now(),
     );
     if let Some(event) = event {
-        events::publish(ctx, obj, &event).await;
+        writes.events.publish(obj, &event).await;
     }
     let written = patch::status(own, obj, &next).await;
-    ctx.coalescer.record(obj, &written);
+    writes.written.record(obj, &written);
     written?;
     match (terminal, credentials) {
-        (true, Some(_)) => Ok(Action::requeue(ctx.options.resync)),
+        (true, Some(_)) => Ok(Action::requeue(resync)),
         (true, None) => Ok(Action::await_change()),
         (false, _) => Err(err),
     }
@@ -162,8 +165,8 @@ pub fn at_share(err: &Error) -> Option<Action> {
 
 /// Before a reconcile reads anything for a plugin call of an object in `namespace`: if
 /// the call would be refused ([`at_share`]), the reconcile ends at once instead.
-pub fn tenant_at_share(ctx: &Context, namespace: &str) -> Option<Action> {
-    ctx.plugin
+pub fn tenant_at_share(plugin: &Plugin, namespace: &str) -> Option<Action> {
+    plugin
         .runtime()
         .tenant_at_share(namespace)
         .then(|| Action::requeue(requeue::TENANT_AT_SHARE))

@@ -12,6 +12,7 @@
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
 
+use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::conversion::{ConversionRequest, Converted};
 use hyperplug_runtime::bindings::identity::{KindInfo, PluginInfo};
 use kube::api::DynamicObject;
@@ -20,11 +21,12 @@ use serde_json::{Value, json};
 use lru::LruCache;
 use sha2::{Digest, Sha256};
 
-use crate::controller::call::outcome::{self, Outcome};
+use super::outcome::{self, Outcome};
 use crate::controller::error::Error;
-use crate::controller::reconcile::context::Context;
+use crate::controller::trust::ownership::OwnershipKeys;
 use crate::controller::write::conditions::reasons;
 use crate::conversion::data;
+use crate::metrics::Metrics;
 
 /// The version objects of `kind` are stored in (the plugin's `api-version` if it marks
 /// none, which the loader does not let happen).
@@ -35,15 +37,26 @@ pub fn stored<'a>(info: &'a PluginInfo, kind: &'a KindInfo) -> &'a str {
         .map_or(info.api_version.as_str(), |v| v.name.as_str())
 }
 
+/// What converting a spec for the plugin's calls takes: the plugin, the keys that
+/// vouch for the conversion data the manager kept, the conversions remembered, and the
+/// metrics its calls are counted in.
+#[derive(Clone, Copy)]
+pub struct Converter<'a> {
+    pub plugin: &'a Plugin,
+    pub keys: &'a OwnershipKeys,
+    pub specs: &'a SpecConversions,
+    pub metrics: &'a Metrics,
+}
+
 /// `obj`'s spec (read in its stored version `version`) as the plugin's calls speak it,
 /// as JSON. `kind` names the object's kind (a machine's InfraCluster is another kind).
 pub async fn spec_for_plugin(
-    ctx: &Context,
+    with: Converter<'_>,
     kind: &str,
     version: &str,
     obj: &DynamicObject,
 ) -> Result<Value, Error> {
-    for_plugin(ctx, kind, version, obj, false)
+    for_plugin(with, kind, version, obj, false)
         .await
         .map(|(spec, _)| spec)
 }
@@ -52,7 +65,7 @@ pub async fn spec_for_plugin(
 /// of `version` declares, as `plugin-status`) when `with_status` and the object has any:
 /// what another provider left there, for adopting what it made.
 pub async fn for_plugin(
-    ctx: &Context,
+    with: Converter<'_>,
     kind: &str,
     version: &str,
     obj: &DynamicObject,
@@ -60,11 +73,11 @@ pub async fn for_plugin(
 ) -> Result<(Value, Option<Value>), Error> {
     let spec = obj.data.get("spec").cloned().unwrap_or_else(|| json!({}));
     let status = if with_status {
-        plugin_status(ctx.plugin.info(), kind, version, obj)
+        plugin_status(with.plugin.info(), kind, version, obj)
     } else {
         None
     };
-    let speaks = &ctx.plugin.info().api_version;
+    let speaks = &with.plugin.info().api_version;
     if version == speaks {
         return Ok((spec, status));
     }
@@ -80,20 +93,20 @@ pub async fn for_plugin(
         // What an earlier conversion kept for this version (e.g. a field only the
         // version the user wrote can say), if the manager kept it for this object: a
         // tenant's own value would hand the plugin fields no schema checked.
-        preserved: data::trusted_in(&ctx.ownership, &ctx.plugin.info().group, kind, obj).await,
+        preserved: data::trusted_in(with.keys, &with.plugin.info().group, kind, obj).await,
     };
-    let name = ctx.plugin.name();
+    let name = with.plugin.name();
     let key = SpecConversions::key(&req);
-    let converted = match ctx.specs.get(&key) {
+    let converted = match with.specs.get(&key) {
         Some(converted) => converted,
         None => {
-            let result = ctx
+            let result = with
                 .metrics
-                .plugin_call(name, "conversion.convert", ctx.plugin.convert(&req))
+                .plugin_call(name, "conversion.convert", with.plugin.convert(&req))
                 .await;
             match outcome::of(name, "conversion.convert", result) {
                 Outcome::Done(converted) => {
-                    ctx.specs.put(key, &converted);
+                    with.specs.put(key, &converted);
                     converted
                 }
                 Outcome::Failed(e) => return Err(e),

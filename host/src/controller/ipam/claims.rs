@@ -1,8 +1,8 @@
 //! A machine's IPAddressClaims: one per address it requests, owned by the InfraMachine,
 //! read once per reconcile with their bound addresses, written only where missing, and
 //! released with the machine.
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::{Resource, ResourceExt};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -10,7 +10,6 @@ use super::pools::{IN_CLUSTER_POOL, IPAM_GROUP, pool_name};
 use super::{FIELD_MANAGER, owner_ref};
 use crate::controller::error::{Error, Result};
 use crate::controller::objects::{self, api, field, ip_address, ip_address_claim, str_field};
-use crate::controller::reconcile::context::Context;
 use hyperplug_runtime::bindings::machine::{AddressPool, AddressRequest, AllocatedAddress};
 
 /// Label of a claim: its machine (by name, or a digest of a name too long for a label).
@@ -131,14 +130,14 @@ pub struct MachineClaims {
 impl MachineClaims {
     /// The machine's claims and their bound addresses, from the API server's watch cache
     /// (like every read of a reconcile, `objects::read`). No IPAM installed: none.
-    pub async fn read(ctx: &Context, machine: &DynamicObject) -> Result<MachineClaims> {
-        Self::read_as(ctx, machine, true).await
+    pub async fn read(client: &Client, machine: &DynamicObject) -> Result<MachineClaims> {
+        Self::read_as(client, machine, true).await
     }
 
     /// As [`Self::read`], from the watch cache (`cached`) or as the API server has them
     /// now (a consistent list: it includes a claim written a moment ago).
     async fn read_as(
-        ctx: &Context,
+        client: &Client,
         machine: &DynamicObject,
         cached: bool,
     ) -> Result<MachineClaims> {
@@ -150,15 +149,12 @@ impl MachineClaims {
         if cached {
             params = params.match_any();
         }
-        let list = match api(&ctx.client, &ip_address_claim(), &ns)
-            .list(&params)
-            .await
-        {
+        let list = match api(client, &ip_address_claim(), &ns).list(&params).await {
             Ok(list) => list.items,
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(MachineClaims::default()),
             Err(e) => return Err(e.into()),
         };
-        let addresses = api(&ctx.client, &ip_address(), &ns);
+        let addresses = api(client, &ip_address(), &ns);
         let uid = machine.uid().unwrap_or_default();
         let claims = futures::future::try_join_all(list.into_iter().map(|claim| {
             let addresses = addresses.clone();
@@ -231,10 +227,12 @@ impl MachineClaims {
             .collect()
     }
 
-    /// Write the claims `requests` still need (nothing for those that have one).
+    /// Write the claims `requests` still need (nothing for those that have one), owned
+    /// by `machine` (of kind `kind`).
     pub async fn ensure(
         &self,
-        ctx: &Context,
+        client: &Client,
+        kind: &ApiResource,
         machine: &DynamicObject,
         cluster_name: &str,
         infra_cluster: &str,
@@ -247,7 +245,7 @@ impl MachineClaims {
         let this = if self.to_write(infra_cluster, requests).is_empty() {
             self
         } else {
-            fresh = Self::read_as(ctx, machine, false).await?;
+            fresh = Self::read_as(client, machine, false).await?;
             &fresh
         };
         // The cached read this reconcile handed the plugin missed bound addresses the API
@@ -256,7 +254,7 @@ impl MachineClaims {
         // at its resync (a ready machine would keep a status without its address).
         let stale = !std::ptr::eq(this, self) && this.bound().len() > self.bound().len();
         let ns = machine.namespace().unwrap_or_default();
-        let claims = api(&ctx.client, &ip_address_claim(), &ns);
+        let claims = api(client, &ip_address_claim(), &ns);
         let to_write = this.to_write(infra_cluster, requests);
         let names = claim_names(&machine.name_any(), requests);
         for (req, name) in requests.iter().zip(names) {
@@ -285,7 +283,7 @@ impl MachineClaims {
                     "name": name, "namespace": ns,
                     "labels": {OWNER_LABEL: owner_label(&machine.name_any()), objects::CLUSTER_NAME_LABEL: cluster_name},
                     "annotations": {DEVICE_ANNOTATION: req.device},
-                    "ownerReferences": [owner_ref(machine, ctx)],
+                    "ownerReferences": [owner_ref(machine, kind)],
                 },
                 "spec": spec,
             });
@@ -353,10 +351,10 @@ fn allocated(address: &DynamicObject, device: &str) -> Option<AllocatedAddress> 
 /// deletes it once the machine is gone, with no write of ours. One without that
 /// reference (written for an earlier UID of the machine, before a move) would outlive
 /// it, and is deleted here.
-pub async fn release_claims(ctx: &Context, machine: &DynamicObject) -> Result<()> {
+pub async fn release_claims(client: &Client, machine: &DynamicObject) -> Result<()> {
     let uid = machine.uid().unwrap_or_default();
     let ns = machine.namespace().unwrap_or_default();
-    let claims = api(&ctx.client, &ip_address_claim(), &ns);
+    let claims = api(client, &ip_address_claim(), &ns);
     let list = match claims
         // From the API server's cache, like every read of a reconcile (objects::read).
         .list(

@@ -15,21 +15,21 @@ mod claims;
 mod pools;
 
 use kube::ResourceExt;
-use kube::api::DynamicObject;
+use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
 
-use crate::controller::reconcile::context::Context;
 pub use claims::{Claimed, MachineClaims, release_claims};
 pub use pools::{addresses_left, ensure_pools};
 
 /// The field manager of the pools and claims the host applies.
 const FIELD_MANAGER: &str = "hyperplug";
 
-/// The owner reference to `obj` that the pools and claims made for it carry.
-fn owner_ref(obj: &DynamicObject, ctx: &Context) -> serde_json::Value {
+/// The owner reference to `obj`, of kind `owner`, that the pools and claims made for it
+/// carry.
+fn owner_ref(obj: &DynamicObject, owner: &ApiResource) -> serde_json::Value {
     json!({
-        "apiVersion": ctx.resource.api_version,
-        "kind": ctx.resource.kind,
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
         "name": obj.name_any(),
         "uid": obj.uid().unwrap_or_default(),
         "blockOwnerDeletion": true,

@@ -1,13 +1,12 @@
 //! The InfraCluster's IP pools: one in-cluster IPAM pool per pool its plugin asks
 //! for, owned by the InfraCluster, and the count of addresses its deletion waits for.
-use kube::ResourceExt;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use super::{FIELD_MANAGER, owner_ref};
 use crate::controller::error::Result;
 use crate::controller::objects::{api, field, in_cluster_ip_pool};
-use crate::controller::reconcile::context::Context;
 use hyperplug_runtime::bindings::cluster::IpPool;
 
 pub fn pool_name(infra_cluster: &str, pool: &str) -> String {
@@ -19,14 +18,16 @@ pub(super) const IN_CLUSTER_POOL: &str = "InClusterIPPool";
 /// The API group of Cluster API's IPAM pools and claims.
 pub(super) const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 
-/// Apply one InClusterIPPool per pool the plugin wants.
+/// Apply one InClusterIPPool per pool the plugin wants, owned by `infra_cluster` (of
+/// kind `kind`).
 pub async fn ensure_pools(
-    ctx: &Context,
+    client: &Client,
+    kind: &ApiResource,
     infra_cluster: &DynamicObject,
     pools: &[IpPool],
 ) -> Result<()> {
     let ns = infra_cluster.namespace().unwrap_or_default();
-    let pools_api = api(&ctx.client, &in_cluster_ip_pool(), &ns);
+    let pools_api = api(client, &in_cluster_ip_pool(), &ns);
     for pool in pools {
         let name = pool_name(&infra_cluster.name_any(), &pool.name);
         let mut spec = json!({"addresses": pool.addresses, "prefix": pool.prefix});
@@ -43,7 +44,7 @@ pub async fn ensure_pools(
         let body = json!({
             "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2",
             "kind": "InClusterIPPool",
-            "metadata": {"name": name, "namespace": ns, "ownerReferences": [owner_ref(infra_cluster, ctx)]},
+            "metadata": {"name": name, "namespace": ns, "ownerReferences": [owner_ref(infra_cluster, kind)]},
             "spec": spec,
         });
         pools_api
@@ -63,17 +64,14 @@ pub async fn ensure_pools(
 /// provider refuses to delete a pool with addresses in it; refused, the collector backs
 /// off exponentially, so a pool deleted while its machines' claims are still being
 /// released lingers for a minute or more. No IPAM installed: none.
-pub async fn addresses_left(ctx: &Context, infra_cluster: &DynamicObject) -> Result<u64> {
+pub async fn addresses_left(client: &Client, infra_cluster: &DynamicObject) -> Result<u64> {
     let ns = infra_cluster.namespace().unwrap_or_default();
     let uid = infra_cluster.uid().unwrap_or_default();
     // The pools' own count of addresses in use (their status, kept by the IPAM
     // provider): one list of the namespace's pools (a few small objects per cluster),
     // from the watch cache, and no list of addresses, however many the namespace holds.
     let any = ListParams::default().match_any();
-    let pools = match api(&ctx.client, &in_cluster_ip_pool(), &ns)
-        .list(&any)
-        .await
-    {
+    let pools = match api(client, &in_cluster_ip_pool(), &ns).list(&any).await {
         Ok(list) => list,
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(0),
         Err(e) => return Err(e.into()),

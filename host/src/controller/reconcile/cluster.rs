@@ -10,19 +10,17 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
-use crate::controller::call::credentials;
+use super::context::Context;
 use crate::controller::call::outcome::{self, Failed, Outcome};
-use crate::controller::call::versions;
+use crate::controller::call::{credentials, versions};
 use crate::controller::error::{Error, Result};
 use crate::controller::ipam;
-use crate::controller::objects::{self, api, capi_cluster, str_field};
-use crate::controller::reconcile::context::{Context, finalizer};
+use crate::controller::objects::{self, api, capi_cluster, finalizer, str_field};
 use crate::controller::schedule::requeue;
-use crate::controller::trust::adoption;
 use crate::controller::trust::ownership::Ownership;
-use crate::controller::trust::unverified;
+use crate::controller::trust::{adoption, unverified};
 use crate::controller::write::conditions::{self, Condition, PAUSED, PROVISIONED, READY, reasons};
-use crate::controller::write::events::{self, Event, Report};
+use crate::controller::write::events::{Event, Report};
 use crate::controller::write::patch;
 use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
 use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
@@ -31,7 +29,7 @@ use hyperplug_runtime::bindings::types::Progress;
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
     // As a machine's: no reads while its tenant has no plugin slot to give it.
-    if let Some(later) = outcome::tenant_at_share(&ctx, &ns) {
+    if let Some(later) = outcome::tenant_at_share(&ctx.plugin, &ns) {
         return Ok(later);
     }
     let own = api(&ctx.client, &ctx.resource, &ns);
@@ -72,22 +70,29 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     let (cluster_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
         Ownership::Unproven { message, recheck } => {
-            return unverified::refuse(&ctx, &own, &obj, message, recheck).await;
+            return unverified::refuse(&ctx.writes, &ctx.plugin, &own, &obj, message, recheck)
+                .await;
         }
     };
-    let creds = match credentials::for_cluster(&ctx, &obj).await {
+    let creds = match credentials::for_cluster(ctx.credentials(), &obj).await {
         Ok(creds) => creds,
-        Err(e) => return outcome::fail(&ctx, &own, &obj, e, None).await,
+        Err(e) => return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None).await,
     };
     if failed == Failed::UnlessChanged(creds.version.clone()) {
         return Ok(Action::requeue(ctx.options.resync));
     }
     let version = creds.version.clone();
-    let spec =
-        match versions::spec_for_plugin(&ctx, &ctx.kind.kind, &ctx.resource.version, &obj).await {
-            Ok(spec) => spec,
-            Err(e) => return outcome::fail(&ctx, &own, &obj, e, None).await,
-        };
+    let spec = match versions::spec_for_plugin(
+        ctx.converter(),
+        &ctx.kind.kind,
+        &ctx.resource.version,
+        &obj,
+    )
+    .await
+    {
+        Ok(spec) => spec,
+        Err(e) => return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None).await,
+    };
     let req = ClusterRequest {
         cluster: objects::object_ref(&obj, &cluster_id),
         spec: spec.to_string(),
@@ -114,7 +119,17 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         .await;
     let status = match outcome::of(ctx.plugin.name(), call, result) {
         Outcome::Done(s) => s,
-        Outcome::Failed(err) => return outcome::fail(&ctx, &own, &obj, err, Some(&version)).await,
+        Outcome::Failed(err) => {
+            return outcome::fail(
+                &ctx.writes,
+                ctx.options.resync,
+                &own,
+                &obj,
+                err,
+                Some(&version),
+            )
+            .await;
+        }
     };
     // The endpoint first: the status then describes the generation it makes.
     let mut generation = obj.metadata.generation;
@@ -135,8 +150,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &conditions::now(),
     );
     patch::status(&own, &obj, &report.status).await?;
-    events::publish_all(&ctx, &obj, &report.events).await;
-    ipam::ensure_pools(&ctx, &obj, &status.ip_pools).await?;
+    ctx.writes.events.publish_all(&obj, &report.events).await;
+    ipam::ensure_pools(&ctx.client, &ctx.resource, &obj, &status.ip_pools).await?;
     ctx.backoff.reset(&objects::key(&obj));
     Ok(requeue::after_cluster_step(
         &status.progress,
@@ -174,7 +189,17 @@ async fn delete(
             patch::status(own, obj, &deleting(&Progressing::of(obj), &p)).await?;
             Ok(requeue::after_delete_step(&p))
         }
-        Outcome::Failed(e) => outcome::fail(ctx, own, obj, e, Some(credentials)).await,
+        Outcome::Failed(e) => {
+            outcome::fail(
+                &ctx.writes,
+                ctx.options.resync,
+                own,
+                obj,
+                e,
+                Some(credentials),
+            )
+            .await
+        }
     }
 }
 
@@ -191,7 +216,7 @@ async fn pools_draining(ctx: &Context, obj: &DynamicObject) -> Result<Option<Act
     // A clock behind the API server's counts as a deletion just begun.
     let recent =
         since.is_some_and(|d| d.is_negative() || d.unsigned_abs() < requeue::POOLS_DRAIN_AT_MOST);
-    if !recent || ipam::addresses_left(ctx, obj).await? == 0 {
+    if !recent || ipam::addresses_left(&ctx.client, obj).await? == 0 {
         return Ok(None);
     }
     Ok(Some(Action::requeue(requeue::POOLS_DRAIN)))

@@ -4,19 +4,24 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::KindInfo;
+use hyperplug_runtime::{Grants, Plugin};
 use kube::Client;
-use kube::api::ApiResource;
-use kube::runtime::events::Recorder;
+use kube::api::{ApiResource, DynamicObject};
 
-use crate::controller::cache::watch::Caches;
-use crate::controller::call::credentials::Recent;
+use crate::controller::cache::oversized::DEFAULT_OBJECT_MAX_KIB;
+use crate::controller::cache::watch::{Caches, Seen};
+use crate::controller::call::credentials::{self, DEFAULT_CREDENTIALS_MAX_KIB, Recent};
 use crate::controller::call::grants::CredentialsGrant;
+use crate::controller::call::versions::{self, SpecConversions};
 use crate::controller::ipam::asked::AskedAddresses;
 use crate::controller::schedule::backoff::Backoff;
+use crate::controller::schedule::priority::InFlight;
+use crate::controller::schedule::requeue::RESYNC;
 use crate::controller::schedule::waits::Waits;
+use crate::controller::trust::adoption::{self, AdoptionLimits};
 use crate::controller::trust::ownership::OwnershipKeys;
+use crate::controller::write::Writes;
 use crate::controller::write::coalesce::Coalescer;
 use crate::metrics::Metrics;
 
@@ -33,7 +38,7 @@ pub struct ManagerOptions {
     /// (`adoption`).
     pub adopt_namespaces: Vec<String>,
     /// What narrows those grants (`--adopt-created-before`, `--adopt-provider-id`).
-    pub adoption_limits: crate::controller::trust::adoption::AdoptionLimits,
+    pub adoption_limits: AdoptionLimits,
     /// Bytes of credentials one InfraCluster may hand a call (`--credentials-max-kib`).
     pub credentials_max_bytes: usize,
     /// Bytes of what a tenant wrote that the caches keep per object; an object of ours
@@ -56,16 +61,20 @@ impl Default for ManagerOptions {
             credentials_grants: Vec::new(),
             adopt_namespaces: Vec::new(),
             adoption_limits: Default::default(),
-            credentials_max_bytes:
-                (crate::controller::call::credentials::DEFAULT_CREDENTIALS_MAX_KIB as usize) << 10,
-            object_max_bytes: (crate::controller::cache::oversized::DEFAULT_OBJECT_MAX_KIB
-                as usize)
-                << 10,
+            credentials_max_bytes: (DEFAULT_CREDENTIALS_MAX_KIB as usize) << 10,
+            object_max_bytes: (DEFAULT_OBJECT_MAX_KIB as usize) << 10,
             ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
             namespace: None,
             concurrency: DEFAULT_RECONCILE_CONCURRENCY,
-            resync: crate::controller::schedule::requeue::RESYNC,
+            resync: RESYNC,
         }
+    }
+}
+
+impl ManagerOptions {
+    /// What an administrator granted `obj` (see `adoption`).
+    pub fn grants_for(&self, obj: &DynamicObject) -> Grants {
+        adoption::grants_for(&self.adopt_namespaces, &self.adoption_limits, obj)
     }
 }
 
@@ -82,7 +91,8 @@ pub struct Context {
     pub resource: ApiResource,
     /// The plugin's InfraCluster kind, which machines read their cluster spec from.
     pub cluster_kind: Option<ApiResource>,
-    pub recorder: Recorder,
+    /// Its events, and the marks of its writes the cache reads (see `write`).
+    pub writes: Writes,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub options: ManagerOptions,
@@ -100,14 +110,33 @@ pub struct Context {
     pub asked: AskedAddresses,
     /// What the own kind's watch and the reconciler's own writes last showed of each
     /// object (see `watch::Seen`).
-    pub seen: crate::controller::cache::watch::Seen,
+    pub seen: Seen,
     /// Specs the plugin converted for this kind's calls (see `versions`).
-    pub specs: crate::controller::call::versions::SpecConversions,
+    pub specs: SpecConversions,
     /// This kind's reconciles of provisioned objects in flight (see `priority`).
-    pub housekeeping: crate::controller::schedule::priority::InFlight,
+    pub housekeeping: InFlight,
 }
 
-/// The finalizer on every object whose infrastructure we may create.
-pub fn finalizer(plugin: &Plugin) -> String {
-    hyperplug_kinds::crds::finalizer(plugin.info())
+impl Context {
+    /// Where this kind's calls read their credentials, under the manager's rules.
+    pub fn credentials(&self) -> credentials::Sources<'_> {
+        credentials::Sources {
+            client: &self.client,
+            recent: &self.secrets,
+            grants: &self.options.credentials_grants,
+            default: self.options.default_credentials.get(self.plugin.name()),
+            max_bytes: self.options.credentials_max_bytes,
+            plugin: self.plugin.name(),
+        }
+    }
+
+    /// How this kind's calls convert a spec to the plugin's version.
+    pub fn converter(&self) -> versions::Converter<'_> {
+        versions::Converter {
+            plugin: &self.plugin,
+            keys: &self.ownership,
+            specs: &self.specs,
+            metrics: &self.metrics,
+        }
+    }
 }

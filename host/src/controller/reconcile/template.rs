@@ -7,11 +7,11 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::context::Context;
 use crate::controller::call::outcome::{self, Outcome};
 use crate::controller::call::versions;
 use crate::controller::error::{Error, Result};
 use crate::controller::objects::{api, object_ref};
-use crate::controller::reconcile::context::Context;
 use crate::controller::schedule::requeue;
 use crate::controller::write::patch;
 use crate::status::{InfraMachineTemplateStatus, NodeInfo};
@@ -23,8 +23,13 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &ctx.resource,
         &obj.namespace().unwrap_or_default(),
     );
-    let spec = match versions::spec_for_plugin(&ctx, &ctx.kind.kind, &ctx.resource.version, &obj)
-        .await
+    let spec = match versions::spec_for_plugin(
+        ctx.converter(),
+        &ctx.kind.kind,
+        &ctx.resource.version,
+        &obj,
+    )
+    .await
     {
         Ok(spec) => spec,
         Err(e) => {

@@ -24,10 +24,10 @@ use kube::runtime::controller::Action;
 
 use crate::controller::error::Result;
 use crate::controller::objects;
-use crate::controller::reconcile::context::{Context, ManagerOptions};
 use crate::controller::schedule::requeue::RECHECK;
+use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY};
-use crate::controller::write::events::{self, Event};
+use crate::controller::write::events::Event;
 use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 use hyperplug_runtime::Grants;
@@ -72,42 +72,40 @@ pub struct AdoptionLimits {
     pub provider_ids: Vec<String>,
 }
 
-impl ManagerOptions {
-    /// Whether an administrator granted adoption in namespace `ns`.
-    pub fn may_adopt(&self, ns: &str) -> bool {
-        self.adopt_namespaces.iter().any(|n| n == "*" || n == ns)
-    }
+/// Whether an administrator granted adoption in namespace `ns` (`namespaces`: those of
+/// `--adopt-namespace`, `*` for all).
+pub fn may_adopt(namespaces: &[String], ns: &str) -> bool {
+    namespaces.iter().any(|n| n == "*" || n == ns)
+}
 
-    /// What is granted to `obj`: adoption where its namespace is granted and the
-    /// narrowing flags let it through.
-    pub fn grants_for(&self, obj: &DynamicObject) -> Grants {
-        let ns = obj.namespace().unwrap_or_default();
-        let limits = &self.adoption_limits;
-        let created = obj.metadata.creation_timestamp.as_ref();
-        let in_time = match &limits.created_before {
-            None => true,
-            Some(before) => created.is_some_and(|c| c.0 < before.0),
-        };
-        let provider_id = objects::str_field(obj, "spec.providerID").unwrap_or_default();
-        let listed =
-            limits.provider_ids.is_empty() || limits.provider_ids.iter().any(|p| p == provider_id);
-        Grants {
-            adoption: self.may_adopt(&ns) && in_time && listed,
-        }
+/// What is granted to `obj`: adoption where its namespace is granted (`namespaces`)
+/// and the narrowing flags (`limits`) let it through.
+pub fn grants_for(namespaces: &[String], limits: &AdoptionLimits, obj: &DynamicObject) -> Grants {
+    let ns = obj.namespace().unwrap_or_default();
+    let created = obj.metadata.creation_timestamp.as_ref();
+    let in_time = match &limits.created_before {
+        None => true,
+        Some(before) => created.is_some_and(|c| c.0 < before.0),
+    };
+    let provider_id = objects::str_field(obj, "spec.providerID").unwrap_or_default();
+    let listed =
+        limits.provider_ids.is_empty() || limits.provider_ids.iter().any(|p| p == provider_id);
+    Grants {
+        adoption: may_adopt(namespaces, &ns) && in_time && listed,
     }
 }
 
 /// No call for a machine another provider made in a namespace without a grant: a
 /// `Ready` condition and a Warning event say why and what the administrator can do.
-pub async fn not_granted(
-    ctx: &Context,
+pub(crate) async fn not_granted(
+    writes: &Writes,
     own: &Api<DynamicObject>,
     obj: &DynamicObject,
 ) -> Result<Action> {
     let ns = obj.namespace().unwrap_or_default();
     let message = format!(
         "{} {ns}/{} names infrastructure this manager has no record of (it is marked provisioned or has a spec.providerID): nothing is done for it until an administrator grants adoption for it (hyperplug run --adopt-namespace={ns}, which --adopt-created-before and --adopt-provider-id narrow). The plugin then adopts what it proves to be this machine's, and only that.",
-        ctx.kind.kind,
+        writes.events.kind(),
         obj.name_any()
     );
     let before =
@@ -118,11 +116,14 @@ pub async fn not_granted(
         &[Condition::new(READY, false, ADOPTION_NOT_GRANTED, &message)],
     )
     .await;
-    ctx.coalescer.record(obj, &written);
+    writes.written.record(obj, &written);
     written?;
     if before.as_deref() != Some(ADOPTION_NOT_GRANTED) {
-        tracing::warn!(kind = %ctx.kind.kind, object = %format!("{ns}/{}", obj.name_any()), "made by another provider; adoption not granted in its namespace");
-        events::publish(ctx, obj, &Event::warning(ADOPTION_NOT_GRANTED, &message)).await;
+        tracing::warn!(kind = %writes.events.kind(), object = %format!("{ns}/{}", obj.name_any()), "made by another provider; adoption not granted in its namespace");
+        writes
+            .events
+            .publish(obj, &Event::warning(ADOPTION_NOT_GRANTED, &message))
+            .await;
     }
     Ok(Action::requeue(RECHECK))
 }
@@ -161,19 +162,22 @@ mod tests {
     fn a_grant_is_narrowed_by_creation_time_and_provider_id() {
         let old = machine("2026-11-01T00:00:00Z", "proxmox://a");
         let new = machine("2026-12-06T00:00:00Z", "proxmox://b");
-        let mut o = ManagerOptions::default();
+        let (mut namespaces, mut limits) = (Vec::new(), AdoptionLimits::default());
+        let granted = |namespaces: &[String], limits: &AdoptionLimits, obj| {
+            grants_for(namespaces, limits, obj).adoption
+        };
         assert!(
-            !o.grants_for(&old).adoption,
+            !granted(&namespaces, &limits, &old),
             "nothing without a namespace grant"
         );
-        o.adopt_namespaces = vec!["team-a".into()];
-        assert!(o.grants_for(&old).adoption && o.grants_for(&new).adoption);
-        o.adoption_limits.created_before =
+        namespaces = vec!["team-a".into()];
+        assert!(granted(&namespaces, &limits, &old) && granted(&namespaces, &limits, &new));
+        limits.created_before =
             Some(serde_json::from_value(serde_json::json!("2026-12-01T00:00:00Z")).unwrap());
-        assert!(o.grants_for(&old).adoption && !o.grants_for(&new).adoption);
-        o.adoption_limits.created_before = None;
-        o.adoption_limits.provider_ids = vec!["proxmox://b".into()];
-        assert!(!o.grants_for(&old).adoption && o.grants_for(&new).adoption);
+        assert!(granted(&namespaces, &limits, &old) && !granted(&namespaces, &limits, &new));
+        limits.created_before = None;
+        limits.provider_ids = vec!["proxmox://b".into()];
+        assert!(!granted(&namespaces, &limits, &old) && granted(&namespaces, &limits, &new));
     }
 
     #[test]
@@ -190,11 +194,11 @@ mod tests {
 
     #[test]
     fn adoption_is_granted_per_namespace_or_everywhere() {
-        let mut o = ManagerOptions::default();
-        assert!(!o.may_adopt("team-a"));
-        o.adopt_namespaces = vec!["team-a".into()];
-        assert!(o.may_adopt("team-a") && !o.may_adopt("team-b"));
-        o.adopt_namespaces = vec!["*".into()];
-        assert!(o.may_adopt("team-b"));
+        let mut namespaces: Vec<String> = Vec::new();
+        assert!(!may_adopt(&namespaces, "team-a"));
+        namespaces = vec!["team-a".into()];
+        assert!(may_adopt(&namespaces, "team-a") && !may_adopt(&namespaces, "team-b"));
+        namespaces = vec!["*".into()];
+        assert!(may_adopt(&namespaces, "team-b"));
     }
 }

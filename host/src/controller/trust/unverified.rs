@@ -5,12 +5,15 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::Action;
 
+use hyperplug_runtime::Plugin;
+
+use super::ownership::OWNERSHIP_UNVERIFIED;
 use crate::controller::error::Result;
-use crate::controller::reconcile::context::{Context, finalizer};
+use crate::controller::objects::finalizer;
 use crate::controller::schedule::requeue::RECHECK;
-use crate::controller::trust::ownership::OWNERSHIP_UNVERIFIED;
+use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY};
-use crate::controller::write::events::{self, Event};
+use crate::controller::write::events::Event;
 use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 
@@ -19,13 +22,14 @@ use crate::status::{Progressing, Status};
 /// our finalizer (nothing is deleted for an unproven owner) until its ownership
 /// verifies again or someone removes the finalizer to abandon what it made.
 pub async fn refuse(
-    ctx: &Context,
+    writes: &Writes,
+    plugin: &Plugin,
     own: &Api<DynamicObject>,
     obj: &DynamicObject,
     message: String,
     recheck: Duration,
 ) -> Result<Action> {
-    let fin = finalizer(&ctx.plugin);
+    let fin = finalizer(plugin);
     let message = if obj.metadata.deletion_timestamp.is_some() && obj.finalizers().contains(&fin) {
         format!(
             "{message} It is being deleted: nothing is deleted in the infrastructure until its ownership verifies again; to abandon what it made instead (left as it is), remove the finalizer {fin}."
@@ -41,11 +45,14 @@ pub async fn refuse(
         &[Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message)],
     )
     .await;
-    ctx.coalescer.record(obj, &written);
+    writes.written.record(obj, &written);
     written?;
     if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
-        tracing::warn!(kind = %ctx.kind.kind, object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
-        events::publish(ctx, obj, &Event::warning(OWNERSHIP_UNVERIFIED, &message)).await;
+        tracing::warn!(kind = %writes.events.kind(), object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
+        writes
+            .events
+            .publish(obj, &Event::warning(OWNERSHIP_UNVERIFIED, &message))
+            .await;
     }
     // The sooner look (keys read moments ago) only on the first refusal: an object
     // refused before is not worth a reconcile every few seconds.

@@ -2,10 +2,10 @@
 //! phases), every terminal failure, one Warning when a drift starts and one Normal when
 //! it is resolved.
 use kube::Resource;
-use kube::api::DynamicObject;
-use kube::runtime::events::EventType;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::events::{EventType, Recorder};
 
-use crate::controller::reconcile::context::Context;
+use super::conditions;
 
 /// What a reconcile decided to write: the status, and the events to publish.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,27 +40,45 @@ impl Event {
     }
 }
 
-pub async fn publish(ctx: &Context, obj: &DynamicObject, event: &Event) {
-    let reference = obj.object_ref(&ctx.resource);
-    let event = kube::runtime::events::Event {
-        type_: if event.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: event.reason.chars().take(128).collect(),
-        note: note(&event.note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-        tracing::debug!(error = %e, "cannot publish event");
-    }
+/// Where one kind's events go: published as the manager (`recorder`), each naming its
+/// object as one of `resource`.
+pub struct Events {
+    recorder: Recorder,
+    resource: ApiResource,
 }
 
-pub async fn publish_all(ctx: &Context, obj: &DynamicObject, events: &[Event]) {
-    for event in events {
-        publish(ctx, obj, event).await;
+impl Events {
+    pub fn new(recorder: Recorder, resource: ApiResource) -> Events {
+        Events { recorder, resource }
+    }
+
+    /// The kind whose objects the events are about (as messages and logs name it).
+    pub fn kind(&self) -> &str {
+        &self.resource.kind
+    }
+
+    pub async fn publish(&self, obj: &DynamicObject, event: &Event) {
+        let reference = obj.object_ref(&self.resource);
+        let event = kube::runtime::events::Event {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.chars().take(128).collect(),
+            note: note(&event.note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, "cannot publish event");
+        }
+    }
+
+    pub async fn publish_all(&self, obj: &DynamicObject, events: &[Event]) {
+        for event in events {
+            self.publish(obj, event).await;
+        }
     }
 }
 
@@ -71,9 +89,7 @@ const MAX_NOTE_BYTES: usize = 1024;
 /// for the `…` that marks a cut). Cutting at 1000 characters let a note of
 /// multibyte text past 1024 bytes, and the API server refused the event.
 fn note(text: &str) -> Option<String> {
-    (!text.is_empty()).then(|| {
-        crate::controller::write::conditions::truncate(text, MAX_NOTE_BYTES - '…'.len_utf8())
-    })
+    (!text.is_empty()).then(|| conditions::truncate(text, MAX_NOTE_BYTES - '…'.len_utf8()))
 }
 
 #[cfg(test)]

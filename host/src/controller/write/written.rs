@@ -11,6 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+
 /// What [`WrittenAt::unsure`] records: no resource version is empty, so no cached
 /// object is current at it.
 const UNSURE: &str = "";
@@ -141,6 +144,39 @@ impl WrittenAt {
         }
     }
 
+    /// `uid`'s object was written, making `version` (none: nothing differed, nothing
+    /// was sent): a cached object is current from that version on (see
+    /// [`Self::is_current`]).
+    pub fn wrote(&self, uid: &str, version: Option<String>) {
+        if let Some(v) = version {
+            self.at(uid, v);
+        }
+    }
+
+    /// A fresh read of `uid`'s object showed `version`. A read that follows our writes'
+    /// answers holds them all, so a cached object at that version is current too: after
+    /// another writer's change (Cluster API's owner patch, a deletion) one read is
+    /// enough, not one per reconcile until our next write. So every write of the object
+    /// is recorded ([`Self::wrote`], [`Self::record`]), and a failed one marked
+    /// [`Self::unsure`].
+    pub fn read_at(&self, uid: &str, version: Option<String>) {
+        self.wrote(uid, version);
+    }
+
+    /// What a write of `obj` came to: the version it made (none: nothing differed,
+    /// nothing was sent), or, when it failed, [`Self::unsure`] (a write whose answer was
+    /// lost may still have been applied).
+    pub fn record<E>(&self, obj: &DynamicObject, write: &Result<Option<String>, E>) {
+        self.record_uid(obj.uid().as_deref().unwrap_or_default(), write);
+    }
+
+    fn record_uid<E>(&self, uid: &str, write: &Result<Option<String>, E>) {
+        match write {
+            Ok(version) => self.wrote(uid, version.clone()),
+            Err(_) => self.unsure(uid),
+        }
+    }
+
     /// Whether a cached object at `version` holds every write of ours: it is at the
     /// version recorded (or moved on to by the watch), or we have not written it at all
     /// (nothing of ours for the cache to lag behind).
@@ -253,5 +289,44 @@ mod tests {
         assert_eq!(keys(&w), ["d", "e"]);
         w.gone_at("f", later + KEEP_GONE);
         assert_eq!(keys(&w), ["d", "f"]);
+    }
+
+    #[test]
+    fn a_cache_is_current_unless_it_lags_behind_our_last_write() {
+        let w = WrittenAt::default();
+        // Never written by us: nothing of ours to lag behind.
+        assert!(w.is_current("a", Some("5")));
+        assert!(!w.is_current("a", None));
+        w.wrote("a", Some("7".into()));
+        assert!(!w.is_current("a", Some("5")));
+        assert!(w.is_current("a", Some("7")));
+        w.wrote("a", Some("9".into()));
+        assert!(!w.is_current("a", Some("7")));
+        w.forget("a");
+        assert!(w.is_current("a", Some("7")));
+    }
+
+    #[test]
+    fn a_fresh_read_makes_its_version_current() {
+        let w = WrittenAt::default();
+        w.wrote("a", Some("7".into()));
+        // Someone else wrote after us: the cache at 8 may or may not hold our write.
+        assert!(!w.is_current("a", Some("8")));
+        w.read_at("a", Some("8".into()));
+        assert!(w.is_current("a", Some("8")));
+        assert!(!w.is_current("a", Some("7")));
+        // A write that sent nothing changes nothing; one that made 9 makes 9 current.
+        w.record_uid("a", &Ok::<_, ()>(None));
+        assert!(w.is_current("a", Some("8")));
+        w.record_uid("a", &Ok::<_, ()>(Some("9".into())));
+        assert!(w.is_current("a", Some("9")));
+        // A write whose answer was lost: the cache at 9 may lack it, and so may the
+        // cache of an object we never wrote before.
+        w.record_uid("a", &Err::<Option<String>, _>(()));
+        assert!(!w.is_current("a", Some("9")));
+        w.record_uid("b", &Err::<Option<String>, _>(()));
+        assert!(!w.is_current("b", Some("1")));
+        w.read_at("a", Some("10".into()));
+        assert!(w.is_current("a", Some("10")));
     }
 }

@@ -3,19 +3,18 @@
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
+use super::super::context::Context;
 use super::observe::Observed;
 use super::report;
 use super::write_or_hold;
 use crate::controller::call::outcome::{self, Outcome};
 use crate::controller::error::{Error, Result};
 use crate::controller::ipam;
-use crate::controller::objects;
-use crate::controller::reconcile::context::{Context, finalizer};
+use crate::controller::objects::{self, finalizer};
 use crate::controller::schedule::requeue;
 use crate::controller::schedule::waits::StepSeen;
-use crate::controller::write::conditions;
-use crate::controller::write::events::{self, Event};
-use crate::controller::write::patch;
+use crate::controller::write::events::Event;
+use crate::controller::write::{conditions, patch};
 
 pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
     let result = ctx
@@ -29,7 +28,7 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
     match outcome::of(ctx.plugin.name(), "machine.delete", result) {
         Outcome::Done(None) => {
             ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
-            ipam::release_claims(ctx, &o.obj).await?;
+            ipam::release_claims(&ctx.client, &o.obj).await?;
             // What the plugin published or claimed for this object dies with it, even
             // if the plugin forgot to give it up.
             let uid = &o.request.machine.uid;
@@ -40,16 +39,19 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
                 .release_all(uid)
                 .await
                 .map_err(Error::Dependency)?;
-            events::publish(
-                ctx,
-                &o.obj,
-                &Event::normal("Deleted", "the infrastructure is confirmed gone"),
-            )
-            .await;
+            ctx.writes
+                .events
+                .publish(
+                    &o.obj,
+                    &Event::normal("Deleted", "the infrastructure is confirmed gone"),
+                )
+                .await;
             patch::remove_finalizer(&o.own, &o.obj, &finalizer(&ctx.plugin)).await?;
             // Only now: a retry of a step above reads the object afresh, as before.
-            ctx.coalescer.forget(&o.obj.uid().unwrap_or_default());
-            ctx.asked.forget(&o.obj.uid().unwrap_or_default());
+            let uid = o.obj.uid().unwrap_or_default();
+            ctx.coalescer.forget(&uid);
+            ctx.writes.written.forget(&uid);
+            ctx.asked.forget(&uid);
             Ok(Action::await_change())
         }
         Outcome::Done(Some(progress)) => {
@@ -76,7 +78,15 @@ pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
         Outcome::Failed(err) => {
             // The step failed: what it waited for before is no reason to hold its retry.
             ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
-            outcome::fail(ctx, &o.own, &o.obj, err, Some(&o.credentials)).await
+            outcome::fail(
+                &ctx.writes,
+                ctx.options.resync,
+                &o.own,
+                &o.obj,
+                err,
+                Some(&o.credentials),
+            )
+            .await
         }
     }
 }

@@ -14,17 +14,15 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
+use super::context::Context;
 use crate::controller::call::outcome::{self, Outcome};
 use crate::controller::error::Result;
 use crate::controller::ipam::Claimed;
-use crate::controller::objects;
-use crate::controller::reconcile::context::{Context, finalizer};
+use crate::controller::objects::{self, finalizer};
 use crate::controller::schedule::requeue;
 use crate::controller::schedule::waits::StepSeen;
 use crate::controller::trust::adoption;
-use crate::controller::write::conditions;
-use crate::controller::write::events;
-use crate::controller::write::patch;
+use crate::controller::write::{conditions, patch};
 use crate::status::InfraMachineStatus;
 use hyperplug_runtime::bindings::machine::MachineStatus;
 use observe::{Observed, Step};
@@ -41,7 +39,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     }
     // Its tenant's calls hold or wait for all the plugin slots it may have: this worker
     // goes to another object, before any read (see `outcome::at_share`).
-    if let Some(later) = outcome::tenant_at_share(&ctx, &obj.namespace().unwrap_or_default()) {
+    if let Some(later) = outcome::tenant_at_share(&ctx.plugin, &obj.namespace().unwrap_or_default())
+    {
         return Ok(later);
     }
     let mut o = match observe::machine(&ctx, &obj).await? {
@@ -74,7 +73,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         o.write_id.as_deref().filter(|_| id_later.is_none()),
     )
     .await;
-    ctx.coalescer.record(&o.obj, &owned);
+    ctx.writes.written.record(&o.obj, &owned);
     owned?;
     // A step that asks to go on at once (its state stored first, e.g. a VMID before the
     // clone is asked for) goes on in this reconcile, not after a round through the queue.
@@ -86,7 +85,15 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                 // The step failed: what it waited for before is no reason to hold its
                 // retry (the error policy's backoff brings it back).
                 ctx.waits.clear(&objects::obj_ref(&o.obj, &ctx.resource));
-                return outcome::fail(&ctx, &o.own, &o.obj, err, Some(&o.credentials)).await;
+                return outcome::fail(
+                    &ctx.writes,
+                    ctx.options.resync,
+                    &o.own,
+                    &o.obj,
+                    err,
+                    Some(&o.credentials),
+                )
+                .await;
             }
         };
         // The plugin's state is saved before anything else is done for its report.
@@ -107,7 +114,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     } else {
         o.claims
             .ensure(
-                &ctx,
+                &ctx.client,
+                &ctx.resource,
                 &o.obj,
                 &o.cluster_name,
                 &o.infra_cluster_name,
@@ -157,8 +165,9 @@ pub(super) async fn write_or_hold(
     }
     let version = patch::status(&o.own, &o.obj, next)
         .await
-        .inspect_err(|_| ctx.coalescer.unsure(&uid))?;
-    ctx.coalescer.written(&uid, version);
+        .inspect_err(|_| ctx.writes.written.unsure(&uid))?;
+    ctx.coalescer.written(&uid);
+    ctx.writes.written.wrote(&uid, version);
     Ok(true)
 }
 
@@ -221,7 +230,7 @@ async fn persist(
         let version = patched
             .as_ref()
             .map(|p| p.as_ref().and_then(|p| p.resource_version()));
-        ctx.coalescer.record(&o.obj, &version);
+        ctx.writes.written.record(&o.obj, &version);
         if let Some(patched) = patched? {
             ctx.seen.wrote(&patched);
             generation = patched.metadata.generation;
@@ -251,7 +260,7 @@ async fn persist(
         !report.events.is_empty(),
     )
     .await?;
-    events::publish_all(ctx, &o.obj, &report.events).await;
+    ctx.writes.events.publish_all(&o.obj, &report.events).await;
     if status.ready {
         // Blobs (bootstrap media) are for provisioning only: once provisioned, gone.
         ctx.plugin

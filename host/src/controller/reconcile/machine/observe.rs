@@ -8,18 +8,16 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
+use super::super::context::Context;
 use crate::controller::cache::watch::cached_or_read;
-use crate::controller::call::credentials;
 use crate::controller::call::outcome::{self, Failed};
-use crate::controller::call::versions;
+use crate::controller::call::{credentials, versions};
 use crate::controller::error::{Error, Result};
 use crate::controller::ipam::MachineClaims;
-use crate::controller::objects::{self, api, capi_cluster, capi_machine, str_field};
-use crate::controller::reconcile::context::{Context, finalizer};
+use crate::controller::objects::{self, api, capi_cluster, capi_machine, finalizer, str_field};
 use crate::controller::schedule::requeue;
-use crate::controller::trust::adoption;
 use crate::controller::trust::ownership::Ownership;
-use crate::controller::trust::unverified;
+use crate::controller::trust::{adoption, unverified};
 use crate::controller::write::conditions::{self, Condition, PAUSED, READY, reasons};
 use crate::controller::write::patch;
 use crate::status::{InfraMachineStatus, Progressing, Status};
@@ -72,7 +70,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let ns = cached.namespace().unwrap_or_default();
     let own = api(&ctx.client, &ctx.resource, &ns);
     // The cache lags our own writes; it is read again unless it holds our last one.
-    let current = ctx.coalescer.is_current(
+    let current = ctx.writes.written.is_current(
         cached.uid().as_deref().unwrap_or_default(),
         cached.resource_version().as_deref(),
     );
@@ -82,11 +80,14 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         let read = objects::fresh(&own, cached).await?;
         match &read {
             Some(obj) => ctx
-                .coalescer
+                .writes
+                .written
                 .read_at(&obj.uid().unwrap_or_default(), obj.resource_version()),
-            None => ctx
-                .coalescer
-                .forget(cached.uid().as_deref().unwrap_or_default()),
+            None => {
+                let uid = cached.uid().unwrap_or_default();
+                ctx.coalescer.forget(&uid);
+                ctx.writes.written.forget(&uid);
+            }
         }
         read
     };
@@ -128,7 +129,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
         )
         .await;
-        ctx.coalescer.record(&obj, &written);
+        ctx.writes.written.record(&obj, &written);
         written?;
         return Ok(Step::Done(Action::await_change()));
     }
@@ -172,7 +173,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
             format!("waiting for cluster {cluster_name}"),
         );
         let written = patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await;
-        ctx.coalescer.record(&obj, &written);
+        ctx.writes.written.record(&obj, &written);
         written?;
         return Ok(Step::Done(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
     };
@@ -181,7 +182,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let (machine_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
         Ownership::Proven { id, write } => (id, write),
         Ownership::Unproven { message, recheck } => {
-            return unverified::refuse(ctx, &own, &obj, message, recheck)
+            return unverified::refuse(&ctx.writes, &ctx.plugin, &own, &obj, message, recheck)
                 .await
                 .map(Step::Done);
         }
@@ -198,7 +199,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
                 cluster_kind.kind,
                 infra_cluster.name_any()
             );
-            return unverified::refuse(ctx, &own, &obj, message, recheck)
+            return unverified::refuse(&ctx.writes, &ctx.plugin, &own, &obj, message, recheck)
                 .await
                 .map(Step::Done);
         }
@@ -216,7 +217,9 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let told_nothing_granted = ctx.plugin.asks_grants() && adoption::moved(&obj, &machine_id);
     let gated = adoption::names_unrecorded(&obj, state) && !told_nothing_granted;
     if !deleting && !grants.adoption && gated {
-        return adoption::not_granted(ctx, &own, &obj).await.map(Step::Done);
+        return adoption::not_granted(&ctx.writes, &own, &obj)
+            .await
+            .map(Step::Done);
     }
     // Provisioned without a record of ours (taken over, or the state was lost): create
     // finds the infrastructure again (by our marker, or by what the plugin can prove),
@@ -250,13 +253,13 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         if deleting || !may_have_claims {
             Ok(MachineClaims::default())
         } else {
-            MachineClaims::read(ctx, &obj).await
+            MachineClaims::read(&ctx.client, &obj).await
         }
     };
     let creds = match failed {
         // Only the credentials decide whether to go on.
         Failed::UnlessChanged(version) => {
-            match credentials::for_cluster(ctx, &infra_cluster).await {
+            match credentials::for_cluster(ctx.credentials(), &infra_cluster).await {
                 Ok(creds) if creds.version == version => {
                     return Ok(Step::Done(Action::requeue(ctx.options.resync)));
                 }
@@ -268,7 +271,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let creds = async {
         match creds {
             Some(read) => read,
-            None => credentials::for_cluster(ctx, &infra_cluster).await,
+            None => credentials::for_cluster(ctx.credentials(), &infra_cluster).await,
         }
     };
     let (creds, read) = tokio::join!(creds, async { tokio::try_join!(machine, claims) });
@@ -276,16 +279,22 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let creds = match creds {
         Ok(creds) => creds,
         Err(e) => {
-            return outcome::fail(ctx, &own, &obj, e, None)
+            return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None)
                 .await
                 .map(Step::Done);
         }
     };
     let version = creds.version.clone();
     let specs = tokio::try_join!(
-        versions::for_plugin(ctx, &ctx.kind.kind, &ctx.resource.version, &obj, unrecorded),
+        versions::for_plugin(
+            ctx.converter(),
+            &ctx.kind.kind,
+            &ctx.resource.version,
+            &obj,
+            unrecorded
+        ),
         versions::spec_for_plugin(
-            ctx,
+            ctx.converter(),
             &cluster_kind.kind,
             &cluster_kind.version,
             &infra_cluster
@@ -294,7 +303,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let ((spec, plugin_status), cluster_spec) = match specs {
         Ok(specs) => specs,
         Err(e) => {
-            return outcome::fail(ctx, &own, &obj, e, None)
+            return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None)
                 .await
                 .map(Step::Done);
         }

@@ -111,12 +111,6 @@ impl Waits {
         registry.still_waiting(obj, generation, deleting, Instant::now())
     }
 
-    /// Keys pending on every endpoint (for tests and metrics).
-    pub fn pending(&self) -> usize {
-        let registry = self.registry.lock().expect("waits registry");
-        registry.endpoints.values().map(|e| e.keys.len()).sum()
-    }
-
     /// One endpoint's loop: while keys are pending, one observe call per tick (every
     /// [`requeue::OBSERVE_EVERY`] while some object is provisioning, every
     /// [`requeue::OBSERVE_IDLE`] while only provisioned ones are watched); the objects of

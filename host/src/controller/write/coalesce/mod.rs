@@ -15,10 +15,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use kube::ResourceExt;
-use kube::api::DynamicObject;
-
-use crate::controller::write::written::WrittenAt;
 use crate::status::InfraMachineStatus;
 use rule::{Waited, a_new_step, must_write};
 
@@ -36,15 +32,11 @@ struct Held {
 }
 
 /// Unwritten machine statuses, by object UID. At most one per live object: an entry
-/// goes when it is written, voided, or its object's deletion completes.
+/// goes when it is written, voided, or its object's deletion completes. What a write
+/// made is for the cache's marks to know (`written::WrittenAt`), not for this.
 #[derive(Default)]
 pub struct Coalescer {
     held: Mutex<HashMap<String, Held>>,
-    /// By object UID, the newest resource version known to hold every write of ours to
-    /// the object: the one our last recorded write made, one a fresh read showed
-    /// since, or one the watch showed after either. A cached object at that version is
-    /// as the API server has it, and needs no read.
-    written_at: WrittenAt,
 }
 
 impl Coalescer {
@@ -99,73 +91,18 @@ impl Coalescer {
         false
     }
 
-    /// `uid`'s status was written: nothing is held for it any more; `version` is the
-    /// resource version the write made (`None`: nothing differed, nothing was sent).
-    pub fn written(&self, uid: &str, version: Option<String>) {
+    /// `uid`'s status was written: nothing is held for it any more.
+    pub fn written(&self, uid: &str) {
         self.held.lock().expect("coalescer").remove(uid);
-        if let Some(v) = version {
-            self.written_at.at(uid, v);
-        }
     }
 
     /// `uid`'s object is gone: nothing is kept for it.
     pub fn forget(&self, uid: &str) {
         self.held.lock().expect("coalescer").remove(uid);
-        self.written_at.forget(uid);
     }
 
-    /// `uid`'s object itself (not its status) was written, making `version`: a cached
-    /// object is current from that version on (see [`Self::is_current`]).
-    pub fn wrote(&self, uid: &str, version: Option<String>) {
-        if let Some(v) = version {
-            self.written_at.at(uid, v);
-        }
-    }
-
-    /// A fresh read of `uid`'s object showed `version`. A read that follows our writes'
-    /// answers holds them all, so a cached object at that version is current too: after
-    /// another writer's change (Cluster API's owner patch, a deletion) one read is
-    /// enough, not one per reconcile until our next write. So every write of the object
-    /// is recorded ([`Self::written`], [`Self::record`]), and a failed one marked
-    /// [`Self::unsure`].
-    pub fn read_at(&self, uid: &str, version: Option<String>) {
-        self.wrote(uid, version);
-    }
-
-    /// What a write of `obj` came to, when not through [`Self::written`]: the version it
-    /// made (none: nothing differed, nothing was sent), or, when it failed,
-    /// [`Self::unsure`] (a write whose answer was lost may still have been applied).
-    pub fn record<E>(&self, obj: &DynamicObject, write: &Result<Option<String>, E>) {
-        self.record_uid(obj.uid().as_deref().unwrap_or_default(), write);
-    }
-
-    fn record_uid<E>(&self, uid: &str, write: &Result<Option<String>, E>) {
-        match write {
-            Ok(version) => self.wrote(uid, version.clone()),
-            Err(_) => self.unsure(uid),
-        }
-    }
-
-    /// A write of `uid`'s object failed, and may still have been applied: no cached
-    /// object is current until the next fresh read.
-    pub fn unsure(&self, uid: &str) {
-        self.written_at.unsure(uid);
-    }
-
-    /// Whether a cached object is current enough to reconcile from, with no fresh read
-    /// (see [`WrittenAt::is_current`]). A new machine's first reconciles, many at once,
-    /// then read nothing from the API server for it; nor does a step after Cluster
-    /// API's patch of the object, once the watch has shown our last write.
-    pub fn is_current(&self, uid: &str, version: Option<&str>) -> bool {
-        self.written_at.is_current(uid, version)
-    }
-
-    /// What the watch of the objects' kind tells of the versions it shows.
-    pub fn written_at(&self) -> WrittenAt {
-        self.written_at.clone()
-    }
-
-    /// How many statuses are held (metrics, tests).
+    /// How many statuses are held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.held.lock().expect("coalescer").len()
     }
@@ -189,7 +126,7 @@ mod tests {
         // A durable step is written, and nothing stays held once it is.
         let durable = step(&next, "id=101");
         assert!(c.write_now("a", &at_rest, &durable, true, false, false));
-        c.written("a", None);
+        c.written("a");
         assert_eq!(c.len(), 0);
         assert_eq!(c.current("a", &at_rest), at_rest);
     }
@@ -338,44 +275,5 @@ mod tests {
             held_since(since),
             much_later
         ));
-    }
-
-    #[test]
-    fn a_cache_is_current_unless_it_lags_behind_our_last_write() {
-        let c = Coalescer::default();
-        // Never written by us: nothing of ours to lag behind.
-        assert!(c.is_current("a", Some("5")));
-        assert!(!c.is_current("a", None));
-        c.wrote("a", Some("7".into()));
-        assert!(!c.is_current("a", Some("5")));
-        assert!(c.is_current("a", Some("7")));
-        c.written("a", Some("9".into()));
-        assert!(!c.is_current("a", Some("7")));
-        c.forget("a");
-        assert!(c.is_current("a", Some("7")));
-    }
-
-    #[test]
-    fn a_fresh_read_makes_its_version_current() {
-        let c = Coalescer::default();
-        c.written("a", Some("7".into()));
-        // Someone else wrote after us: the cache at 8 may or may not hold our write.
-        assert!(!c.is_current("a", Some("8")));
-        c.read_at("a", Some("8".into()));
-        assert!(c.is_current("a", Some("8")));
-        assert!(!c.is_current("a", Some("7")));
-        // A write that sent nothing changes nothing; one that made 9 makes 9 current.
-        c.record_uid("a", &Ok::<_, ()>(None));
-        assert!(c.is_current("a", Some("8")));
-        c.record_uid("a", &Ok::<_, ()>(Some("9".into())));
-        assert!(c.is_current("a", Some("9")));
-        // A write whose answer was lost: the cache at 9 may lack it, and so may the
-        // cache of an object we never wrote before.
-        c.record_uid("a", &Err::<Option<String>, _>(()));
-        assert!(!c.is_current("a", Some("9")));
-        c.record_uid("b", &Err::<Option<String>, _>(()));
-        assert!(!c.is_current("b", Some("1")));
-        c.read_at("a", Some("10".into()));
-        assert!(c.is_current("a", Some("10")));
     }
 }
