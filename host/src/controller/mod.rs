@@ -41,7 +41,7 @@ pub use objects::finalizer;
 pub use requeue::RESYNC;
 
 use crate::metrics::Metrics;
-use context::Context;
+use context::{Context, MachineContext, RoleContext};
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::{KindInfo, KindRole};
 use packed::{Packed, SpecOnly};
@@ -78,35 +78,11 @@ pub async fn run(
             .find(|k| k.role == KindRole::InfraCluster)
             .map(resource);
         for kind in &info.kinds {
-            let (waits, woken) = waits::Waits::new(plugin.clone(), metrics.clone());
-            // What machine reconciles read of other kinds, watched once and cached.
-            let others = (kind.role == KindRole::InfraMachine).then(|| {
-                let ns = &options.namespace;
-                let infra_cluster_ar = cluster_kind.clone().unwrap_or_else(objects::capi_cluster);
-                let (machine_ar, cluster_ar) = (objects::capi_machine(), objects::capi_cluster());
-                Others {
-                    machines: watch::cached(
-                        all_or_namespaced(&client, &machine_ar, ns),
-                        &machine_ar,
-                    ),
-                    clusters: watch::cached(
-                        all_or_namespaced(&client, &cluster_ar, ns),
-                        &cluster_ar,
-                    ),
-                    // Its readiness wakes its machines.
-                    infra_clusters: watch::cached(
-                        all_or_namespaced(&client, &infra_cluster_ar, ns),
-                        &infra_cluster_ar,
-                    ),
-                    infra_cluster_ar,
-                }
-            });
-            let ctx = Arc::new(Context {
+            let ctx = Context {
                 client: client.clone(),
                 plugin: plugin.clone(),
                 kind: kind.clone(),
                 resource: resource(kind),
-                cluster_kind: cluster_kind.clone(),
                 writes: Writes {
                     events: Events::new(
                         Recorder::new(client.clone(), reporter.clone()),
@@ -118,28 +94,31 @@ pub async fn run(
                 backoff: backoff::Backoff::new(requeue::BACKOFF_BASE, requeue::BACKOFF_MAX),
                 options: options.clone(),
                 ownership: ownership.clone(),
-                waits,
-                coalescer: Default::default(),
                 secrets: Default::default(),
-                asked: Default::default(),
                 seen: Default::default(),
                 specs: Default::default(),
                 housekeeping: Default::default(),
-                caches: others.as_ref().map(|o| watch::Caches {
-                    clusters: o.clusters.1.clone(),
-                    infra_clusters: o.infra_clusters.1.clone(),
-                    machines: o.machines.1.clone(),
-                }),
-            });
+            };
             tracing::info!(plugin = plugin.name(), kind = %kind.kind, "starting controller");
             let name = format!("{} (plugin {})", kind.kind, plugin.name());
             match kind.role {
                 KindRole::InfraMachine => {
-                    let others = others.expect("built for the InfraMachine kind");
+                    let (waits, woken) = waits::Waits::new(plugin.clone(), metrics.clone());
+                    let others = Others::watch(&client, &options.namespace, cluster_kind.clone());
+                    let ctx = Arc::new(MachineContext {
+                        shared: ctx,
+                        cluster_kind: cluster_kind.clone(),
+                        waits,
+                        coalescer: Default::default(),
+                        caches: others.caches(),
+                        asked: Default::default(),
+                    });
                     running.push((name, Box::pin(machines(ctx, woken, others))))
                 }
-                KindRole::InfraCluster => running.push((name, Box::pin(clusters(ctx)))),
-                KindRole::InfraMachineTemplate => running.push((name, Box::pin(templates(ctx)))),
+                KindRole::InfraCluster => running.push((name, Box::pin(clusters(Arc::new(ctx))))),
+                KindRole::InfraMachineTemplate => {
+                    running.push((name, Box::pin(templates(Arc::new(ctx)))))
+                }
                 // Nothing to reconcile: ClusterClass copies it into InfraClusters.
                 KindRole::InfraClusterTemplate => {}
             }
@@ -216,10 +195,38 @@ struct Others {
     infra_cluster_ar: ApiResource,
 }
 
+impl Others {
+    /// What machine reconciles read of other kinds (in namespace `ns`, or all), watched
+    /// once and cached; `cluster_kind` is the plugin's InfraCluster kind.
+    fn watch(client: &Client, ns: &Option<String>, cluster_kind: Option<ApiResource>) -> Others {
+        let infra_cluster_ar = cluster_kind.unwrap_or_else(objects::capi_cluster);
+        let (machine_ar, cluster_ar) = (objects::capi_machine(), objects::capi_cluster());
+        Others {
+            machines: watch::cached(all_or_namespaced(client, &machine_ar, ns), &machine_ar),
+            clusters: watch::cached(all_or_namespaced(client, &cluster_ar, ns), &cluster_ar),
+            // Its readiness wakes its machines.
+            infra_clusters: watch::cached(
+                all_or_namespaced(client, &infra_cluster_ar, ns),
+                &infra_cluster_ar,
+            ),
+            infra_cluster_ar,
+        }
+    }
+
+    /// The watches' caches, as machine reconciles read them.
+    fn caches(&self) -> watch::Caches {
+        watch::Caches {
+            clusters: self.clusters.1.clone(),
+            infra_clusters: self.infra_clusters.1.clone(),
+            machines: self.machines.1.clone(),
+        }
+    }
+}
+
 /// The InfraMachine controller: its own objects, the Cluster API objects and Secrets
 /// they depend on, and the machines whose waits the observer reports over (`woken`).
 async fn machines(
-    ctx: Arc<Context>,
+    ctx: Arc<MachineContext>,
     woken: futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
     others: Others,
 ) {
@@ -398,28 +405,33 @@ async fn templates(ctx: Arc<Context>) {
         .await;
 }
 
-type Reconcile = fn(Arc<DynamicObject>, Arc<Context>) -> BoxFuture<'static, Result<Action, Error>>;
+type Reconcile<C> = fn(Arc<DynamicObject>, Arc<C>) -> BoxFuture<'static, Result<Action, Error>>;
 
 /// Count and time every reconcile by kind and result (of the object unpacked).
 /// An object over `--object-max-kib` is not reconciled: it is refused (`oversized`).
-async fn timed(packed: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<Action, Error> {
+async fn timed<C: RoleContext>(
+    packed: Arc<Packed>,
+    ctx: Arc<C>,
+    f: Reconcile<C>,
+) -> Result<Action, Error> {
     let started = Instant::now();
     let obj = packed.unpack();
+    let shared = ctx.shared();
     let result = match packed.oversized() {
         Some(over) => {
-            ctx.waits.clear(&objects::obj_ref(&obj, &ctx.resource));
+            ctx.refused(&obj);
             oversized::refuse(
-                &ctx.writes,
-                &ctx.client,
-                &ctx.resource,
-                ctx.kind.role,
+                &shared.writes,
+                &shared.client,
+                &shared.resource,
+                shared.kind.role,
                 &obj,
                 over,
             )
             .await
         }
         None => {
-            let _housekeeping = (!priority::is_urgent(&obj)).then(|| ctx.housekeeping.enter());
+            let _housekeeping = (!priority::is_urgent(&obj)).then(|| shared.housekeeping.enter());
             f(Arc::new(obj), ctx.clone()).await
         }
     };
@@ -427,12 +439,13 @@ async fn timed(packed: Arc<Packed>, ctx: Arc<Context>, f: Reconcile) -> Result<A
         Ok(_) => "ok",
         Err(e) => e.metric_label(),
     };
-    ctx.metrics.reconciled(&ctx.kind.kind, label, started);
+    shared.metrics.reconciled(&shared.kind.kind, label, started);
     result
 }
 
 /// Transient failures come back with exponential backoff and jitter, per object.
-fn error_policy(obj: Arc<Packed>, err: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy<C: RoleContext>(obj: Arc<Packed>, err: &Error, ctx: Arc<C>) -> Action {
+    let ctx = ctx.shared();
     let key = objects::key(obj.as_ref());
     let delay = ctx.backoff.next(&key);
     tracing::warn!(kind = %ctx.kind.kind, object = %key, error = %err, retry_in = ?delay, "reconcile failed");

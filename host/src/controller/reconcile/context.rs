@@ -1,6 +1,9 @@
-//! What every reconcile needs: the client, the plugin, the kind it serves, events,
-//! metrics, backoff, and the manager's options.
+//! What a reconcile is handed: the manager's options, what every controller shares
+//! ([`Context`]: the client, the plugin, the kind it serves, its writes, metrics,
+//! backoff), and what only the InfraMachine controller keeps besides ([`MachineContext`]:
+//! waits, held statuses, caches of other kinds).
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +18,7 @@ use crate::controller::call::credentials::{self, DEFAULT_CREDENTIALS_MAX_KIB, Re
 use crate::controller::call::grants::CredentialsGrant;
 use crate::controller::call::versions::{self, SpecConversions};
 use crate::controller::ipam::asked::AskedAddresses;
+use crate::controller::objects;
 use crate::controller::schedule::backoff::Backoff;
 use crate::controller::schedule::priority::InFlight;
 use crate::controller::schedule::requeue::RESYNC;
@@ -84,13 +88,14 @@ pub const DEFAULT_RECONCILE_CONCURRENCY: u16 = 64;
 /// Name of the ownership key Secret unless `--ownership-key-secret` says otherwise.
 pub const DEFAULT_OWNERSHIP_KEY_SECRET: &str = "hyperplug-ownership-key";
 
+/// What every controller shares, whatever its kind's role: the API, the plugin, the
+/// kind, its writes, and the manager's options and keys. A cluster's or a template's
+/// reconcile is handed this alone; a machine's gets it inside [`MachineContext`].
 pub struct Context {
     pub client: Client,
     pub plugin: Plugin,
     pub kind: KindInfo,
     pub resource: ApiResource,
-    /// The plugin's InfraCluster kind, which machines read their cluster spec from.
-    pub cluster_kind: Option<ApiResource>,
     /// Its events, and the marks of its writes the cache reads (see `write`).
     pub writes: Writes,
     pub metrics: Arc<Metrics>,
@@ -98,16 +103,8 @@ pub struct Context {
     pub options: ManagerOptions,
     /// Makes ownership ids unforgeable (see `ownership`).
     pub ownership: Arc<OwnershipKeys>,
-    /// What this kind's objects wait for (machines: see `waits`).
-    pub waits: Arc<Waits>,
-    /// Machine statuses not written yet (see `coalesce`).
-    pub coalescer: Coalescer,
-    /// What machine reconciles read of other kinds (the InfraMachine controller only).
-    pub caches: Option<Caches>,
     /// Credentials Secrets read a moment ago (see `credentials::Recent`).
     pub secrets: Recent,
-    /// Which machines asked for addresses at their last step (see `asked`).
-    pub asked: AskedAddresses,
     /// What the own kind's watch and the reconciler's own writes last showed of each
     /// object (see `watch::Seen`).
     pub seen: Seen,
@@ -115,6 +112,60 @@ pub struct Context {
     pub specs: SpecConversions,
     /// This kind's reconciles of provisioned objects in flight (see `priority`).
     pub housekeeping: InFlight,
+}
+
+/// The InfraMachine controller's context: the shared one ([`Context`], which it
+/// dereferences to, so a machine's reconcile reads `ctx.client` as any other) and what
+/// only machines keep.
+pub struct MachineContext {
+    pub shared: Context,
+    /// The plugin's InfraCluster kind, which machines read their cluster spec from
+    /// (none when the plugin declares none).
+    pub cluster_kind: Option<ApiResource>,
+    /// What each machine's last step waits for (see `waits`).
+    pub waits: Arc<Waits>,
+    /// Machine statuses not written yet (see `coalesce`).
+    pub coalescer: Coalescer,
+    /// What machine reconciles read of other kinds (see `watch::Caches`).
+    pub caches: Caches,
+    /// Which machines asked for addresses at their last step (see `asked`).
+    pub asked: AskedAddresses,
+}
+
+impl Deref for MachineContext {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.shared
+    }
+}
+
+/// A controller's context as the controller wiring sees it (its entry to every
+/// reconcile, its error policy): the part every role shares, and what a role forgets of
+/// an object refused before its reconcile.
+pub trait RoleContext: Send + Sync + 'static {
+    fn shared(&self) -> &Context;
+
+    /// `obj` is refused before its reconcile (over the bound, see `oversized`): nothing
+    /// kept for it may wake it meanwhile.
+    fn refused(&self, _obj: &DynamicObject) {}
+}
+
+impl RoleContext for Context {
+    fn shared(&self) -> &Context {
+        self
+    }
+}
+
+impl RoleContext for MachineContext {
+    fn shared(&self) -> &Context {
+        &self.shared
+    }
+
+    /// What it waited for is not watched any more.
+    fn refused(&self, obj: &DynamicObject) {
+        self.waits.clear(&objects::obj_ref(obj, &self.resource));
+    }
 }
 
 impl Context {

@@ -3,7 +3,7 @@
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::super::context::Context;
+use super::super::context::MachineContext;
 use super::observe::Observed;
 use super::report;
 use super::write_or_hold;
@@ -16,7 +16,7 @@ use crate::controller::schedule::waits::StepSeen;
 use crate::controller::write::events::Event;
 use crate::controller::write::{conditions, patch};
 
-pub async fn run(ctx: &Context, o: &Observed) -> Result<Action> {
+pub async fn run(ctx: &MachineContext, o: &Observed) -> Result<Action> {
     let result = ctx
         .metrics
         .plugin_call(

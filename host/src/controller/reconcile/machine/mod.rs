@@ -14,7 +14,7 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
-use super::context::Context;
+use super::context::MachineContext;
 use crate::controller::call::outcome::{self, Outcome};
 use crate::controller::error::Result;
 use crate::controller::ipam::Claimed;
@@ -27,7 +27,7 @@ use crate::status::InfraMachineStatus;
 use hyperplug_runtime::bindings::machine::MachineStatus;
 use observe::{Observed, Step};
 
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<MachineContext>) -> Result<Action> {
     // Waiting on something the observer has not reported over: no reads, no call (a
     // deletion that began since goes on at once).
     if let Some(left) = ctx.waits.still_waiting(
@@ -146,7 +146,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
 /// Write `next` as the machine's status now, or hold it (`coalesce` decides); whether
 /// it was written. The one place a machine's step reaches its status.
 pub(super) async fn write_or_hold(
-    ctx: &Context,
+    ctx: &MachineContext,
     o: &Observed,
     next: &InfraMachineStatus,
     durable: bool,
@@ -183,7 +183,7 @@ fn goes_on_at_once(s: &MachineStatus) -> bool {
 
 /// Create until provisioned, describe after: a provisioned machine's infrastructure is
 /// never made again (a missing VM is drift, not a reason to clone another).
-async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
+async fn call(ctx: &MachineContext, o: &Observed) -> Outcome<MachineStatus> {
     let (name, result) = if o.provisioned {
         let call = "machine.describe";
         let f = ctx.plugin.describe_machine(&o.request);
@@ -208,7 +208,7 @@ async fn call(ctx: &Context, o: &Observed) -> Outcome<MachineStatus> {
 /// the status the step leaves and whether it was written (or held, see `coalesce`).
 /// `id_later`: the ownership id to write with the provider ID.
 async fn persist(
-    ctx: &Context,
+    ctx: &MachineContext,
     o: &Observed,
     status: &MachineStatus,
     id_later: Option<&str>,

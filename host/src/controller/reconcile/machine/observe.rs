@@ -8,7 +8,7 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
-use super::super::context::Context;
+use super::super::context::{Context, MachineContext};
 use crate::controller::cache::watch::cached_or_read;
 use crate::controller::call::outcome::{self, Failed};
 use crate::controller::call::{credentials, versions};
@@ -66,7 +66,7 @@ pub enum Step {
     Done(Action),
 }
 
-pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
+pub async fn machine(ctx: &MachineContext, cached: &DynamicObject) -> Result<Step> {
     let ns = cached.namespace().unwrap_or_default();
     let own = api(&ctx.client, &ctx.resource, &ns);
     // The cache lags our own writes; it is read again unless it holds our last one.
@@ -112,9 +112,9 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     let Some(cluster_name) = objects::cluster_name(&obj) else {
         return Ok(Step::Done(Action::await_change()));
     };
-    let caches = ctx.caches.as_ref();
+    let caches = &ctx.caches;
     let cluster = cached_or_read(
-        caches.map(|c| &c.clusters),
+        Some(&caches.clusters),
         &ctx.client,
         &capi_cluster(),
         &ns,
@@ -144,14 +144,8 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
         (Some(c), Some(kind)) => {
             match objects::reference_to(c, "spec.infrastructureRef", &kind.group, &kind.kind) {
                 Some(name) => {
-                    cached_or_read(
-                        caches.map(|c| &c.infra_clusters),
-                        &ctx.client,
-                        kind,
-                        &ns,
-                        &name,
-                    )
-                    .await?
+                    cached_or_read(Some(&caches.infra_clusters), &ctx.client, kind, &ns, &name)
+                        .await?
                 }
                 None => None,
             }
@@ -231,7 +225,7 @@ pub async fn machine(ctx: &Context, cached: &DynamicObject) -> Result<Step> {
     // round trips, and every machine is polled while its tasks run.
     let machine = async {
         let machine = cached_or_read(
-            caches.map(|c| &c.machines),
+            Some(&caches.machines),
             &ctx.client,
             &capi_machine(),
             &ns,
