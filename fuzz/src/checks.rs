@@ -9,7 +9,7 @@ use guest_kit::types::{PluginError, Progress};
 pub const SECRET: &str = "test-secret";
 
 /// The bounds the host applies to a plugin's result before writing it
-/// (`host/src/controller/output.rs`), in bytes as the status stores them (JSON-encoded:
+/// (`host/src/controller/call/output.rs`), in bytes as the status stores them (JSON-encoded:
 /// [`stored_len`]): a result beyond them is refused whole, so a plugin that exceeds
 /// them leaves its object failed.
 pub mod bounds {

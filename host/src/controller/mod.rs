@@ -1,6 +1,20 @@
 //! The controllers: for every kind a loaded plugin declares, a kube-rs controller of the
 //! role that kind plays in the Cluster API contract. Discovered at start, so a new
 //! plugin adds kinds without a rebuild.
+//!
+//! Laid out by concern, a folder per job, each importing only the rooms under it:
+//! - `reconcile`: the reconcilers per role, and what they are handed (`context`);
+//! - `call`: the plugin call (credentials, spec versions, result checks, outcome);
+//! - `trust`: ownership ids, adoption, objects whose ownership does not verify;
+//! - `cache`: the watches, what they keep of each object and what wakes a reconcile;
+//! - `write`: the write path (patches, conditions, events, marks of our writes, held
+//!   statuses);
+//! - `schedule`: every requeue and delay, waits and their observers, priority, tasks;
+//! - `ipam`: the InfraCluster's pools and the machines' address claims;
+//! - `objects` and `error`: what every room speaks.
+//!
+//! This file wires them: one controller per kind, its watches and its entry to every
+//! reconcile.
 pub mod cache;
 pub mod call;
 mod error;

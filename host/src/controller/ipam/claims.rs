@@ -6,8 +6,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::applied::{FIELD_MANAGER, owner_ref};
 use super::pools::{IN_CLUSTER_POOL, IPAM_GROUP, pool_name};
-use super::{FIELD_MANAGER, owner_ref};
 use crate::controller::error::{Error, Result};
 use crate::controller::objects::{self, api, field, ip_address, ip_address_claim, str_field};
 use hyperplug_runtime::bindings::machine::{AddressPool, AddressRequest, AllocatedAddress};

@@ -8,30 +8,15 @@
 //! watch cache ([`MachineClaims::read`]), hands the bound ones to the plugin, and writes
 //! only the claims that are missing ([`MachineClaims::ensure`]).
 //!
-//! The pools are in `pools`, the claims in `claims`; `asked` remembers which machines
-//! have claims to read at all.
+//! The pools are in `pools`, the claims in `claims` (each applied as `applied` says);
+//! `asked` remembers which machines have claims to read at all.
+//!
+//! May import: `objects` and `error` only. Every room above it hands it what it needs
+//! (the client, the owner's kind).
+mod applied;
 pub(crate) mod asked;
 mod claims;
 mod pools;
 
-use kube::ResourceExt;
-use kube::api::{ApiResource, DynamicObject};
-use serde_json::json;
-
 pub use claims::{Claimed, MachineClaims, release_claims};
 pub use pools::{addresses_left, ensure_pools};
-
-/// The field manager of the pools and claims the host applies.
-const FIELD_MANAGER: &str = "hyperplug";
-
-/// The owner reference to `obj`, of kind `owner`, that the pools and claims made for it
-/// carry.
-fn owner_ref(obj: &DynamicObject, owner: &ApiResource) -> serde_json::Value {
-    json!({
-        "apiVersion": owner.api_version,
-        "kind": owner.kind,
-        "name": obj.name_any(),
-        "uid": obj.uid().unwrap_or_default(),
-        "blockOwnerDeletion": true,
-    })
-}

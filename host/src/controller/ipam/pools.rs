@@ -4,7 +4,7 @@ use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::{FIELD_MANAGER, owner_ref};
+use super::applied::{FIELD_MANAGER, owner_ref};
 use crate::controller::error::Result;
 use crate::controller::objects::{api, field, in_cluster_ip_pool};
 use hyperplug_runtime::bindings::cluster::IpPool;
