@@ -162,38 +162,10 @@ pub(super) fn waiting_for_agent(
     // it is now: its NICs' MACs say which of the guest's interfaces are whose.
     st.upid = None;
     let config = cx.owned_config(st, "reading the VM's NICs")?;
-    let list: Vec<Value> = ifaces
-        .get("result")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut dhcp = BTreeMap::new();
-    for nic in cx.nics.iter().filter(|n| n.dhcp4 || n.dhcp6) {
-        let Some(mac) = str_of(&config, &nic.device).and_then(|n| mac_of(&n)) else {
-            continue;
-        };
-        let addrs: Vec<String> = list
-            .iter()
-            .filter(|i| str_of(i, "hardware-address").is_some_and(|m| m.eq_ignore_ascii_case(&mac)))
-            .flat_map(|i| {
-                i.get("ip-addresses")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .filter_map(|a| {
-                let ip = str_of(&a, "ip-address")?;
-                let v6 = str_of(&a, "ip-address-type").as_deref() == Some("ipv6");
-                let wanted = if v6 { nic.dhcp6 } else { nic.dhcp4 };
-                (wanted && !ip.starts_with("fe80") && !ip.starts_with("127.") && ip != "::1")
-                    .then_some(ip)
-            })
-            .collect();
-        if addrs.is_empty() {
-            return wait(st, format!("waiting for a DHCP address on {}", nic.device));
-        }
-        dhcp.insert(nic.device.clone(), addrs);
-    }
+    let dhcp = match dhcp_addresses(cx, &config, &ifaces) {
+        Ok(dhcp) => dhcp,
+        Err(device) => return wait(st, format!("waiting for a DHCP address on {device}")),
+    };
     if checks.skip_cloud_init_status != Some(true) {
         // cloud-init applied our meta-data once the guest carries its hostname.
         let host = cx
@@ -216,6 +188,48 @@ pub(super) fn waiting_for_agent(
     st.agent_tries = 0;
     st.step = Step::Ejecting;
     Ok(None)
+}
+
+/// The addresses the guest agent reports (`ifaces`) on each NIC that takes DHCP, matched
+/// by the MAC in the VM's `config`; the device of the first NIC that has none yet.
+fn dhcp_addresses<'a>(
+    cx: &'a Ctx,
+    config: &Value,
+    ifaces: &Value,
+) -> Result<BTreeMap<String, Vec<String>>, &'a str> {
+    let list: Vec<Value> = ifaces
+        .get("result")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut dhcp = BTreeMap::new();
+    for nic in cx.nics.iter().filter(|n| n.dhcp4 || n.dhcp6) {
+        let Some(mac) = str_of(config, &nic.device).and_then(|n| mac_of(&n)) else {
+            continue;
+        };
+        let addrs: Vec<String> = list
+            .iter()
+            .filter(|i| str_of(i, "hardware-address").is_some_and(|m| m.eq_ignore_ascii_case(&mac)))
+            .flat_map(|i| {
+                i.get("ip-addresses")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|a| {
+                let ip = str_of(&a, "ip-address")?;
+                let v6 = str_of(&a, "ip-address-type").as_deref() == Some("ipv6");
+                let wanted = if v6 { nic.dhcp6 } else { nic.dhcp4 };
+                (wanted && !ip.starts_with("fe80") && !ip.starts_with("127.") && ip != "::1")
+                    .then_some(ip)
+            })
+            .collect();
+        if addrs.is_empty() {
+            return Err(&nic.device);
+        }
+        dhcp.insert(nic.device.clone(), addrs);
+    }
+    Ok(dhcp)
 }
 
 /// How long to wait before asking a booting guest's agent again after `tries` looks

@@ -135,6 +135,29 @@ pub(super) fn config_update(cx: &Ctx, config: &Value) -> Result<ConfigUpdate, Pl
     {
         form.push(("agent", "1".into()));
     }
+    let extra = additional_volumes(cx, config)?;
+    let slot = cd_slot(cx, config, &delete)?;
+    let mut form: Vec<(String, String)> = form
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(nets)
+        .chain(extra)
+        .collect();
+    if !delete.is_empty() {
+        form.push(("delete".into(), delete.join(",")));
+    }
+    if let Some(d) = str_of(config, "digest") {
+        form.push(("digest".into(), d));
+    }
+    Ok(ConfigUpdate {
+        form,
+        cd_slot: slot,
+    })
+}
+
+/// The additional volumes the template lacks, as `PUT .../config` parameters: each on
+/// its own storage, else the spec's, else the boot disk's.
+fn additional_volumes(cx: &Ctx, config: &Value) -> Result<Vec<(String, String)>, PluginError> {
     let boot_storage = cx
         .spec
         .disks
@@ -188,8 +211,13 @@ pub(super) fn config_update(cx: &Ctx, config: &Value) -> Result<ConfigUpdate, Pl
         }
         extra.push((vol.disk.clone(), value));
     }
-    // The CD slot: the spec's, else ide2 when free (or only PVE's cloud-init drive),
-    // else the first free IDE/SATA slot.
+    Ok(extra)
+}
+
+/// The slot the NoCloud ISO goes into: the spec's, else ide2 when free (or only PVE's
+/// cloud-init drive), else the first free IDE/SATA slot (`delete`: the drives the
+/// update removes).
+fn cd_slot(cx: &Ctx, config: &Value, delete: &[String]) -> Result<String, PluginError> {
     let free = |k: &str| config.get(k).is_none() || delete.iter().any(|d| d == k);
     let slot = match cx.spec.cloud_init.as_ref().and_then(|c| c.cd_slot.clone()) {
         Some(s) => {
@@ -215,22 +243,7 @@ pub(super) fn config_update(cx: &Ctx, config: &Value) -> Result<ConfigUpdate, Pl
             )
         })?,
     };
-    let mut form: Vec<(String, String)> = form
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .chain(nets)
-        .chain(extra)
-        .collect();
-    if !delete.is_empty() {
-        form.push(("delete".into(), delete.join(",")));
-    }
-    if let Some(d) = str_of(config, "digest") {
-        form.push(("digest".into(), d));
-    }
-    Ok(ConfigUpdate {
-        form,
-        cd_slot: slot,
-    })
+    Ok(slot)
 }
 
 #[cfg(test)]

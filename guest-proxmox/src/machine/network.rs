@@ -92,6 +92,17 @@ pub(super) fn guest_network(cx: &Ctx, config: &Value) -> Result<NetworkConfig, P
         }
         ethernets.push(eth);
     }
+    let vrfs = vrfs(cx, &names)?;
+    let network = NetworkConfig { ethernets, vrfs };
+    network
+        .validate()
+        .map_err(|e| invalid("spec.network", e.to_string()))?;
+    Ok(network)
+}
+
+/// The spec's VRFs, their members named as in the guest (`names`: each NIC's name there
+/// and its device; a member may be given as either).
+fn vrfs(cx: &Ctx, names: &[(String, String)]) -> Result<Vec<Vrf>, PluginError> {
     let mut vrfs = vec![];
     for (i, v) in cx
         .spec
@@ -134,11 +145,7 @@ pub(super) fn guest_network(cx: &Ctx, config: &Value) -> Result<NetworkConfig, P
                 .collect::<Result<_, _>>()?,
         });
     }
-    let network = NetworkConfig { ethernets, vrfs };
-    network
-        .validate()
-        .map_err(|e| invalid("spec.network", e.to_string()))?;
-    Ok(network)
+    Ok(vrfs)
 }
 
 /// The default addresses of the machine (`address/prefix`), IPv4 first: what Ignition

@@ -9,7 +9,7 @@ use guest_kit::types::PluginError;
 
 use super::nics::{Nic, Pool, Zone, zone_pools};
 use super::ownership::{has_marker_line, is_marker_tag};
-use crate::spec::{ClusterSpec, MachineSpec, RoutingPolicySpec};
+use crate::spec::{ClusterSpec, MachineSpec, NetworkDevice, RoutingPolicySpec};
 
 const IPAM_GROUP: &str = "ipam.cluster.x-k8s.io";
 
@@ -150,91 +150,109 @@ fn disks(spec: &MachineSpec) -> Result<(), PluginError> {
 
 fn network(spec: &MachineSpec, cluster: &ClusterSpec, nics: &[Nic]) -> Result<(), PluginError> {
     let zone = spec.network.as_ref().and_then(|n| n.zone.as_deref());
-    let Zone { v4, v6, .. } = zone_pools(cluster, zone)?;
+    let zone = zone_pools(cluster, zone)?;
     let mut names = BTreeSet::new();
     for nic in nics {
-        let path = &nic.path;
-        let Some(d) = &nic.spec else { continue };
-        let number = d
-            .name
-            .strip_prefix("net")
-            .and_then(|n| n.parse::<u32>().ok());
-        if number.is_none_or(|n| n > 31) || !names.insert(d.name.clone()) {
-            return Err(invalid(
-                &format!("{path}.name"),
-                format!("`{}` is not a free NIC name (net0 ... net31)", d.name),
-            ));
-        }
-        if d.bridge.as_deref() == Some("") {
-            return Err(invalid(
-                &format!("{path}.bridge"),
-                "a bridge is required (e.g. vmbr0)",
-            ));
-        }
-        if let Some(m) = d.mtu
-            && m != 1
-            && !(1280..=65520).contains(&m)
-        {
-            return Err(invalid(
-                &format!("{path}.mtu"),
-                format!("{m}: 1 (the bridge's) or 1280 to 65520 (IPv6 needs 1280)"),
-            ));
-        }
-        if let Some(m) = d.link_mtu
-            && !(1280..=65520).contains(&m)
-        {
-            return Err(invalid(
-                &format!("{path}.linkMtu"),
-                format!("{m}: 1280 to 65520 (IPv6 needs 1280)"),
-            ));
-        }
-        if let Some(v) = d.vlan
-            && !(1..=4094).contains(&v)
-        {
-            return Err(invalid(&format!("{path}.vlan"), "1 to 4094"));
-        }
-        if let Some(q) = d.queues
-            && !(1..=65535).contains(&q)
-        {
-            return Err(invalid(&format!("{path}.queues"), "1 to 65535"));
-        }
-        for (j, r) in d.ip_pool_ref.iter().enumerate() {
-            let group_ok = r.api_group.as_deref().is_none_or(|g| g == IPAM_GROUP);
-            let kind_ok = matches!(r.kind.as_str(), "InClusterIPPool" | "GlobalInClusterIPPool");
-            if !group_ok || !kind_ok || r.name.is_empty() {
-                return Err(invalid(
-                    &format!("{path}.ipPoolRef[{j}]"),
-                    format!(
-                        "{}/{} `{}`: pools are {IPAM_GROUP} InClusterIPPools or GlobalInClusterIPPools",
-                        r.api_group.as_deref().unwrap_or_default(),
-                        r.kind,
-                        r.name
-                    ),
-                ));
-            }
-        }
-        for (j, r) in d.routing_policy.iter().enumerate() {
-            rule_priority(r, &format!("{path}.routingPolicy[{j}]"))?;
-            if r.table.unwrap_or(0) == 0 {
-                return Err(invalid(
-                    &format!("{path}.routingPolicy[{j}].table"),
-                    "a routing policy rule needs a table",
-                ));
-            }
-        }
-        let static_from_refs = nic.pools.iter().any(|p| matches!(p, Pool::Ref(_)));
-        for (dhcp, flagged, pool, field, family) in [
-            (d.dhcp4, nic.default4, v4, "dhcp4", "ipv4Config"),
-            (d.dhcp6, nic.default6, v6, "dhcp6", "ipv6Config"),
-        ] {
-            if dhcp == Some(false) && flagged && pool.is_none() && !static_from_refs {
-                return Err(invalid(
-                    &format!("{path}.{field}"),
-                    format!("a static address needs the cluster's {family} (or an ipPoolRef)"),
-                ));
-            }
+        if let Some(d) = &nic.spec {
+            device(nic, d, &zone, &mut names)?;
         }
     }
+    vrfs(spec)
+}
+
+/// One NIC's device as the spec gives it (`names`: the NIC names taken so far).
+fn device(
+    nic: &Nic,
+    d: &NetworkDevice,
+    zone: &Zone,
+    names: &mut BTreeSet<String>,
+) -> Result<(), PluginError> {
+    let path = &nic.path;
+    let (v4, v6) = (zone.v4, zone.v6);
+    let number = d
+        .name
+        .strip_prefix("net")
+        .and_then(|n| n.parse::<u32>().ok());
+    if number.is_none_or(|n| n > 31) || !names.insert(d.name.clone()) {
+        return Err(invalid(
+            &format!("{path}.name"),
+            format!("`{}` is not a free NIC name (net0 ... net31)", d.name),
+        ));
+    }
+    if d.bridge.as_deref() == Some("") {
+        return Err(invalid(
+            &format!("{path}.bridge"),
+            "a bridge is required (e.g. vmbr0)",
+        ));
+    }
+    if let Some(m) = d.mtu
+        && m != 1
+        && !(1280..=65520).contains(&m)
+    {
+        return Err(invalid(
+            &format!("{path}.mtu"),
+            format!("{m}: 1 (the bridge's) or 1280 to 65520 (IPv6 needs 1280)"),
+        ));
+    }
+    if let Some(m) = d.link_mtu
+        && !(1280..=65520).contains(&m)
+    {
+        return Err(invalid(
+            &format!("{path}.linkMtu"),
+            format!("{m}: 1280 to 65520 (IPv6 needs 1280)"),
+        ));
+    }
+    if let Some(v) = d.vlan
+        && !(1..=4094).contains(&v)
+    {
+        return Err(invalid(&format!("{path}.vlan"), "1 to 4094"));
+    }
+    if let Some(q) = d.queues
+        && !(1..=65535).contains(&q)
+    {
+        return Err(invalid(&format!("{path}.queues"), "1 to 65535"));
+    }
+    for (j, r) in d.ip_pool_ref.iter().enumerate() {
+        let group_ok = r.api_group.as_deref().is_none_or(|g| g == IPAM_GROUP);
+        let kind_ok = matches!(r.kind.as_str(), "InClusterIPPool" | "GlobalInClusterIPPool");
+        if !group_ok || !kind_ok || r.name.is_empty() {
+            return Err(invalid(
+                &format!("{path}.ipPoolRef[{j}]"),
+                format!(
+                    "{}/{} `{}`: pools are {IPAM_GROUP} InClusterIPPools or GlobalInClusterIPPools",
+                    r.api_group.as_deref().unwrap_or_default(),
+                    r.kind,
+                    r.name
+                ),
+            ));
+        }
+    }
+    for (j, r) in d.routing_policy.iter().enumerate() {
+        rule_priority(r, &format!("{path}.routingPolicy[{j}]"))?;
+        if r.table.unwrap_or(0) == 0 {
+            return Err(invalid(
+                &format!("{path}.routingPolicy[{j}].table"),
+                "a routing policy rule needs a table",
+            ));
+        }
+    }
+    let static_from_refs = nic.pools.iter().any(|p| matches!(p, Pool::Ref(_)));
+    for (dhcp, flagged, pool, field, family) in [
+        (d.dhcp4, nic.default4, v4, "dhcp4", "ipv4Config"),
+        (d.dhcp6, nic.default6, v6, "dhcp6", "ipv6Config"),
+    ] {
+        if dhcp == Some(false) && flagged && pool.is_none() && !static_from_refs {
+            return Err(invalid(
+                &format!("{path}.{field}"),
+                format!("a static address needs the cluster's {family} (or an ipPoolRef)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The spec's VRFs: their tables and rules.
+fn vrfs(spec: &MachineSpec) -> Result<(), PluginError> {
     for (i, v) in spec
         .network
         .as_ref()

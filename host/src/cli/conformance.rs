@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use hyperplug_conformance::drive::{Pacing, TRANSIENT_RETRIES};
 use hyperplug_conformance::{Options, inputs};
 use hyperplug_runtime::blob_server;
-use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Runtime};
+use hyperplug_runtime::{BlobLimits, BlobStore, Limits, Plugin, Runtime};
 
 use super::limits::LimitArgs;
 use super::{CacheArgs, load_plugins};
@@ -123,42 +123,7 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         None => vec![],
     };
     let bootstrap = inputs::read_bootstrap(args.bootstrap.as_deref())?;
-    // Blobs as `hyperplug run` serves them, for both runtimes.
-    let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
-        .await
-        .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
-    let advertise = match &args.blob_advertise_url {
-        Some(url) => url.clone(),
-        None => url::Url::parse(&format!("http://{}", listener.local_addr()?))?,
-    };
-    let blobs = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
-    let runtime = |limits: Limits| Runtime::builder(limits).blobs(blobs.clone());
-    let plugin = load_plugins(
-        std::slice::from_ref(plugin_path),
-        runtime(Limits::from(args.limits.clone())),
-        &args.cache,
-    )
-    .await?
-    .remove(0);
-    let short = Limits {
-        timeout_ms: args.deadline_ms,
-        ..Limits::from(args.limits.clone())
-    };
-    let deadline_plugin = load_plugins(
-        std::slice::from_ref(plugin_path),
-        runtime(short),
-        &args.cache,
-    )
-    .await?
-    .remove(0);
-    let bounds = crate::listen::Bounds::blobs(&Default::default());
-    let app = blob_server::router(blobs);
-    tokio::spawn(crate::listen::serve(
-        listener,
-        crate::listen::Transport::Plain,
-        app,
-        bounds,
-    ));
+    let (plugin, deadline_plugin) = load_twice(&args, plugin_path).await?;
     let run_id = args
         .run_id
         .clone()
@@ -207,4 +172,48 @@ pub async fn run(args: ConformanceArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plugin twice: with its limits, and with the short deadline of the `call-deadline`
+/// case. Both publish blobs to one store, served as `hyperplug run` serves it.
+async fn load_twice(
+    args: &ConformanceArgs,
+    plugin_path: &PluginSource,
+) -> anyhow::Result<(Plugin, Plugin)> {
+    let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
+        .await
+        .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
+    let advertise = match &args.blob_advertise_url {
+        Some(url) => url.clone(),
+        None => url::Url::parse(&format!("http://{}", listener.local_addr()?))?,
+    };
+    let blobs = Arc::new(BlobStore::new(advertise, BlobLimits::default()));
+    let runtime = |limits: Limits| Runtime::builder(limits).blobs(blobs.clone());
+    let plugin = load_plugins(
+        std::slice::from_ref(plugin_path),
+        runtime(Limits::from(args.limits.clone())),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
+    let short = Limits {
+        timeout_ms: args.deadline_ms,
+        ..Limits::from(args.limits.clone())
+    };
+    let deadline_plugin = load_plugins(
+        std::slice::from_ref(plugin_path),
+        runtime(short),
+        &args.cache,
+    )
+    .await?
+    .remove(0);
+    let bounds = crate::listen::Bounds::blobs(&Default::default());
+    let app = blob_server::router(blobs);
+    tokio::spawn(crate::listen::serve(
+        listener,
+        crate::listen::Transport::Plain,
+        app,
+        bounds,
+    ));
+    Ok((plugin, deadline_plugin))
 }

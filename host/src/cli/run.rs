@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hyperplug_runtime::blob_server;
-use hyperplug_runtime::{BlobStore, Limits, Runtime};
+use hyperplug_runtime::{BlobStore, Limits, Plugin, Runtime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::limits::{BlobLimitArgs, LimitArgs};
@@ -259,28 +259,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(store) = &blobs {
         runtime = runtime.blobs(store.clone());
     }
-    // Tag pins outlive the pod (its cache is an emptyDir): kept beside the ownership
-    // key. Only a plugin named by tag needs them, so a missing namespace or API fails
-    // only that plugin, naming why.
-    let pins_at = match own_object(
-        args.plugin_pins_configmap.as_deref(),
-        pod_namespace.as_deref(),
-        "--plugin-pins-configmap",
-        DEFAULT_PINS_CONFIGMAP,
-    ) {
-        // A flag given wrong is wrong whatever the plugins are.
-        Err(e) if args.plugin_pins_configmap.is_some() => return Err(e),
-        at => at,
-    };
-    let pins = match (&client, pins_at) {
-        (Ok(client), Ok((ns, name))) => {
-            Pins::ConfigMap(Box::new(ConfigMapPins::new(client.clone(), &ns, &name)))
-        }
-        (Err(e), _) => Pins::Unavailable(format!(
-            "`hyperplug run` keeps tag pins in the Kubernetes API, which it cannot reach: {e}"
-        )),
-        (_, Err(e)) => Pins::Unavailable(e.to_string()),
-    };
+    let pins = tag_pins(&args, &client, pod_namespace.as_deref())?;
     let plugins: Vec<_> = load_fetched(&args.plugins, runtime, &args.cache, &pins)
         .await?
         .into_iter()
@@ -306,67 +285,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let client =
         client.context("cannot reach the Kubernetes API (set KUBECONFIG or run in a cluster)")?;
-    if let (Some(advertise), Some(store)) = (&args.blob_advertise_url, blobs) {
-        let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
-            .await
-            .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
-        tracing::info!(addr = %args.blob_listen_addr, advertised = %advertise, "serving blobs");
-        let (app, bounds) = (blob_server::router(store), Bounds::blobs(&args.servers));
-        let server = listen::serve(listener, Transport::Plain, app, bounds);
-        tokio::spawn(log_exit("blobs", server));
-    }
-    let watched_namespace = args.watched_namespace();
-    // Conversion serves every replica, leader or standby: the API server calls whichever
-    // the Service picks. The conversion data it keeps on objects is signed with the
-    // ownership key, so what one replica wrote verifies on the others and in the
-    // controllers.
-    let (key_ns, key_name) = &ownership_key_secret;
-    let keys = OwnershipKeys::load_or_create(client.clone(), key_ns, key_name).await?;
-    let conversions = Conversions::new(&plugins, Arc::new(keys)).metered(metrics.clone());
-    if !conversions.is_empty() {
-        let certs = CertDir {
-            dir: args.webhook_cert_dir.clone(),
-        };
-        let finalizers = Finalizers::new(&plugins, watched_namespace.clone());
-        let server = webhook::Server::bind(args.webhook_addr, certs, conversions, finalizers)
-            .await
-            .context("the webhook server (--webhook-addr, --webhook-cert-dir)")?
-            .bounded(Bounds::webhook(&args.servers));
-        tokio::spawn(log_exit("webhook", server.serve()));
-    }
+    serve_blobs(&args, blobs).await?;
+    serve_webhooks(&args, &client, &plugins, &ownership_key_secret, &metrics).await?;
     let ready = Arc::new(AtomicBool::new(false));
-    let health = Health {
-        ready: ready.clone(),
-        metrics: metrics.clone(),
-    };
-    let (health_addr, metrics_addr) = (args.health_addr, args.metrics_addr);
-    let probes = health::serve(health_addr, health.clone(), Bounds::probes("health"));
-    tokio::spawn(log_exit("health", probes));
-    if metrics_addr != health_addr {
-        let scrapes = health::serve(metrics_addr, health, Bounds::probes("metrics"));
-        tokio::spawn(log_exit("metrics", scrapes));
-    }
+    serve_probes(&args, ready.clone(), metrics.clone());
     let options = args.manager_options(default_credentials, ownership_key_secret);
     ready.store(true, Ordering::Relaxed);
-    let elector_namespace = match args.leader_elect {
-        true => Some(own_namespace(
-            args.leader_election_namespace.as_deref(),
-            pod_namespace.as_deref(),
-            "--leader-election-namespace NS",
-        )?),
-        false => None,
-    };
-    let elector = elector_namespace.map(|namespace| {
-        let identity = std::env::var("HOSTNAME")
-            .unwrap_or_else(|_| format!("hyperplug-{}", std::process::id()));
-        crate::leader::Elector::new(
-            client.clone(),
-            &namespace,
-            &args.leader_election_id,
-            &identity,
-            LEASE,
-        )
-    });
+    let elector = leader_elector(&args, &client, pod_namespace.as_deref())?;
     if let Some(elector) = &elector {
         tokio::select! {
             acquired = elector.acquire() => acquired.context("leader election")?,
@@ -389,6 +314,117 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where tag pins are kept. They outlive the pod (its cache is an emptyDir): kept beside
+/// the ownership key. Only a plugin named by tag needs them, so a missing namespace or
+/// API fails only that plugin, naming why.
+fn tag_pins(
+    args: &RunArgs,
+    client: &Result<kube::Client, kube::Error>,
+    pod_namespace: Option<&str>,
+) -> anyhow::Result<Pins> {
+    let pins_at = match own_object(
+        args.plugin_pins_configmap.as_deref(),
+        pod_namespace,
+        "--plugin-pins-configmap",
+        DEFAULT_PINS_CONFIGMAP,
+    ) {
+        // A flag given wrong is wrong whatever the plugins are.
+        Err(e) if args.plugin_pins_configmap.is_some() => return Err(e),
+        at => at,
+    };
+    Ok(match (client, pins_at) {
+        (Ok(client), Ok((ns, name))) => {
+            Pins::ConfigMap(Box::new(ConfigMapPins::new(client.clone(), &ns, &name)))
+        }
+        (Err(e), _) => Pins::Unavailable(format!(
+            "`hyperplug run` keeps tag pins in the Kubernetes API, which it cannot reach: {e}"
+        )),
+        (_, Err(e)) => Pins::Unavailable(e.to_string()),
+    })
+}
+
+/// The blob server, when plugins publish blobs (`--blob-advertise-url`).
+async fn serve_blobs(args: &RunArgs, blobs: Option<Arc<BlobStore>>) -> anyhow::Result<()> {
+    if let (Some(advertise), Some(store)) = (&args.blob_advertise_url, blobs) {
+        let listener = tokio::net::TcpListener::bind(args.blob_listen_addr)
+            .await
+            .with_context(|| format!("--blob-listen-addr {}", args.blob_listen_addr))?;
+        tracing::info!(addr = %args.blob_listen_addr, advertised = %advertise, "serving blobs");
+        let (app, bounds) = (blob_server::router(store), Bounds::blobs(&args.servers));
+        let server = listen::serve(listener, Transport::Plain, app, bounds);
+        tokio::spawn(log_exit("blobs", server));
+    }
+    Ok(())
+}
+
+/// The webhook server (conversion, and the finalizer of new InfraMachines), when a kind
+/// has several versions. It serves on every replica, leader or standby: the API server
+/// calls whichever the Service picks. The conversion data it keeps on objects is signed
+/// with the ownership key, so what one replica wrote verifies on the others and in the
+/// controllers.
+async fn serve_webhooks(
+    args: &RunArgs,
+    client: &kube::Client,
+    plugins: &[Plugin],
+    ownership_key_secret: &(String, String),
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let (key_ns, key_name) = ownership_key_secret;
+    let keys = OwnershipKeys::load_or_create(client.clone(), key_ns, key_name).await?;
+    let conversions = Conversions::new(plugins, Arc::new(keys)).metered(metrics.clone());
+    if !conversions.is_empty() {
+        let certs = CertDir {
+            dir: args.webhook_cert_dir.clone(),
+        };
+        let finalizers = Finalizers::new(plugins, args.watched_namespace());
+        let server = webhook::Server::bind(args.webhook_addr, certs, conversions, finalizers)
+            .await
+            .context("the webhook server (--webhook-addr, --webhook-cert-dir)")?
+            .bounded(Bounds::webhook(&args.servers));
+        tokio::spawn(log_exit("webhook", server.serve()));
+    }
+    Ok(())
+}
+
+/// `/healthz` and `/readyz`, and `/metrics` (on the same address unless told otherwise).
+fn serve_probes(args: &RunArgs, ready: Arc<AtomicBool>, metrics: Arc<Metrics>) {
+    let health = Health { ready, metrics };
+    let (health_addr, metrics_addr) = (args.health_addr, args.metrics_addr);
+    let probes = health::serve(health_addr, health.clone(), Bounds::probes("health"));
+    tokio::spawn(log_exit("health", probes));
+    if metrics_addr != health_addr {
+        let scrapes = health::serve(metrics_addr, health, Bounds::probes("metrics"));
+        tokio::spawn(log_exit("metrics", scrapes));
+    }
+}
+
+/// The leader elector, with `--leader-elect`.
+fn leader_elector(
+    args: &RunArgs,
+    client: &kube::Client,
+    pod_namespace: Option<&str>,
+) -> anyhow::Result<Option<crate::leader::Elector>> {
+    let elector_namespace = match args.leader_elect {
+        true => Some(own_namespace(
+            args.leader_election_namespace.as_deref(),
+            pod_namespace,
+            "--leader-election-namespace NS",
+        )?),
+        false => None,
+    };
+    Ok(elector_namespace.map(|namespace| {
+        let identity = std::env::var("HOSTNAME")
+            .unwrap_or_else(|_| format!("hyperplug-{}", std::process::id()));
+        crate::leader::Elector::new(
+            client.clone(),
+            &namespace,
+            &args.leader_election_id,
+            &identity,
+            LEASE,
+        )
+    }))
 }
 
 /// `NAMESPACE/NAME`.

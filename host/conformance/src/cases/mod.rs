@@ -130,6 +130,22 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
     let (spec, creds) = (kit.spec.clone(), kit.creds.clone());
     kit.new_machine("main", &spec, &creds);
 
+    contract_cases(kit, opts, report).await;
+    lifecycle_cases(kit, opts, report).await;
+    failure_cases(kit, opts, report).await?;
+    case(report, opts, "no-leaks", lifecycle::no_leaks(kit)).await;
+    case(
+        report,
+        opts,
+        "cluster-delete",
+        contract::cluster_delete(kit),
+    )
+    .await;
+    Ok(())
+}
+
+/// What the plugin declares and its cluster calls, before any machine.
+async fn contract_cases(kit: &mut Kit, opts: &Options, report: &mut Report) {
     case(report, opts, "identity", contract::identity(kit)).await;
     case(report, opts, "schemas", contract::schemas(kit)).await;
     case(
@@ -153,6 +169,10 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
         contract::cluster_reconcile(kit),
     )
     .await;
+}
+
+/// A machine's life: describe, create, adopt, delete, in that order.
+async fn lifecycle_cases(kit: &mut Kit, opts: &Options, report: &mut Report) {
     case(
         report,
         opts,
@@ -224,6 +244,10 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
         lifecycle::delete_never_existed(kit),
     )
     .await;
+}
+
+/// Invalid specs, then an endpoint that fails (the fixtures live for these cases only).
+async fn failure_cases(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyhow::Result<()> {
     case(
         report,
         opts,
@@ -261,14 +285,6 @@ pub async fn run_all(kit: &mut Kit, opts: &Options, report: &mut Report) -> anyh
     )
     .await;
     drop(fixtures);
-    case(report, opts, "no-leaks", lifecycle::no_leaks(kit)).await;
-    case(
-        report,
-        opts,
-        "cluster-delete",
-        contract::cluster_delete(kit),
-    )
-    .await;
     Ok(())
 }
 
