@@ -1,6 +1,9 @@
 //! The host's integration tests, one binary: each module was a test file of its own, and
 //! its tests keep their names (`cargo test -p hyperplug --test it proxmox::`).
 //! One binary links wasmtime and kube once instead of once per file.
+// why: the 100-line rule (clippy.toml) is for production code; a test reads best as
+// the story it tells, start to end.
+#![allow(clippy::too_many_lines)]
 mod support;
 
 mod conformance_kit;
