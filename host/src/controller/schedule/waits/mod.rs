@@ -7,9 +7,10 @@
 //! tick whatever the number of machines, and reconciles the machines whose keys fired
 //! (through `Controller::reconcile_on`). The requeue a step asks for stays the fallback.
 //!
-//! Bounded: an object registers at most [`MAX_WAITS_PER_OBJECT`] keys of at most
-//! [`MAX_KEY_BYTES`]; one loop per endpoint, never two observe calls of one endpoint at
-//! once; each observe call runs in the plugin's sandbox under the same limits as any call.
+//! Bounded: an object registers at most `registry::MAX_WAITS_PER_OBJECT` keys of at
+//! most `registry::MAX_KEY_BYTES`; one loop per endpoint, never two observe calls of one
+//! endpoint at once; each observe call runs in the plugin's sandbox under the same limits
+//! as any call. What waits for what is kept in `registry`.
 mod registry;
 
 use std::sync::{Arc, Mutex};
@@ -18,34 +19,11 @@ use std::time::{Duration, Instant};
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::types::{Credentials, NamedCredentials, Wait};
-use kube::api::DynamicObject;
-use kube::runtime::reflector::ObjectRef;
 
 use crate::controller::schedule::requeue;
 use crate::metrics::Metrics;
-use registry::{Asked, EndpointId, Registry};
-
-/// Keys one object may wait for at once (more are dropped, with a warning).
-pub const MAX_WAITS_PER_OBJECT: usize = 16;
-/// Longest key.
-pub const MAX_KEY_BYTES: usize = 512;
-
-type Obj = ObjectRef<DynamicObject>;
-
-/// What the host saw of the step that named the waits.
-#[derive(Debug, Clone, Copy)]
-pub struct StepSeen {
-    /// The object's generation the step was for.
-    pub generation: Option<i64>,
-    /// The step's requeue hint.
-    pub requeue_ms: Option<u64>,
-    /// The object was provisioned before the step (a describe): its waits watch for
-    /// drift. The step that makes it ready still counts as provisioning (what it waits
-    /// for, e.g. a task it just started, ends soon).
-    pub watching: bool,
-    /// The step was a delete step.
-    pub deleting: bool,
-}
+pub use registry::StepSeen;
+use registry::{Asked, EndpointId, Obj, Registry};
 
 /// The waits of one plugin's machines.
 pub struct Waits {

@@ -8,11 +8,34 @@ use std::time::{Duration, Instant};
 
 use hyperplug_runtime::bindings::observer::ObserveRequest;
 use hyperplug_runtime::bindings::types::{Credentials, NamedCredentials, Wait};
+use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-use super::{MAX_KEY_BYTES, MAX_WAITS_PER_OBJECT, Obj, StepSeen};
 use crate::controller::schedule::requeue::OBSERVED_LATELY;
+
+/// Keys one object may wait for at once (more are dropped, with a warning).
+pub const MAX_WAITS_PER_OBJECT: usize = 16;
+/// Longest key.
+pub const MAX_KEY_BYTES: usize = 512;
+
+pub(super) type Obj = ObjectRef<DynamicObject>;
+
+/// What the host saw of the step that named the waits.
+#[derive(Debug, Clone, Copy)]
+pub struct StepSeen {
+    /// The object's generation the step was for.
+    pub generation: Option<i64>,
+    /// The step's requeue hint.
+    pub requeue_ms: Option<u64>,
+    /// The object was provisioned before the step (a describe): its waits watch for
+    /// drift. The step that makes it ready still counts as provisioning (what it waits
+    /// for, e.g. a task it just started, ends soon).
+    pub watching: bool,
+    /// The step was a delete step.
+    pub deleting: bool,
+}
 
 /// Which endpoint: its URL, the identity that reads it and a digest of its secret
 /// (never the secret itself). Clusters with the same credentials share one observer
@@ -253,7 +276,6 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use kube::api::{ApiResource, GroupVersionKind};
-    use kube::runtime::reflector::ObjectRef;
 
     use super::*;
 
