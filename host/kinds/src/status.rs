@@ -1,7 +1,7 @@
 //! The `status` of our kinds, typed: one type per role is both the CRD's status schema
 //! (`crate::crds` generates it from the type) and what the controllers write (a merge patch
 //! of what differs between the type's view of the object's status and the new value,
-//! `controller/patch.rs`). A field the type drops is removed from the object; a field it
+//! `controller/write/patch.rs`). A field the type drops is removed from the object; a field it
 //! does not know is left alone.
 use std::collections::BTreeMap;
 

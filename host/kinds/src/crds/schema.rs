@@ -78,7 +78,7 @@ fn add_property(schema: &mut Value, name: &str, property: Value) {
 }
 
 /// `spec.credentialsRef` and `spec.credentialsRefs`: the host reads them
-/// (`controller/credentials.rs`) and hands the Secrets to the plugin as credentials, so
+/// (`controller/call/credentials.rs`) and hands the Secrets to the plugin as credentials, so
 /// they are the host's, whatever a plugin's schema says about them.
 fn add_credentials_refs(spec: &mut Value) {
     let secret_ref = |description: &str| {
