@@ -58,21 +58,15 @@ pub const CLUSTER_KINDS: &[(&str, &str)] = &[
     ("ipam.cluster.x-k8s.io/v1alpha2", "InClusterIPPool"),
 ];
 
-/// A running quickstart: the simulator, the management cluster and (once applied) the
-/// workload cluster's simulated insides.
+/// A running quickstart: the simulator, the management cluster and its workload cluster.
 pub struct Quickstart {
     pub sim: RunningSim,
     pub pve: ProxmoxEndpoint,
     pub repo: Repo,
     pub management: Management,
-    pub namespace: String,
-    /// The name of the Cluster [`Quickstart::apply`] prepares for and
-    /// [`Quickstart::delete_cluster`] deletes ([`CLUSTER`] unless a test changes it).
-    pub cluster: String,
-    /// The control-plane endpoint (`CONTROL_PLANE_ENDPOINT_IP`:6443), a loopback address
-    /// of its own so several quickstarts can run side by side.
-    pub endpoint: SocketAddr,
-    pub workload: Option<WorkloadSim>,
+    /// Its own workload cluster: [`CLUSTER`] (unless a test renames it) in the namespace
+    /// of [`Options`].
+    pub cluster: WorkloadCluster,
     pub hyperplug: PathBuf,
     pub plugin: PathBuf,
 }
@@ -121,10 +115,7 @@ impl Quickstart {
             pve,
             repo,
             management,
-            namespace: namespace.to_string(),
-            cluster: CLUSTER.to_string(),
-            endpoint: loopback_endpoint(),
-            workload: None,
+            cluster: WorkloadCluster::new(namespace, CLUSTER),
             hyperplug,
             plugin,
         })
@@ -142,51 +133,30 @@ impl Quickstart {
             "clusterctl generate cluster {CLUSTER} --from templates/cluster-template.yaml --kubernetes-version {} --control-plane-machine-count=1 --worker-machine-count=1",
             packaging::SEED_KUBERNETES_VERSION
         ));
-        let clusterctl = packaging::Clusterctl::with_capmox_env()?
-            .var("CONTROL_PLANE_ENDPOINT_IP", &self.endpoint.ip().to_string());
-        clusterctl.generate_seed_cluster(CLUSTER, &template, &self.namespace)
-    }
-
-    /// Prepares the simulated workload side, then applies `yaml` as `kubectl apply` does.
-    pub async fn apply(&mut self, yaml: &str) -> Result<()> {
-        let (ns, cluster) = (self.namespace.clone(), self.cluster.clone());
-        self.workload = Some(apply_cluster(self, &ns, &cluster, self.endpoint, yaml).await?);
-        Ok(())
-    }
-
-    /// Waits until `count` Machines of the cluster are provisioned on `management`,
-    /// printing each change; returns them.
-    pub async fn wait_provisioned(
-        &self,
-        management: &Management,
-        count: usize,
-        timeout: Duration,
-    ) -> Result<Vec<DynamicObject>> {
-        let at = (self.namespace.as_str(), self.cluster.as_str());
-        wait_provisioned(management, at, self.workload.as_ref(), count, timeout).await
+        let clusterctl = packaging::Clusterctl::with_capmox_env()?.var(
+            "CONTROL_PLANE_ENDPOINT_IP",
+            &self.cluster.endpoint.ip().to_string(),
+        );
+        clusterctl.generate_seed_cluster(CLUSTER, &template, &self.cluster.namespace)
     }
 
     /// Scales the workers' MachineDeployment.
     pub async fn scale_workers(&self, replicas: u32) -> Result<()> {
+        let WorkloadCluster {
+            namespace, name, ..
+        } = &self.cluster;
         say(format!(
-            "kubectl scale machinedeployment {}-workers --replicas={replicas}",
-            self.cluster
+            "kubectl scale machinedeployment {name}-workers --replicas={replicas}"
         ));
-        capi::api(&self.client(), CAPI, "MachineDeployment", &self.namespace)
+        capi::api(&self.client(), CAPI, "MachineDeployment", namespace)
             .await?
             .patch(
-                &format!("{}-workers", self.cluster),
+                &format!("{name}-workers"),
                 &PatchParams::default(),
                 &Patch::Merge(json!({"spec": {"replicas": replicas}})),
             )
             .await?;
         Ok(())
-    }
-
-    /// Deletes the Cluster on `management` and waits until every object of
-    /// [`CLUSTER_KINDS`] and every Secret of the cluster is gone.
-    pub async fn delete_cluster(&self, management: &Management, timeout: Duration) -> Result<()> {
-        delete_cluster(management, &self.namespace, &self.cluster, timeout).await
     }
 
     /// VMs in pve-sim other than templates: (vmid, name).
@@ -206,49 +176,63 @@ impl Quickstart {
     }
 }
 
-/// One more workload cluster on a quickstart's management cluster, beside its own: where
-/// it goes and, once applied, its simulated insides. The flavors run several at once,
-/// each in a namespace of its own, so that Cluster API's waits (a control plane's
-/// initialization, a deletion's requeues) overlap instead of adding up.
-pub struct SideCluster {
+/// A workload cluster on a management cluster: where it goes and, once applied, its
+/// simulated insides. A quickstart has one; the flavors make more beside it, each in a
+/// namespace of its own, so that Cluster API's waits (a control plane's initialization,
+/// a deletion's requeues) overlap instead of adding up.
+pub struct WorkloadCluster {
     pub namespace: String,
-    pub cluster: String,
-    /// Its control-plane endpoint, a loopback address of its own.
+    pub name: String,
+    /// Its control-plane endpoint (`CONTROL_PLANE_ENDPOINT_IP`:6443), a loopback address
+    /// of its own so that several clusters can run side by side.
     pub endpoint: SocketAddr,
     workload: Option<WorkloadSim>,
 }
 
-impl SideCluster {
-    pub fn new(namespace: &str, cluster: &str) -> SideCluster {
-        SideCluster {
+impl WorkloadCluster {
+    pub fn new(namespace: &str, name: &str) -> WorkloadCluster {
+        WorkloadCluster {
             namespace: namespace.into(),
-            cluster: cluster.into(),
+            name: name.into(),
             endpoint: loopback_endpoint(),
             workload: None,
         }
     }
 
-    /// As [`Quickstart::apply`], for this cluster.
-    pub async fn apply(&mut self, qs: &Quickstart, yaml: &str) -> Result<()> {
-        let workload = apply_cluster(qs, &self.namespace, &self.cluster, self.endpoint, yaml);
+    /// Prepares the simulated workload side, then applies `yaml` on `management` as
+    /// `kubectl apply` does.
+    pub async fn apply(
+        &mut self,
+        management: &Management,
+        sim: &RunningSim,
+        yaml: &str,
+    ) -> Result<()> {
+        let workload = apply_cluster(management, sim, self, yaml);
         self.workload = Some(workload.await?);
         Ok(())
     }
 
-    /// As [`Quickstart::wait_provisioned`], for this cluster.
+    /// Waits until `count` Machines of the cluster are provisioned on `management`,
+    /// printing each change; returns them.
     pub async fn wait_provisioned(
         &self,
-        qs: &Quickstart,
+        management: &Management,
         count: usize,
         timeout: Duration,
     ) -> Result<Vec<DynamicObject>> {
-        let at = (self.namespace.as_str(), self.cluster.as_str());
-        wait_provisioned(&qs.management, at, self.workload.as_ref(), count, timeout).await
+        let at = (self.namespace.as_str(), self.name.as_str());
+        wait_provisioned(management, at, self.workload.as_ref(), count, timeout).await
     }
 
-    /// As [`Quickstart::delete_cluster`], for this cluster.
-    pub async fn delete(&self, qs: &Quickstart, timeout: Duration) -> Result<()> {
-        delete_cluster(&qs.management, &self.namespace, &self.cluster, timeout).await
+    /// Deletes the Cluster on `management` and waits until every object of
+    /// [`CLUSTER_KINDS`] and every Secret of the cluster is gone.
+    pub async fn delete(&self, management: &Management, timeout: Duration) -> Result<()> {
+        delete_cluster(management, &self.namespace, &self.name, timeout).await
+    }
+
+    /// The simulated workload API server's admin kubeconfig, once it runs.
+    pub async fn kubeconfig(&self) -> Option<PathBuf> {
+        self.workload.as_ref()?.kubeconfig().await
     }
 
     /// Stops the simulated insides (the workload API server).
@@ -260,19 +244,24 @@ impl SideCluster {
 }
 
 /// Prepares the simulated workload side of `cluster` (its CA, then its API server once
-/// its control-plane VM runs), then applies `yaml` in `namespace` as `kubectl apply`
+/// its control-plane VM runs), then applies `yaml` in its namespace as `kubectl apply`
 /// does.
 async fn apply_cluster(
-    qs: &Quickstart,
-    namespace: &str,
-    cluster: &str,
-    endpoint: SocketAddr,
+    management: &Management,
+    sim: &RunningSim,
+    cluster: &WorkloadCluster,
     yaml: &str,
 ) -> Result<WorkloadSim> {
-    let workload =
-        WorkloadSim::prepare(&qs.client(), namespace, cluster, endpoint, qs.sim.state()).await?;
-    say(format!("kubectl apply -n {namespace} -f {cluster}.yaml"));
-    let out = packaging::kubectl_apply(&qs.management.plane, namespace, yaml)?;
+    let WorkloadCluster {
+        namespace,
+        name,
+        endpoint,
+        ..
+    } = cluster;
+    let client = management.plane.client();
+    let workload = WorkloadSim::prepare(&client, namespace, name, *endpoint, sim.state()).await?;
+    say(format!("kubectl apply -n {namespace} -f {name}.yaml"));
+    let out = packaging::kubectl_apply(&management.plane, namespace, yaml)?;
     for line in out.lines() {
         say(format!("  {line}"));
     }

@@ -70,17 +70,19 @@ async fn main() -> Result<()> {
     let yaml = qs.generate()?;
     let file = qs.management.plane.dir().join("capi-quickstart.yaml");
     std::fs::write(&file, &yaml)?;
-    qs.apply(&yaml).await?;
-    qs.wait_provisioned(&qs.management, 2, Duration::from_secs(300))
+    qs.cluster.apply(&qs.management, &qs.sim, &yaml).await?;
+    qs.cluster
+        .wait_provisioned(&qs.management, 2, Duration::from_secs(300))
         .await?;
     if workers != 1 {
         qs.scale_workers(workers).await?;
-        qs.wait_provisioned(
-            &qs.management,
-            1 + workers as usize,
-            Duration::from_secs(300),
-        )
-        .await?;
+        qs.cluster
+            .wait_provisioned(
+                &qs.management,
+                1 + workers as usize,
+                Duration::from_secs(300),
+            )
+            .await?;
     }
     let dir = qs.management.plane.dir().display().to_string();
     let kubeconfig = qs.management.plane.kubeconfig_path().display().to_string();
@@ -92,10 +94,11 @@ async fn main() -> Result<()> {
         .clusterctl()
         .display()
         .to_string();
-    let workload = match &qs.workload {
-        Some(w) => w.kubeconfig().await.map(|p| p.display().to_string()),
-        None => None,
-    };
+    let workload = qs
+        .cluster
+        .kubeconfig()
+        .await
+        .map(|p| p.display().to_string());
     say("every Machine is provisioned");
     println!(
         "
@@ -125,8 +128,6 @@ Stop: Ctrl-C",
         tokio::signal::ctrl_c().await?;
     }
     say("stopping");
-    if let Some(w) = qs.workload.take() {
-        w.stop().await;
-    }
+    qs.cluster.stop().await;
     Ok(())
 }

@@ -76,20 +76,24 @@ async fn walk() -> Result<()> {
         plugin.clone(),
     )
     .await?;
-    qs.cluster = CLUSTER.into();
+    qs.cluster.name = CLUSTER.into();
 
     // CAPMOX provisions the seed's cluster from its own template.
     let template = kube_world::tools::Tools::get()?
         .capmox_dir()
         .join("templates/cluster-template.yaml");
     let yaml = Clusterctl::with_capmox_env()?
-        .var("CONTROL_PLANE_ENDPOINT_IP", &qs.endpoint.ip().to_string())
+        .var(
+            "CONTROL_PLANE_ENDPOINT_IP",
+            &qs.cluster.endpoint.ip().to_string(),
+        )
         // Sizes other than the template's: CAPMOX v0.9.0 marks a machine that needs no
         // config change provisioned without starting its VM.
         .var("NUM_CORES", "4")
         .generate_seed_cluster(CLUSTER, &template, NAMESPACE)?;
-    qs.apply(&yaml).await?;
+    qs.cluster.apply(&qs.management, &qs.sim, &yaml).await?;
     let machines = qs
+        .cluster
         .wait_provisioned(&qs.management, 2, Duration::from_secs(240))
         .await
         .context("CAPMOX provisioning the cluster")?;
@@ -167,10 +171,12 @@ async fn walk() -> Result<()> {
 
     // hyperplug's from now on: a worker more, then the cluster deleted.
     qs.scale_workers(2).await?;
-    qs.wait_provisioned(&qs.management, 3, Duration::from_secs(180))
+    qs.cluster
+        .wait_provisioned(&qs.management, 3, Duration::from_secs(180))
         .await?;
     ensure!(vms_of(&qs).len() == 3, "{:?}", vms_of(&qs));
-    qs.delete_cluster(&qs.management, Duration::from_secs(180))
+    qs.cluster
+        .delete(&qs.management, Duration::from_secs(180))
         .await?;
     ensure!(vms_of(&qs).is_empty(), "left: {:?}", vms_of(&qs));
     eprintln!(

@@ -30,8 +30,12 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
     .await
     .unwrap();
     let yaml = qs.generate().unwrap();
-    qs.apply(&yaml).await.unwrap();
+    qs.cluster
+        .apply(&qs.management, &qs.sim, &yaml)
+        .await
+        .unwrap();
     let before = qs
+        .cluster
         .wait_provisioned(&qs.management, 2, Duration::from_secs(240))
         .await
         .unwrap();
@@ -49,21 +53,28 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
     let to = target.plane.kubeconfig_path().display().to_string();
     say(format!(
         "clusterctl move -n {} --to-kubeconfig <target>",
-        qs.namespace
+        qs.cluster.namespace
     ));
     let out = qs
         .management
-        .clusterctl(&["move", "--namespace", &qs.namespace, "--to-kubeconfig", &to])
+        .clusterctl(&[
+            "move",
+            "--namespace",
+            &qs.cluster.namespace,
+            "--to-kubeconfig",
+            &to,
+        ])
         .unwrap();
     say(out.trim());
 
     // The target takes over: same Machines, same providerIDs, provisioned again.
     let after = qs
+        .cluster
         .wait_provisioned(&target, 2, Duration::from_secs(240))
         .await
         .unwrap();
     assert_eq!(provider_ids_of(&after), provider_ids);
-    let infra = proxmox_machines(&target.plane.client(), &qs.namespace)
+    let infra = proxmox_machines(&target.plane.client(), &qs.cluster.namespace)
         .await
         .unwrap();
     assert_eq!(infra.len(), 2, "{infra:?}");
@@ -84,14 +95,15 @@ async fn move_changes_nothing_in_proxmox_and_the_target_takes_over() {
     );
     // The source has nothing left of the cluster.
     assert!(
-        e2e::quickstart::leftovers(&qs.client(), &qs.namespace, &qs.cluster)
+        e2e::quickstart::leftovers(&qs.client(), &qs.cluster.namespace, &qs.cluster.name)
             .await
             .unwrap()
             .is_empty()
     );
 
     // The target owns the VMs: deleting the cluster there removes them.
-    qs.delete_cluster(&target, Duration::from_secs(240))
+    qs.cluster
+        .delete(&target, Duration::from_secs(240))
         .await
         .unwrap();
     assert!(qs.vms().is_empty(), "VMs left in pve-sim: {:?}", qs.vms());

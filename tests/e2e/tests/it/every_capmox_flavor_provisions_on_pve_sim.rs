@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use e2e::capi;
-use e2e::quickstart::{Options, Quickstart, SideCluster, proxmox_machines};
+use e2e::quickstart::{Options, Quickstart, WorkloadCluster, proxmox_machines};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
@@ -100,7 +100,7 @@ async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
 /// One flavor's cluster, from `clusterctl generate cluster` to deleted; what it made.
 async fn provision(qs: &Quickstart, flavor: &str) -> Result<String> {
     let name = capmox::flavor_name(flavor);
-    let mut side = SideCluster::new(&format!("flavor-{name}"), &format!("capmox-{name}"));
+    let mut side = WorkloadCluster::new(&format!("flavor-{name}"), &format!("capmox-{name}"));
     let namespaces: Api<Namespace> = Api::all(qs.client());
     let ns = serde_json::from_value(json!({"metadata": {"name": side.namespace}}))?;
     namespaces.create(&PostParams::default(), &ns).await?;
@@ -117,7 +117,7 @@ async fn provision(qs: &Quickstart, flavor: &str) -> Result<String> {
         .capmox_dir()
         .join("templates")
         .join(capmox::template_file(flavor));
-    let mut yaml = clusterctl.generate_seed_cluster(&side.cluster, &template, &side.namespace)?;
+    let mut yaml = clusterctl.generate_seed_cluster(&side.name, &template, &side.namespace)?;
     if flavor == EXTERNAL_CREDS {
         // Its Secret has no way to trust pve-sim's self-signed certificate, which we
         // verify by default (docs/proxmox.md, Credentials): add its fingerprint, as the
@@ -130,7 +130,7 @@ async fn provision(qs: &Quickstart, flavor: &str) -> Result<String> {
         );
     }
     let machines = machine_count(&yaml)?;
-    let result = match side.apply(qs, &yaml).await {
+    let result = match side.apply(&qs.management, &qs.sim, &yaml).await {
         Ok(()) => provisioned_then_deleted(qs, &side, machines).await,
         Err(e) => Err(e),
     };
@@ -154,7 +154,7 @@ async fn provision_class(qs: &Quickstart, class: &str, example: &str) -> Result<
         .as_str()
         .context("the example Cluster has no name")?
         .to_string();
-    let mut side = SideCluster::new("default", &name);
+    let mut side = WorkloadCluster::new("default", &name);
     let class_yaml = Clusterctl::with_capmox_env()?.run(&[
         "generate",
         "yaml",
@@ -169,7 +169,10 @@ async fn provision_class(qs: &Quickstart, class: &str, example: &str) -> Result<
         .to_string();
     packaging::wait_class_reconciled(&qs.management.plane, "default", &class_name).await?;
     let machines = in_this_world(&mut cluster, &side)?;
-    let result = match side.apply(qs, &serde_json::to_string(&cluster)?).await {
+    let result = match side
+        .apply(&qs.management, &qs.sim, &serde_json::to_string(&cluster)?)
+        .await
+    {
         Ok(()) => provisioned_then_deleted(qs, &side, machines).await,
         Err(e) => Err(e),
     };
@@ -179,7 +182,7 @@ async fn provision_class(qs: &Quickstart, class: &str, example: &str) -> Result<
 
 /// Gives CAPMOX's example Cluster this world's endpoint and the seed's `capmox.env`
 /// values for its addresses, DNS servers, template and nodes; the Machines it asks for.
-fn in_this_world(cluster: &mut serde_json::Value, side: &SideCluster) -> Result<usize> {
+fn in_this_world(cluster: &mut serde_json::Value, side: &WorkloadCluster) -> Result<usize> {
     let var = packaging::capmox_var;
     let list = |v: &str| -> Vec<String> {
         v.trim_matches(['[', ']'])
@@ -228,7 +231,7 @@ fn in_this_world(cluster: &mut serde_json::Value, side: &SideCluster) -> Result<
 /// (whatever came up, so that nothing is left in pve-sim); what it made.
 async fn provisioned_then_deleted(
     qs: &Quickstart,
-    side: &SideCluster,
+    side: &WorkloadCluster,
     machines: usize,
 ) -> Result<String> {
     // The names its VMs may carry (its Machines' and ProxmoxMachines'), gathered while
@@ -237,7 +240,7 @@ async fn provisioned_then_deleted(
     let mut names = BTreeSet::new();
     let result = async {
         let provisioned = side
-            .wait_provisioned(qs, machines, Duration::from_secs(180))
+            .wait_provisioned(&qs.management, machines, Duration::from_secs(180))
             .await?;
         names.extend(provisioned.iter().map(|m| m.name_any()));
         let infra = proxmox_machines(&qs.client(), &side.namespace).await?;
@@ -251,7 +254,7 @@ async fn provisioned_then_deleted(
         Ok(())
     }
     .await;
-    let deleted = side.delete(qs, Duration::from_secs(180)).await;
+    let deleted = side.delete(&qs.management, Duration::from_secs(180)).await;
     result?;
     deleted?;
     let left = cluster_vms(qs, &names);

@@ -27,10 +27,14 @@ async fn quickstart_provisions_scales_and_deletes_with_nothing_left_behind() {
     .unwrap();
 
     let yaml = qs.generate().unwrap();
-    qs.apply(&yaml).await.unwrap();
+    qs.cluster
+        .apply(&qs.management, &qs.sim, &yaml)
+        .await
+        .unwrap();
 
     // One control-plane machine and one worker: both provisioned, both with a VM.
     let machines = qs
+        .cluster
         .wait_provisioned(&qs.management, 2, Duration::from_secs(240))
         .await
         .unwrap();
@@ -40,24 +44,28 @@ async fn quickstart_provisions_scales_and_deletes_with_nothing_left_behind() {
         assert!(data.is_some(), "CAPI made the bootstrap Secret of {m:?}");
     }
     assert_eq!(qs.vms().len(), 2, "{:?}", qs.vms());
-    let infra = proxmox_machines(&client, &qs.namespace).await.unwrap();
+    let infra = proxmox_machines(&client, &qs.cluster.namespace)
+        .await
+        .unwrap();
     assert_eq!(infra.len(), 2, "{infra:?}");
     assert!(infra.iter().all(|(_, p)| *p), "{infra:?}");
 
     // Scale the workers to 3: two more VMs.
     qs.scale_workers(3).await.unwrap();
-    qs.wait_provisioned(&qs.management, 4, Duration::from_secs(240))
+    qs.cluster
+        .wait_provisioned(&qs.management, 4, Duration::from_secs(240))
         .await
         .unwrap();
     assert_eq!(qs.vms().len(), 4, "{:?}", qs.vms());
 
     // Delete: every VM goes, every object goes.
-    qs.delete_cluster(&qs.management, Duration::from_secs(240))
+    qs.cluster
+        .delete(&qs.management, Duration::from_secs(240))
         .await
         .unwrap();
     assert!(qs.vms().is_empty(), "VMs left in pve-sim: {:?}", qs.vms());
     assert!(
-        cluster_machines(&client, &qs.namespace, &qs.cluster)
+        cluster_machines(&client, &qs.cluster.namespace, &qs.cluster.name)
             .await
             .unwrap()
             .is_empty()
