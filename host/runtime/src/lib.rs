@@ -47,5 +47,6 @@ pub use error::{CallError, LoadError};
 pub use limits::{Breach, Limits};
 pub use load::private;
 pub use plugin::Plugin;
+pub use slots::tenant_share;
 pub use state::Grants;
 pub use wit::{WIT_COMPAT_VERSION, WIT_PACKAGE, WIT_VERSION, WitMajor};

@@ -131,7 +131,7 @@ impl FairSlots {
                 free: total,
                 ..State::default()
             }),
-            per_key: per_key(total),
+            per_key: tenant_share(total),
         })
     }
 
@@ -225,8 +225,9 @@ impl FairSlots {
     }
 }
 
-/// Most slots one key holds: all but a quarter, at least one.
-fn per_key(total: usize) -> usize {
+/// Most of `total` slots one key (tenant) holds: all but a quarter, at least one. Public
+/// so that what measures the sharing (the benchmark's tenants run) reads it from here.
+pub fn tenant_share(total: usize) -> usize {
     (total - total / 4).max(1)
 }
 
@@ -236,9 +237,9 @@ mod tests {
 
     #[test]
     fn one_key_keeps_a_quarter_of_the_slots_for_others() {
-        assert_eq!(per_key(16), 12);
-        assert_eq!(per_key(4), 3);
-        assert_eq!(per_key(1), 1);
+        assert_eq!(tenant_share(16), 12);
+        assert_eq!(tenant_share(4), 3);
+        assert_eq!(tenant_share(1), 1);
     }
 
     #[tokio::test]

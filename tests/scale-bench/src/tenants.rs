@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Result;
 use fleet::cpu::MachineCpu;
 use fleet::{Host, now_ms, objects, world};
-use hyperplug_runtime::Limits;
+use hyperplug_runtime::{Limits, tenant_share};
 use pve_sim::{Faults, ListenOpts, Simulator};
 
 use crate::{Args, all_gone, cluster_spec, watch};
@@ -102,8 +102,7 @@ pub async fn run(args: &Args) -> Result<Outcome> {
     .await?;
 
     let slots = plugin_concurrency(&args.host_args);
-    // What `slots.rs` lets one tenant hold: all but a quarter.
-    let share = (slots - slots / 4).max(1);
+    let share = tenant_share(slots as usize) as u32;
     let want = (share as u64).min(args.slow_machines as u64);
     eprintln!(
         "[bench] the slow tenant's {} machines, its endpoint answering after {} ms",
