@@ -180,7 +180,7 @@ pub async fn serve(
             Err(e) => {
                 // Out of descriptors (EMFILE, ENFILE) or buffers: the connection stays in
                 // the kernel's backlog; try again shortly rather than spin.
-                if server.may_warn() {
+                if server.warned.may_warn_now() {
                     tracing::warn!(server = server.bounds.name, error = %e, "cannot accept connections");
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

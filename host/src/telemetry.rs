@@ -1,6 +1,9 @@
 //! Logging: tracing to stderr, text for people or JSON for collectors.
 use tracing_subscriber::EnvFilter;
 
+mod warn_limit;
+pub use warn_limit::WarnLimit;
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct LogArgs {
     /// Log format: `text` or `json`.

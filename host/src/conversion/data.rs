@@ -16,8 +16,6 @@
 //! Bound to namespace and name rather than UID, like ownership ids: `clusterctl move`
 //! (new UIDs) keeps it once the source's key is accepted, and on another object a copy
 //! does not verify.
-use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
@@ -26,6 +24,7 @@ use serde_json::{Map, Value};
 
 use super::PRESERVED_ANNOTATION;
 use crate::controller::trust::ownership::OwnershipKeys;
+use crate::telemetry::WarnLimit;
 
 /// Where the MAC of an object's conversion data is kept.
 pub const MAC_ANNOTATION: &str = "infrastructure.hyperplug.dev/conversion-data-mac";
@@ -199,12 +198,7 @@ pub fn keep(keys: &OwnershipKeys, object: &mut Value, preserved: Option<String>)
 /// carrying such data is converted on every read, and anyone who reaches the webhook
 /// can post objects of any name.
 fn untrusted(holder: &Holder<'_>, why: &Untrusted) {
-    static WARNED: Mutex<Warned> = Mutex::new(Warned {
-        minute: None,
-        in_minute: 0,
-        quiet: 0,
-        recent: VecDeque::new(),
-    });
+    static WARNED: WarnLimit = untrusted_warnings();
     let Holder {
         group,
         kind,
@@ -213,11 +207,7 @@ fn untrusted(holder: &Holder<'_>, why: &Untrusted) {
     } = holder;
     let object = format!("{kind}.{group} {namespace}/{name}");
     tracing::debug!(%object, %why, "ignoring untrusted {PRESERVED_ANNOTATION}");
-    let warn = WARNED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .may_warn(&object, Instant::now());
-    if let Some(not_logged) = warn {
+    if let Some(not_logged) = WARNED.may_warn(&object, Instant::now()) {
         tracing::warn!(
             %object,
             %why,
@@ -231,49 +221,11 @@ fn untrusted(holder: &Holder<'_>, why: &Untrusted) {
 const SAME_OBJECT_EVERY: Duration = Duration::from_secs(600);
 /// Warnings at most this many a minute, whatever the objects.
 const WARNINGS_PER_MINUTE: u32 = 10;
-/// Objects remembered as warned about (the oldest is forgotten first).
-const REMEMBERED: usize = 256;
 
-/// The warnings logged lately.
-struct Warned {
-    /// When the current minute began.
-    minute: Option<Instant>,
-    in_minute: u32,
-    /// Warnings not logged since the last one.
-    quiet: u64,
-    /// Objects warned about, oldest first, with when.
-    recent: VecDeque<(String, Instant)>,
-}
-
-impl Warned {
-    /// Whether to warn about `object` now, with how many warnings were not logged since
-    /// the last one.
-    fn may_warn(&mut self, object: &str, now: Instant) -> Option<u64> {
-        while self
-            .recent
-            .front()
-            .is_some_and(|(_, at)| now.duration_since(*at) >= SAME_OBJECT_EVERY)
-        {
-            self.recent.pop_front();
-        }
-        if self
-            .minute
-            .is_none_or(|m| now.duration_since(m) >= Duration::from_secs(60))
-        {
-            self.minute = Some(now);
-            self.in_minute = 0;
-        }
-        if self.in_minute >= WARNINGS_PER_MINUTE || self.recent.iter().any(|(o, _)| o == object) {
-            self.quiet += 1;
-            return None;
-        }
-        self.in_minute += 1;
-        if self.recent.len() == REMEMBERED {
-            self.recent.pop_front();
-        }
-        self.recent.push_back((object.to_string(), now));
-        Some(std::mem::take(&mut self.quiet))
-    }
+/// The bound on warnings of untrusted data (a function, not a constant: each call is a
+/// limiter of its own, the log's and each test's).
+const fn untrusted_warnings() -> WarnLimit {
+    WarnLimit::new(Duration::from_secs(60), WARNINGS_PER_MINUTE).per_subject(SAME_OBJECT_EVERY)
 }
 
 #[cfg(test)]

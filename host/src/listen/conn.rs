@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::{ADMIT_WAIT, Bounds, Transport};
+use crate::telemetry::WarnLimit;
 
 /// A connection's state and when it began, in one word so that a change and its time
 /// are seen together: milliseconds since the server's start, shifted, and the state.
@@ -73,8 +74,8 @@ pub(super) struct Server {
     epoch: Instant,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
     next_id: AtomicU64,
-    /// When the last warning was logged (ms since `epoch`, plus one; 0: never).
-    warned: AtomicU64,
+    /// The warnings' bound: at most one per [`WARN_EVERY`].
+    pub(super) warned: WarnLimit,
     transport: Transport,
     pub(super) app: Router,
     pub(super) bounds: Bounds,
@@ -91,7 +92,7 @@ impl Server {
             epoch: Instant::now(),
             conns: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
-            warned: AtomicU64::new(0),
+            warned: WarnLimit::new(WARN_EVERY, 1),
             transport,
             app,
             bounds,
@@ -102,17 +103,6 @@ impl Server {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// Whether a warning may be logged now (at most one per [`WARN_EVERY`]).
-    pub(super) fn may_warn(&self) -> bool {
-        let now = self.now() + 1;
-        let last = self.warned.load(Ordering::Relaxed);
-        (last == 0 || now >= last + WARN_EVERY.as_millis() as u64)
-            && self
-                .warned
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-    }
-
     /// A slot for a new connection: a free one, else the slot of the longest-idle
     /// connection (closed for it), else one that frees within [`ADMIT_WAIT`].
     pub(super) async fn admit(&self) -> Option<OwnedSemaphorePermit> {
@@ -120,7 +110,7 @@ impl Server {
             return Some(slot);
         }
         let evicted = self.evict_idlest();
-        if self.may_warn() {
+        if self.warned.may_warn_now() {
             tracing::warn!(
                 server = self.bounds.name,
                 max_connections = self.bounds.max_connections,

@@ -171,12 +171,7 @@ async fn an_object_read_by_the_manager_is_checked_the_same_way() {
 
 #[test]
 fn warnings_are_bounded_per_object_and_per_minute() {
-    let mut warned = Warned {
-        minute: None,
-        in_minute: 0,
-        quiet: 0,
-        recent: VecDeque::new(),
-    };
+    let warned = untrusted_warnings();
     let t0 = Instant::now();
     assert_eq!(warned.may_warn("a", t0), Some(0));
     // The same object again: quiet until its interval is over.
