@@ -1,105 +1,61 @@
 //! The InfraCluster reconciler: validate the infrastructure, publish the control-plane
-//! endpoint and failure domains, realize the IP pools. Its steps: observe → (delete) →
+//! endpoint and failure domains, realize the IP pools. Its steps: the gate every role
+//! passes (`gate`) → a deleting one's pools drain → credentials and spec → (delete) →
 //! finalizer → call the plugin → pools and endpoint → persist its report (`report`) →
 //! come back at the resync period.
 use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::context::Context;
+use super::gate::{self, Gate, Passed, Rules};
 use crate::controller::call::outcome::{self, Failed, Outcome};
 use crate::controller::call::{credentials, versions};
 use crate::controller::error::{Error, Result};
 use crate::controller::ipam;
-use crate::controller::objects::{self, api, capi_cluster, finalizer, str_field};
+use crate::controller::objects::{self, finalizer, str_field};
 use crate::controller::schedule::requeue;
-use crate::controller::trust::ownership::Ownership;
-use crate::controller::trust::{adoption, unverified};
-use crate::controller::write::conditions::{self, Condition, PAUSED, PROVISIONED, READY, reasons};
+use crate::controller::trust::adoption;
+use crate::controller::write::conditions::{self, Condition, PROVISIONED, READY, reasons};
 use crate::controller::write::events::{Event, Report};
 use crate::controller::write::patch;
 use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
 use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
 use hyperplug_runtime::bindings::types::Progress;
 
+/// The gate's rules for InfraClusters: no owner asked for (one without a Cluster is
+/// reconciled on its own), always read afresh, the Cluster read (this controller caches
+/// no Clusters), no statuses held.
+const RULES: Rules<'static> = Rules {
+    owner: None,
+    from_cache: false,
+    clusters: None,
+    held: None,
+};
+
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
-    let ns = obj.namespace().unwrap_or_default();
-    // As a machine's: no reads while its tenant has no plugin slot to give it.
-    if let Some(later) = outcome::tenant_at_share(&ctx.plugin, &ns) {
-        return Ok(later);
-    }
-    let own = api(&ctx.client, &ctx.resource, &ns);
-    let Some(obj) = objects::fresh(&own, &obj).await? else {
-        return Ok(Action::await_change());
+    let Passed {
+        obj,
+        own,
+        deleting,
+        failed,
+        id,
+        write_id,
+        ..
+    } = match gate::pass(&ctx, &obj, &RULES).await? {
+        Gate::Go(go) => go,
+        Gate::Stop(action) => return Ok(action),
     };
-    if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
-        return Ok(Action::await_change());
-    }
-    let deleting = obj.metadata.deletion_timestamp.is_some();
-    if deleting && !obj.finalizers().contains(&finalizer(&ctx.plugin)) {
-        return Ok(Action::await_change());
-    }
     // Before the credentials and the spec are read: a drain wait looks every second.
     if deleting && let Some(wait) = pools_draining(&ctx, &obj).await? {
         return Ok(wait);
     }
-    let cluster = match objects::cluster_name(&obj) {
-        Some(name) => objects::read(&api(&ctx.client, &capi_cluster(), &ns), &name).await?,
-        None => None,
-    };
-    if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
-        patch::conditions(
-            &own,
-            &obj,
-            &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
-        )
-        .await?;
-        return Ok(Action::await_change());
-    }
-    // Failed for good on this generation: nothing more to read until the spec changes
-    // (or, at the resync period, the credentials it was called with).
-    let failed = outcome::still_failing(&Progressing::of(&obj), obj.metadata.generation, deleting);
-    if failed == Failed::Stop {
-        return Ok(Action::await_change());
-    }
-    // Unproven ownership: no plugin call at all.
-    let (cluster_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
-        Ownership::Proven { id, write } => (id, write),
-        Ownership::Unproven { message, recheck } => {
-            return unverified::refuse(&ctx.writes, &ctx.plugin, &own, &obj, message, recheck)
-                .await;
-        }
-    };
-    let creds = match credentials::for_cluster(ctx.credentials(), &obj).await {
-        Ok(creds) => creds,
-        Err(e) => return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None).await,
-    };
-    if failed == Failed::UnlessChanged(creds.version.clone()) {
-        return Ok(Action::requeue(ctx.options.resync));
-    }
-    let version = creds.version.clone();
-    let spec = match versions::spec_for_plugin(
-        ctx.converter(),
-        &ctx.kind.kind,
-        &ctx.resource.version,
-        &obj,
-    )
-    .await
-    {
-        Ok(spec) => spec,
-        Err(e) => return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None).await,
-    };
-    let req = ClusterRequest {
-        cluster: objects::object_ref(&obj, &cluster_id),
-        spec: spec.to_string(),
-        state: str_field(&obj, "status.pluginState").map(str::to_string),
-        credentials: creds.primary,
-        more_credentials: creds.more,
-        plugin_status: None,
+    let (req, version) = match request(&ctx, &own, &obj, &id, failed).await? {
+        Gate::Go(request) => request,
+        Gate::Stop(action) => return Ok(action),
     };
     if deleting {
         return delete(&ctx, &own, &obj, &req, &version).await;
@@ -157,6 +113,45 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         &status.progress,
         ctx.options.resync,
     ))
+}
+
+/// The plugin's request for `obj` (ownership id `id`), and the version of the
+/// credentials it carries; unless it failed for good with these very credentials, or
+/// they or its spec cannot be read (then shown on the object).
+async fn request(
+    ctx: &Context,
+    own: &kube::Api<DynamicObject>,
+    obj: &DynamicObject,
+    id: &str,
+    failed: Failed,
+) -> Result<Gate<(ClusterRequest, String)>> {
+    let creds = match credentials::for_cluster(ctx.credentials(), obj).await {
+        Ok(creds) => creds,
+        Err(e) => {
+            let failed = outcome::fail(&ctx.writes, ctx.options.resync, own, obj, e, None);
+            return failed.await.map(Gate::Stop);
+        }
+    };
+    if failed == Failed::UnlessChanged(creds.version.clone()) {
+        return Ok(Gate::Stop(Action::requeue(ctx.options.resync)));
+    }
+    let (kind, version) = (&ctx.kind.kind, &ctx.resource.version);
+    let spec = match versions::spec_for_plugin(ctx.converter(), kind, version, obj).await {
+        Ok(spec) => spec,
+        Err(e) => {
+            let failed = outcome::fail(&ctx.writes, ctx.options.resync, own, obj, e, None);
+            return failed.await.map(Gate::Stop);
+        }
+    };
+    let req = ClusterRequest {
+        cluster: objects::object_ref(obj, id),
+        spec: spec.to_string(),
+        state: str_field(obj, "status.pluginState").map(str::to_string),
+        credentials: creds.primary,
+        more_credentials: creds.more,
+        plugin_status: None,
+    };
+    Ok(Gate::Go((req, creds.version)))
 }
 
 async fn delete(

@@ -1,6 +1,7 @@
-//! The InfraMachine reconciler, in its steps: observe (`observe`) → finalizer → call the
-//! plugin → persist its report (`report`) → claim the addresses it asks for → decide
-//! when to come back. A deleting machine goes to `delete` after observing.
+//! The InfraMachine reconciler, in its steps: observe (`observe`: the gate, then what a
+//! machine reads) → finalizer → call the plugin → persist its report (`report`) → claim
+//! the addresses it asks for → decide when to come back. A deleting machine goes to
+//! `delete` after observing.
 mod delete;
 mod observe;
 pub mod report;
@@ -15,6 +16,7 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::context::MachineContext;
+use super::gate::Gate;
 use crate::controller::call::outcome::{self, Outcome};
 use crate::controller::error::Result;
 use crate::controller::ipam::Claimed;
@@ -25,7 +27,7 @@ use crate::controller::trust::adoption;
 use crate::controller::write::{conditions, patch};
 use crate::status::InfraMachineStatus;
 use hyperplug_runtime::bindings::machine::MachineStatus;
-use observe::{Observed, Step};
+use observe::Observed;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<MachineContext>) -> Result<Action> {
     // Waiting on something the observer has not reported over: no reads, no call (a
@@ -37,15 +39,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<MachineContext>) -> Res
     ) {
         return Ok(Action::requeue(left));
     }
-    // Its tenant's calls hold or wait for all the plugin slots it may have: this worker
-    // goes to another object, before any read (see `outcome::at_share`).
-    if let Some(later) = outcome::tenant_at_share(&ctx.plugin, &obj.namespace().unwrap_or_default())
-    {
-        return Ok(later);
-    }
     let mut o = match observe::machine(&ctx, &obj).await? {
-        Step::Call(o) => o,
-        Step::Done(action) => {
+        Gate::Go(o) => o,
+        Gate::Stop(action) => {
             // No call (paused, failed for good, not ours, ...): nothing to watch either.
             ctx.waits.clear(&objects::obj_ref(&obj, &ctx.resource));
             return Ok(action);

@@ -1,26 +1,30 @@
-//! The first step of a machine's reconcile: read what it needs, cheapest and most
-//! decisive first, so an object that goes no further (externally managed, without an
-//! owner yet, paused, failed on this generation) costs few reads; then build the
-//! plugin's request.
+//! The first step of a machine's reconcile: through the gate every role passes
+//! (`gate`: the object now, managed-by, its Machine, the Cluster, paused, failed for
+//! good, its ownership id), so an object that goes no further costs few reads; then
+//! what only a machine reads, cheapest and most decisive first, and the plugin's
+//! request made of it.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
+use serde_json::Value;
 
 use super::super::context::{Context, MachineContext};
+use super::super::gate::{self, Gate, Owner, Passed, Rules};
 use crate::controller::cache::watch::cached_or_read;
+use crate::controller::call::credentials::{self, CallCredentials};
 use crate::controller::call::outcome::{self, Failed};
-use crate::controller::call::{credentials, versions};
+use crate::controller::call::versions;
 use crate::controller::error::{Error, Result};
 use crate::controller::ipam::MachineClaims;
-use crate::controller::objects::{self, api, capi_cluster, capi_machine, finalizer, str_field};
+use crate::controller::objects::{self, capi_machine, finalizer, str_field};
 use crate::controller::schedule::requeue;
 use crate::controller::trust::ownership::Ownership;
 use crate::controller::trust::{adoption, unverified};
-use crate::controller::write::conditions::{self, Condition, PAUSED, READY, reasons};
+use crate::controller::write::conditions::{self, Condition, READY, reasons};
 use crate::controller::write::patch;
-use crate::status::{InfraMachineStatus, Progressing, Status};
+use crate::status::{InfraMachineStatus, Status};
 use hyperplug_runtime::Grants;
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
 
@@ -60,250 +64,74 @@ impl Observed {
     }
 }
 
-/// What observing came to: go on, or this reconcile is over.
-pub enum Step {
-    Call(Box<Observed>),
-    Done(Action),
+/// What observing came to: go on to the call, or this reconcile is over.
+pub type Step = Gate<Box<Observed>>;
+
+/// The gate's rules for machines: owned by a Machine, started from the cache when it
+/// holds our last write, the Clusters from their cache, held statuses forgotten with a
+/// machine found gone.
+fn rules(ctx: &MachineContext) -> Rules<'_> {
+    Rules {
+        owner: Some("Machine"),
+        from_cache: true,
+        clusters: Some(&ctx.caches.clusters),
+        held: Some(&ctx.coalescer),
+    }
 }
 
+/// Through the gate, then what only a machine reads: its InfraCluster, whether it may
+/// name what it names (adoption), its Machine, bootstrap data, claims and credentials,
+/// its spec and its cluster's; and the plugin's request made of them.
 pub async fn machine(ctx: &MachineContext, cached: &DynamicObject) -> Result<Step> {
-    let ns = cached.namespace().unwrap_or_default();
-    let own = api(&ctx.client, &ctx.resource, &ns);
-    // The cache lags our own writes; it is read again unless it holds our last one.
-    let current = ctx.writes.written.is_current(
-        cached.uid().as_deref().unwrap_or_default(),
-        cached.resource_version().as_deref(),
-    );
-    let read = if current {
-        Some(cached.clone())
-    } else {
-        let read = objects::fresh(&own, cached).await?;
-        match &read {
-            Some(obj) => ctx
-                .writes
-                .written
-                .read_at(&obj.uid().unwrap_or_default(), obj.resource_version()),
-            None => {
-                let uid = cached.uid().unwrap_or_default();
-                ctx.coalescer.forget(&uid);
-                ctx.writes.written.forget(&uid);
-            }
-        }
-        read
+    let mut go = match gate::pass(ctx, cached, &rules(ctx)).await? {
+        Gate::Go(go) => go,
+        Gate::Stop(action) => return Ok(Gate::Stop(action)),
     };
-    let Some(obj) = read else {
-        return Ok(Step::Done(Action::await_change()));
+    let Owner {
+        name: machine_name,
+        cluster: cluster_name,
+    } = go
+        .owner
+        .take()
+        .expect("the gate passes a machine with its Machine");
+    let (infra_cluster, cluster_id) = match infra_cluster(ctx, &go, &cluster_name).await? {
+        Gate::Go(found) => found,
+        Gate::Stop(action) => return Ok(Gate::Stop(action)),
     };
-    if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
-        return Ok(Step::Done(Action::await_change()));
-    }
-    let deleting = obj.metadata.deletion_timestamp.is_some();
-    let Some(machine_name) = objects::capi_owner(&obj, "Machine") else {
-        if deleting {
-            // Never owned by a Machine: nothing can have been created.
-            patch::remove_finalizer(&own, &obj, &finalizer(&ctx.plugin)).await?;
-        }
-        // Else the Machine controller sets itself as owner soon; its watch brings us back.
-        return Ok(Step::Done(Action::await_change()));
-    };
-    if deleting && !obj.finalizers().contains(&finalizer(&ctx.plugin)) {
-        return Ok(Step::Done(Action::await_change()));
-    }
-    let Some(cluster_name) = objects::cluster_name(&obj) else {
-        return Ok(Step::Done(Action::await_change()));
-    };
-    let caches = &ctx.caches;
-    let cluster = cached_or_read(
-        Some(&caches.clusters),
-        &ctx.client,
-        &capi_cluster(),
-        &ns,
-        &cluster_name,
-    )
-    .await?;
-    // Pause: no plugin call at all, and say so.
-    if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
-        let written = patch::conditions(
-            &own,
-            &obj,
-            &[Condition::new(PAUSED, true, reasons::PAUSED, why)],
-        )
-        .await;
-        ctx.writes.written.record(&obj, &written);
-        written?;
-        return Ok(Step::Done(Action::await_change()));
-    }
-    // Failed for good on this generation: nothing more to read until the spec changes
-    // (or, at the resync period, the credentials it was called with).
-    let failed = outcome::still_failing(&Progressing::of(&obj), obj.metadata.generation, deleting);
-    if failed == Failed::Stop {
-        return Ok(Step::Done(Action::await_change()));
-    }
-
-    let infra_cluster = match (&cluster, &ctx.cluster_kind) {
-        (Some(c), Some(kind)) => {
-            match objects::reference_to(c, "spec.infrastructureRef", &kind.group, &kind.kind) {
-                Some(name) => {
-                    cached_or_read(Some(&caches.infra_clusters), &ctx.client, kind, &ns, &name)
-                        .await?
-                }
-                None => None,
-            }
-        }
-        _ => None,
-    };
-    let Some(infra_cluster) = infra_cluster else {
-        if deleting {
-            // Without its cluster we cannot reach the infrastructure; what was made (if any)
-            // stays, and so does the finalizer, until the cluster is back.
-            return Err(Error::Dependency(format!(
-                "cluster {cluster_name} or its infrastructure is gone; cannot delete"
-            )));
-        }
-        let c = Condition::new(
-            READY,
-            false,
-            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
-            format!("waiting for cluster {cluster_name}"),
-        );
-        let written = patch::conditions(&own, &obj, &[c, conditions::not_paused()]).await;
-        ctx.writes.written.record(&obj, &written);
-        written?;
-        return Ok(Step::Done(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
-    };
-    // Whose infrastructure this is: proven by the manager's MAC, never by what a user
-    // wrote. Unproven, the plugin is not called at all.
-    let (machine_id, write_id) = match ctx.ownership.verify(&ctx.resource, &obj).await {
-        Ownership::Proven { id, write } => (id, write),
-        Ownership::Unproven { message, recheck } => {
-            return unverified::refuse(&ctx.writes, &ctx.plugin, &own, &obj, message, recheck)
-                .await
-                .map(Step::Done);
-        }
-    };
-    let cluster_kind = ctx
-        .cluster_kind
-        .as_ref()
-        .expect("an InfraCluster was found");
-    let cluster_id = match ctx.ownership.verify(cluster_kind, &infra_cluster).await {
-        Ownership::Proven { id, .. } => id,
-        Ownership::Unproven { recheck, .. } => {
-            let message = format!(
-                "the ownership id of {} {} does not verify (see its Ready condition); nothing is done for its machines until it does",
-                cluster_kind.kind,
-                infra_cluster.name_any()
-            );
-            return unverified::refuse(&ctx.writes, &ctx.plugin, &own, &obj, message, recheck)
-                .await
-                .map(Step::Done);
-        }
-    };
-
-    let stored = InfraMachineStatus::of(&obj);
+    let stored = InfraMachineStatus::of(&go.obj);
     let prev = ctx
         .coalescer
-        .current(obj.uid().as_deref().unwrap_or_default(), &stored);
-    // Naming infrastructure the manager has no record of: only where an administrator
-    // granted adoption, or (moved here, by a plugin that asks what is granted) to find
-    // what carries its own marker. See `adoption`.
+        .current(go.obj.uid().as_deref().unwrap_or_default(), &stored);
     let state = prev.progress.plugin_state.as_deref();
-    let grants = ctx.options.grants_for(&obj);
-    let told_nothing_granted = ctx.plugin.asks_grants() && adoption::moved(&obj, &machine_id);
-    let gated = adoption::names_unrecorded(&obj, state) && !told_nothing_granted;
-    if !deleting && !grants.adoption && gated {
-        return adoption::not_granted(&ctx.writes, &own, &obj)
-            .await
-            .map(Step::Done);
+    let grants = ctx.options.grants_for(&go.obj);
+    if let Some(refused) = not_granted(ctx, &go, state, &grants).await? {
+        return Ok(Gate::Stop(refused));
     }
     // Provisioned without a record of ours (taken over, or the state was lost): create
     // finds the infrastructure again (by our marker, or by what the plugin can prove),
     // and never makes it again.
-    let unrecorded = adoption::unrecorded(&obj, state);
-    let provisioned = objects::provisioned(&obj) && !unrecorded;
-
-    // Independent reads go out together: a reconcile's latency is its chain of API
-    // round trips, and every machine is polled while its tasks run.
-    let machine = async {
-        let machine = cached_or_read(
-            Some(&caches.machines),
-            &ctx.client,
-            &capi_machine(),
-            &ns,
-            &machine_name,
-        )
-        .await?;
-        // Bootstrap data is for provisioning: never read again once provisioned.
-        let bootstrap = match &machine {
-            Some(m) if !deleting && !provisioned => bootstrap_data(ctx, m).await?,
-            _ => None,
-        };
-        Ok::<_, Error>((machine, bootstrap))
+    let unrecorded = adoption::unrecorded(&go.obj, state);
+    let provisioned = objects::provisioned(&go.obj) && !unrecorded;
+    let inputs = match inputs(ctx, &go, &machine_name, &infra_cluster, provisioned).await? {
+        Gate::Go(inputs) => inputs,
+        Gate::Stop(action) => return Ok(Gate::Stop(action)),
     };
-    let may_have_claims = ctx.asked.may_have_claims(
-        obj.uid().as_deref().unwrap_or_default(),
-        obj.finalizers().contains(&finalizer(&ctx.plugin)),
-    );
-    let claims = async {
-        if deleting || !may_have_claims {
-            Ok(MachineClaims::default())
-        } else {
-            MachineClaims::read(&ctx.client, &obj).await
-        }
-    };
-    let creds = match failed {
-        // Only the credentials decide whether to go on.
-        Failed::UnlessChanged(version) => {
-            match credentials::for_cluster(ctx.credentials(), &infra_cluster).await {
-                Ok(creds) if creds.version == version => {
-                    return Ok(Step::Done(Action::requeue(ctx.options.resync)));
-                }
-                read => Some(read),
-            }
-        }
-        _ => None,
-    };
-    let creds = async {
-        match creds {
-            Some(read) => read,
-            None => credentials::for_cluster(ctx.credentials(), &infra_cluster).await,
-        }
-    };
-    let (creds, read) = tokio::join!(creds, async { tokio::try_join!(machine, claims) });
-    let ((machine, bootstrap), claims) = read?;
-    let creds = match creds {
-        Ok(creds) => creds,
-        Err(e) => {
-            return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None)
-                .await
-                .map(Step::Done);
-        }
-    };
-    let version = creds.version.clone();
-    let specs = tokio::try_join!(
-        versions::for_plugin(
-            ctx.converter(),
-            &ctx.kind.kind,
-            &ctx.resource.version,
-            &obj,
-            unrecorded
-        ),
-        versions::spec_for_plugin(
-            ctx.converter(),
-            &cluster_kind.kind,
-            &cluster_kind.version,
-            &infra_cluster
-        ),
-    );
+    let specs = specs(ctx, &go.obj, &infra_cluster, unrecorded).await;
     let ((spec, plugin_status), cluster_spec) = match specs {
         Ok(specs) => specs,
         Err(e) => {
-            return outcome::fail(&ctx.writes, ctx.options.resync, &own, &obj, e, None)
-                .await
-                .map(Step::Done);
+            let failed = outcome::fail(&ctx.writes, ctx.options.resync, &go.own, &go.obj, e, None);
+            return failed.await.map(Gate::Stop);
         }
     };
+    let Inputs {
+        machine,
+        bootstrap,
+        claims,
+        creds,
+    } = inputs;
     let request = MachineRequest {
-        machine: objects::object_ref(&obj, &machine_id),
+        machine: objects::object_ref(&go.obj, &go.id),
         cluster: objects::object_ref(&infra_cluster, &cluster_id),
         spec: spec.to_string(),
         cluster_spec: cluster_spec.to_string(),
@@ -318,21 +146,196 @@ pub async fn machine(ctx: &MachineContext, cached: &DynamicObject) -> Result<Ste
         more_credentials: creds.more,
         plugin_status: plugin_status.map(|s| s.to_string()),
     };
-    Ok(Step::Call(Box::new(Observed {
-        credentials: version,
+    Ok(Gate::Go(Box::new(Observed {
+        credentials: creds.version,
         infra_cluster_name: infra_cluster.name_any(),
-        obj,
-        own,
-        deleting,
+        obj: go.obj,
+        own: go.own,
+        deleting: go.deleting,
         provisioned,
         cluster_name,
-        write_id,
+        write_id: go.write_id,
         claims,
         request,
         grants,
         stored,
         prev,
     })))
+}
+
+/// The machine's InfraCluster (the one its Cluster references) and its proven ownership
+/// id. Without one, a machine waits (and says so); a deleting one cannot reach its
+/// infrastructure, and keeps its finalizer until the cluster is back.
+async fn infra_cluster(
+    ctx: &MachineContext,
+    go: &Passed,
+    cluster_name: &str,
+) -> Result<Gate<(DynamicObject, String)>> {
+    let ns = go.obj.namespace().unwrap_or_default();
+    let infra_cluster = match (&go.cluster, &ctx.cluster_kind) {
+        (Some(c), Some(kind)) => {
+            match objects::reference_to(c, "spec.infrastructureRef", &kind.group, &kind.kind) {
+                Some(name) => {
+                    let cache = Some(&ctx.caches.infra_clusters);
+                    cached_or_read(cache, &ctx.client, kind, &ns, &name).await?
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let (Some(infra_cluster), Some(kind)) = (infra_cluster, &ctx.cluster_kind) else {
+        if go.deleting {
+            // Without its cluster we cannot reach the infrastructure; what was made (if any)
+            // stays, and so does the finalizer, until the cluster is back.
+            return Err(Error::Dependency(format!(
+                "cluster {cluster_name} or its infrastructure is gone; cannot delete"
+            )));
+        }
+        let c = Condition::new(
+            READY,
+            false,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            format!("waiting for cluster {cluster_name}"),
+        );
+        let written = patch::conditions(&go.own, &go.obj, &[c, conditions::not_paused()]).await;
+        ctx.writes.written.record(&go.obj, &written);
+        written?;
+        return Ok(Gate::Stop(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
+    };
+    match ctx.ownership.verify(kind, &infra_cluster).await {
+        Ownership::Proven { id, .. } => Ok(Gate::Go((infra_cluster, id))),
+        Ownership::Unproven { recheck, .. } => {
+            let message = format!(
+                "the ownership id of {} {} does not verify (see its Ready condition); nothing is done for its machines until it does",
+                kind.kind,
+                infra_cluster.name_any()
+            );
+            let refused =
+                unverified::refuse(&ctx.writes, &ctx.plugin, &go.own, &go.obj, message, recheck);
+            refused.await.map(Gate::Stop)
+        }
+    }
+}
+
+/// Naming infrastructure the manager has no record of: only where an administrator
+/// granted adoption, or (moved here, by a plugin that asks what is granted) to find
+/// what carries its own marker; else refused, and when to look again. See `adoption`.
+/// `state`: the plugin state this step continues from.
+async fn not_granted(
+    ctx: &MachineContext,
+    go: &Passed,
+    state: Option<&str>,
+    grants: &Grants,
+) -> Result<Option<Action>> {
+    let told_nothing_granted = ctx.plugin.asks_grants() && adoption::moved(&go.obj, &go.id);
+    let gated = adoption::names_unrecorded(&go.obj, state) && !told_nothing_granted;
+    if go.deleting || grants.adoption || !gated {
+        return Ok(None);
+    }
+    adoption::not_granted(&ctx.writes, &go.own, &go.obj)
+        .await
+        .map(Some)
+}
+
+/// What the call is made with besides the specs.
+struct Inputs {
+    /// Its Machine (the failure domain), and the bootstrap data it names.
+    machine: Option<DynamicObject>,
+    bootstrap: Option<BootstrapData>,
+    claims: MachineClaims,
+    creds: CallCredentials,
+}
+
+/// Read the machine's [`Inputs`], independent reads together: a reconcile's latency is
+/// its chain of API round trips, and every machine is polled while its tasks run. A
+/// machine that failed for good with these very credentials stops here, and one whose
+/// credentials cannot be read shows why.
+async fn inputs(
+    ctx: &MachineContext,
+    go: &Passed,
+    machine_name: &str,
+    infra_cluster: &DynamicObject,
+    provisioned: bool,
+) -> Result<Gate<Inputs>> {
+    let ns = go.obj.namespace().unwrap_or_default();
+    let machine = async {
+        let cache = Some(&ctx.caches.machines);
+        let machine =
+            cached_or_read(cache, &ctx.client, &capi_machine(), &ns, machine_name).await?;
+        // Bootstrap data is for provisioning: never read again once provisioned.
+        let bootstrap = match &machine {
+            Some(m) if !go.deleting && !provisioned => bootstrap_data(ctx, m).await?,
+            _ => None,
+        };
+        Ok::<_, Error>((machine, bootstrap))
+    };
+    let may_have_claims = ctx.asked.may_have_claims(
+        go.obj.uid().as_deref().unwrap_or_default(),
+        go.obj.finalizers().contains(&finalizer(&ctx.plugin)),
+    );
+    let claims = async {
+        if go.deleting || !may_have_claims {
+            Ok(MachineClaims::default())
+        } else {
+            MachineClaims::read(&ctx.client, &go.obj).await
+        }
+    };
+    let creds = match &go.failed {
+        // Only the credentials decide whether to go on.
+        Failed::UnlessChanged(version) => {
+            match credentials::for_cluster(ctx.credentials(), infra_cluster).await {
+                Ok(creds) if creds.version == *version => {
+                    return Ok(Gate::Stop(Action::requeue(ctx.options.resync)));
+                }
+                read => Some(read),
+            }
+        }
+        _ => None,
+    };
+    let creds = async {
+        match creds {
+            Some(read) => read,
+            None => credentials::for_cluster(ctx.credentials(), infra_cluster).await,
+        }
+    };
+    let (creds, read) = tokio::join!(creds, async { tokio::try_join!(machine, claims) });
+    let ((machine, bootstrap), claims) = read?;
+    match creds {
+        Ok(creds) => Ok(Gate::Go(Inputs {
+            machine,
+            bootstrap,
+            claims,
+            creds,
+        })),
+        Err(e) => outcome::fail(&ctx.writes, ctx.options.resync, &go.own, &go.obj, e, None)
+            .await
+            .map(Gate::Stop),
+    }
+}
+
+/// The machine's spec (and, `unrecorded`, its status) and its InfraCluster's spec, in
+/// the plugin's version.
+async fn specs(
+    ctx: &MachineContext,
+    obj: &DynamicObject,
+    infra_cluster: &DynamicObject,
+    unrecorded: bool,
+) -> Result<((Value, Option<Value>), Value)> {
+    let cluster_kind = ctx
+        .cluster_kind
+        .as_ref()
+        .expect("an InfraCluster was found");
+    let (kind, version) = (&ctx.kind.kind, &ctx.resource.version);
+    tokio::try_join!(
+        versions::for_plugin(ctx.converter(), kind, version, obj, unrecorded),
+        versions::spec_for_plugin(
+            ctx.converter(),
+            &cluster_kind.kind,
+            &cluster_kind.version,
+            infra_cluster
+        ),
+    )
 }
 
 async fn bootstrap_data(ctx: &Context, machine: &DynamicObject) -> Result<Option<BootstrapData>> {
