@@ -249,8 +249,9 @@ async fn resolve(
         }
         Err(e) => return Err(e),
     };
-    // A pin written by another replica since it was read is judged like the first.
-    for _ in 0..3 {
+    // A pin written by another replica since it was read is judged like the first; a
+    // write lost to another writer is tried again after a fresh read.
+    for _ in 0..PIN_WRITES {
         match pinned {
             Some(pinned) if pinned == now => return Ok(now),
             Some(pinned) if !accept_new => {
@@ -265,13 +266,22 @@ async fn resolve(
         match pins.set(cache, oci, tag, pinned.as_deref(), &now).await? {
             pins::Set::Written => return Ok(now),
             pins::Set::Changed(current) => pinned = current,
+            pins::Set::Lost => {}
         }
     }
     Err(FetchError::Pins {
         reference: oci.to_string(),
-        detail: "the pin kept changing while it was written (other managers pulling this tag with --plugin-accept-new-digest?)".into(),
+        detail: format!(
+            "{PIN_WRITES} writes of the pin in a row lost to other writers (other managers pulling this tag with --plugin-accept-new-digest?)"
+        ),
     })
 }
+
+/// Tries at writing a tag's pin before giving up, the one bound on its retries: a try
+/// lost to another writer (who pinned this tag or another since the pins were read) or
+/// finding the pin changed is followed by one that reads the pins afresh. Replicas
+/// starting together settle in a try or two.
+const PIN_WRITES: usize = 5;
 
 /// `--plugin-oci-cache`, or the default beside the compiled-plugin cache.
 fn cache_dir(args: &FetchArgs) -> Result<PathBuf, FetchError> {

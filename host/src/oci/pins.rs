@@ -27,8 +27,6 @@ pub const DEFAULT_PINS_CONFIGMAP: &str = "hyperplug-plugin-pins";
 const KEY: &str = "pins";
 /// Most bytes of pins kept (a pin line is about 150 bytes: some 400 pins).
 pub const MAX_BYTES: usize = 64 << 10;
-/// Writes lost to another writer before giving up (each is a fresh read).
-const ATTEMPTS: usize = 5;
 
 /// Where `fetch` reads and keeps tag pins.
 pub enum Pins {
@@ -47,6 +45,9 @@ pub enum Set {
     Written,
     /// The pin changed since it was read (another replica pinned the tag): now this.
     Changed(Option<String>),
+    /// Another writer wrote the pins between this one's read and write (another tag's,
+    /// or this one's): nothing written, try again (the try reads afresh).
+    Lost,
 }
 
 impl Pins {
@@ -67,7 +68,8 @@ impl Pins {
         }
     }
 
-    /// Pin `oci`'s `tag` to `digest`, if it is still pinned to `previous`.
+    /// Pin `oci`'s `tag` to `digest`, if it is still pinned to `previous`: one try, which
+    /// the caller repeats while it is [`Set::Lost`].
     pub(super) async fn set(
         &self,
         cache: &Cache,
@@ -156,66 +158,55 @@ impl ConfigMapPins {
         previous: Option<&str>,
         digest: &str,
     ) -> Result<Set, FetchError> {
-        for _ in 0..ATTEMPTS {
-            let (map, mut lines) = self.read(oci).await?;
-            let current = pinned(&lines, key);
-            if current.as_deref() != previous {
-                return Ok(Set::Changed(current));
-            }
-            lines.retain(|(k, _)| k != key);
-            lines.push((key.to_string(), digest.to_string()));
-            let dropped = bound(&mut lines, MAX_BYTES).map_err(|e| self.error(oci, e))?;
-            let data = Some([(KEY.to_string(), render(&lines))].into());
-            // The resourceVersion read goes along: a write in between is a conflict.
-            let written = match map {
-                Some(mut map) => {
-                    map.data = data;
-                    self.api
-                        .replace(&self.name, &PostParams::default(), &map)
-                        .await
-                }
-                None => {
-                    let map = ConfigMap {
-                        metadata: ObjectMeta {
-                            name: Some(self.name.clone()),
-                            labels: Some(
-                                [("app.kubernetes.io/part-of".into(), "hyperplug".into())].into(),
-                            ),
-                            annotations: Some([(
-                                "hyperplug.dev/what".into(),
-                                "The digest each oci:// plugin tag named when first pulled: a tag that names another later is refused. Remove a line to pin that tag again.".into(),
-                            )].into()),
-                            ..Default::default()
-                        },
-                        data,
-                        ..Default::default()
-                    };
-                    self.api.create(&PostParams::default(), &map).await
-                }
-            };
-            match written {
-                Ok(_) => {
-                    for (reference, digest) in &dropped {
-                        tracing::warn!(%reference, %digest, configmap = %format!("{}/{}", self.namespace, self.name), max_bytes = MAX_BYTES, "dropped the oldest tag pin to keep the pins under their bound");
-                    }
-                    return Ok(Set::Written);
-                }
-                // Another writer came first: read again.
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => {
-                    return Err(self.error(
-                        oci,
-                        format!(
-                            "{e}; the manager needs get, create and update on it (deploy/rbac.yaml)"
-                        ),
-                    ));
-                }
-            }
+        let (map, mut lines) = self.read(oci).await?;
+        let current = pinned(&lines, key);
+        if current.as_deref() != previous {
+            return Ok(Set::Changed(current));
         }
-        Err(self.error(
-            oci,
-            format!("{ATTEMPTS} writes in a row lost to other writers"),
-        ))
+        lines.retain(|(k, _)| k != key);
+        lines.push((key.to_string(), digest.to_string()));
+        let dropped = bound(&mut lines, MAX_BYTES).map_err(|e| self.error(oci, e))?;
+        let data = Some([(KEY.to_string(), render(&lines))].into());
+        // The resourceVersion read goes along: a write in between is a conflict.
+        let written = match map {
+            Some(mut map) => {
+                map.data = data;
+                self.api
+                    .replace(&self.name, &PostParams::default(), &map)
+                    .await
+            }
+            None => {
+                let map = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        labels: Some(
+                            [("app.kubernetes.io/part-of".into(), "hyperplug".into())].into(),
+                        ),
+                        annotations: Some([(
+                            "hyperplug.dev/what".into(),
+                            "The digest each oci:// plugin tag named when first pulled: a tag that names another later is refused. Remove a line to pin that tag again.".into(),
+                        )].into()),
+                        ..Default::default()
+                    },
+                    data,
+                    ..Default::default()
+                };
+                self.api.create(&PostParams::default(), &map).await
+            }
+        };
+        match written {
+            Ok(_) => {
+                for (reference, digest) in &dropped {
+                    tracing::warn!(%reference, %digest, configmap = %format!("{}/{}", self.namespace, self.name), max_bytes = MAX_BYTES, "dropped the oldest tag pin to keep the pins under their bound");
+                }
+                Ok(Set::Written)
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Set::Lost),
+            Err(e) => Err(self.error(
+                oci,
+                format!("{e}; the manager needs get, create and update on it (deploy/rbac.yaml)"),
+            )),
+        }
     }
 }
 
