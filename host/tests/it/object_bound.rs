@@ -5,11 +5,10 @@
 //! the one shrunk back provisions. `hyperplug run` runs as a process; its peak resident
 //! memory is read from /proc and printed as a table.
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::support::controllers::{PROXMOX_SPEC, machine, proxmox_cluster};
+use crate::support::controllers::{PROXMOX_SPEC, machine, proxmox_cluster, warnings_by_object};
 use crate::support::manager::{Manager, rss_table};
 use crate::support::world::{World, condition};
 
@@ -42,29 +41,16 @@ fn spec(bytes: usize) -> serde_json::Value {
     spec
 }
 
-/// The distinct objects with a Warning event `reason`.
-async fn warned(world: &World, reason: &str) -> usize {
-    let events: Api<Event> = Api::namespaced(world.plane.client(), &world.ns);
-    let list = events.list(&ListParams::default()).await.unwrap().items;
-    let names: std::collections::BTreeSet<_> = list
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
-        .filter_map(|e| e.involved_object.name.clone())
-        .collect();
-    names.len()
-}
-
+/// Waits until `count` objects have a Warning event `reason`.
 async fn wait_warned(world: &World, reason: &str, count: usize) {
+    let warned = async || warnings_by_object(world, reason).await.len();
     for _ in 0..600 {
-        if warned(world, reason).await >= count {
+        if warned().await >= count {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
-    panic!(
-        "{} of {count} objects warned {reason}",
-        warned(world, reason).await
-    );
+    panic!("{} of {count} objects warned {reason}", warned().await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

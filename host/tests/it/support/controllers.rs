@@ -1,5 +1,6 @@
 //! Controllers of a loaded plugin against a test world, and the objects CAPI would
 //! create for them: what tests that run one plugin's controllers share.
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,21 +124,25 @@ spec: {spec}
         .await;
 }
 
+/// Warning events with `reason`, counted per object they are about.
+pub async fn warnings_by_object(world: &World, reason: &str) -> BTreeMap<String, usize> {
+    let events: Api<Event> = Api::namespaced(world.plane.client(), &world.ns);
+    let mut by_object = BTreeMap::new();
+    for e in events.list(&ListParams::default()).await.unwrap().items {
+        if e.reason.as_deref() == Some(reason)
+            && e.type_.as_deref() == Some("Warning")
+            && let Some(name) = e.involved_object.name
+        {
+            *by_object.entry(name).or_default() += 1;
+        }
+    }
+    by_object
+}
+
 /// Warning events about `name` with `reason`.
 pub async fn warning_events(world: &World, name: &str, reason: &str) -> usize {
-    let events: Api<Event> = Api::namespaced(world.plane.client(), &world.ns);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|e| {
-            e.involved_object.name.as_deref() == Some(name)
-                && e.reason.as_deref() == Some(reason)
-                && e.type_.as_deref() == Some("Warning")
-        })
-        .count()
+    let by_object = warnings_by_object(world, reason).await;
+    by_object.get(name).copied().unwrap_or_default()
 }
 
 /// A Cluster and its infrastructure cluster of `kind` (v1alpha1) named `name`, whose
