@@ -27,7 +27,6 @@ use crate::controller::objects;
 use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY};
 use crate::controller::write::events::Event;
-use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 
 /// Default of `--object-max-kib`. The largest objects of the release's templates and
@@ -228,14 +227,8 @@ pub(crate) async fn refuse(
         let before =
             conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
         let own = objects::api(client, kind, &obj.namespace().unwrap_or_default());
-        let written = patch::conditions(
-            &own,
-            obj,
-            &[Condition::new(READY, false, OBJECT_TOO_LARGE, &message)],
-        )
-        .await;
-        writes.written.record(obj, &written);
-        written?;
+        let too_large = Condition::new(READY, false, OBJECT_TOO_LARGE, &message);
+        writes.conditions(&own, obj, &[too_large]).await?;
         before.as_deref() != Some(OBJECT_TOO_LARGE)
     };
     if starts {

@@ -13,7 +13,6 @@ use crate::controller::schedule::requeue;
 use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY, reasons};
 use crate::controller::write::events::Event;
-use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 
 pub enum Outcome<T> {
@@ -144,9 +143,7 @@ pub async fn fail(
     if let Some(event) = event {
         writes.events.publish(obj, &event).await;
     }
-    let written = patch::status(own, obj, &next).await;
-    writes.written.record(obj, &written);
-    written?;
+    writes.status(own, obj, &next).await?;
     match (terminal, credentials) {
         (true, Some(_)) => Ok(Action::requeue(resync)),
         (true, None) => Ok(Action::await_change()),

@@ -21,7 +21,6 @@ use crate::controller::schedule::requeue;
 use crate::controller::trust::adoption;
 use crate::controller::write::conditions::{self, Condition, PROVISIONED, READY, reasons};
 use crate::controller::write::events::{Event, Report};
-use crate::controller::write::patch;
 use crate::status::{FailureDomain, InfraClusterStatus, Initialization, Progressing, Status};
 use hyperplug_runtime::bindings::cluster::{ClusterRequest, ClusterStatus};
 use hyperplug_runtime::bindings::types::Progress;
@@ -60,14 +59,15 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
     if deleting {
         return delete(&ctx, &own, &obj, &req, &version).await;
     }
-    patch::take_ownership(
-        &own,
-        &obj,
-        &finalizer(&ctx.plugin),
-        &adoption::previous_finalizer(&ctx.resource),
-        write_id.as_deref(),
-    )
-    .await?;
+    ctx.writes
+        .take_ownership(
+            &own,
+            &obj,
+            &finalizer(&ctx.plugin),
+            &adoption::previous_finalizer(&ctx.resource),
+            write_id.as_deref(),
+        )
+        .await?;
     let call = "cluster.reconcile";
     let result = ctx
         .metrics
@@ -93,8 +93,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         && str_field(&obj, "spec.controlPlaneEndpoint.host").is_none()
     {
         let endpoint = json!({"host": ep.host, "port": ep.port});
-        if let Some(patched) =
-            patch::spec_field(&own, &obj, "controlPlaneEndpoint", endpoint, None).await?
+        if let Some(patched) = ctx
+            .writes
+            .spec_field(&own, &obj, "controlPlaneEndpoint", endpoint, None)
+            .await?
         {
             generation = patched.metadata.generation;
         }
@@ -105,7 +107,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
         generation.unwrap_or(0),
         &conditions::now(),
     );
-    patch::status(&own, &obj, &report.status).await?;
+    ctx.writes.status(&own, &obj, &report.status).await?;
     ctx.writes.events.publish_all(&obj, &report.events).await;
     ipam::ensure_pools(&ctx.client, &ctx.resource, &obj, &status.ip_pools).await?;
     ctx.backoff.reset(&objects::key(&obj));
@@ -176,12 +178,14 @@ async fn delete(
                 .release_all(&req.cluster.uid)
                 .await
                 .map_err(Error::Dependency)?;
-            patch::remove_finalizer(own, obj, &finalizer(&ctx.plugin)).await?;
+            let finalizer = finalizer(&ctx.plugin);
+            ctx.writes.remove_finalizer(own, obj, &finalizer).await?;
             Ok(Action::await_change())
         }
         Outcome::Done(Some(p)) => {
             // The plugin's state goes on to its next call, as for machines.
-            patch::status(own, obj, &deleting(&Progressing::of(obj), &p)).await?;
+            let status = deleting(&Progressing::of(obj), &p);
+            ctx.writes.status(own, obj, &status).await?;
             Ok(requeue::after_delete_step(&p))
         }
         Outcome::Failed(e) => {

@@ -30,7 +30,6 @@ use crate::controller::trust::ownership::Ownership;
 use crate::controller::trust::unverified;
 use crate::controller::write::coalesce::Coalescer;
 use crate::controller::write::conditions::{Condition, PAUSED, reasons};
-use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 
 /// Whether a reconcile goes on, with what it read, or stops here, with when to come
@@ -112,9 +111,7 @@ pub async fn pass(
     // Pause: no plugin call at all, and say so.
     if let Some(why) = objects::paused_why(&obj, cluster.as_ref()) {
         let paused = Condition::new(PAUSED, true, reasons::PAUSED, why);
-        let written = patch::conditions(&own, &obj, &[paused]).await;
-        ctx.writes.written.record(&obj, &written);
-        written?;
+        ctx.writes.conditions(&own, &obj, &[paused]).await?;
         return Ok(Gate::Stop(Action::await_change()));
     }
     // Failed for good on this generation: nothing more to read until the spec changes
@@ -189,7 +186,7 @@ async fn owned(
         Some(None) => {
             if deleting {
                 // Never owned: nothing can have been created.
-                patch::remove_finalizer(own, obj, &finalizer).await?;
+                ctx.writes.remove_finalizer(own, obj, &finalizer).await?;
             }
             // Else its owner's controller sets itself as owner soon; the owner's watch
             // brings us back.

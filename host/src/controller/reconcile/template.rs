@@ -13,7 +13,6 @@ use crate::controller::call::versions;
 use crate::controller::error::{Error, Result};
 use crate::controller::objects::{api, object_ref};
 use crate::controller::schedule::requeue;
-use crate::controller::write::patch;
 use crate::status::{InfraMachineTemplateStatus, NodeInfo};
 use hyperplug_runtime::bindings::machine::TemplateRequest;
 
@@ -72,7 +71,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Act
                     operating_system: info("operating-system").or_else(|| info("operatingSystem")),
                 },
             };
-            patch::status(&own, &obj, &next).await?;
+            ctx.writes.status(&own, &obj, &next).await?;
             Ok(Action::await_change())
         }
         // A ClusterClass's templates are often incomplete until its patches fill them in

@@ -28,7 +28,6 @@ use crate::controller::schedule::requeue::RECHECK;
 use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY};
 use crate::controller::write::events::Event;
-use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 use hyperplug_runtime::Grants;
 
@@ -110,14 +109,8 @@ pub(crate) async fn not_granted(
     );
     let before =
         conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
-    let written = patch::conditions(
-        own,
-        obj,
-        &[Condition::new(READY, false, ADOPTION_NOT_GRANTED, &message)],
-    )
-    .await;
-    writes.written.record(obj, &written);
-    written?;
+    let not_granted = Condition::new(READY, false, ADOPTION_NOT_GRANTED, &message);
+    writes.conditions(own, obj, &[not_granted]).await?;
     if before.as_deref() != Some(ADOPTION_NOT_GRANTED) {
         tracing::warn!(kind = %writes.events.kind(), object = %format!("{ns}/{}", obj.name_any()), "made by another provider; adoption not granted in its namespace");
         writes

@@ -14,7 +14,6 @@ use crate::controller::schedule::requeue::RECHECK;
 use crate::controller::write::Writes;
 use crate::controller::write::conditions::{self, Condition, READY};
 use crate::controller::write::events::Event;
-use crate::controller::write::patch;
 use crate::status::{Progressing, Status};
 
 /// React to an object whose ownership does not verify: no plugin call; a `Ready`
@@ -39,14 +38,8 @@ pub async fn refuse(
     };
     let before =
         conditions::find(&Progressing::of(obj).conditions, READY).map(|c| c.reason.clone());
-    let written = patch::conditions(
-        own,
-        obj,
-        &[Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message)],
-    )
-    .await;
-    writes.written.record(obj, &written);
-    written?;
+    let unverified = Condition::new(READY, false, OWNERSHIP_UNVERIFIED, &message);
+    writes.conditions(own, obj, &[unverified]).await?;
     if before.as_deref() != Some(OWNERSHIP_UNVERIFIED) {
         tracing::warn!(kind = %writes.events.kind(), object = %format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any()), "ownership id does not verify; not calling the plugin");
         writes

@@ -1,6 +1,7 @@
 //! Writes to our objects: status through the status subresource with a merge patch of
 //! only the fields we own (never a blind full update), finalizers with JSON patches that
-//! test before they change, and only when something changed.
+//! test before they change, and only when something changed. Each says the resource
+//! version it made; only [`super::Writes`] calls them, and records it.
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Map, Value, json};
@@ -148,26 +149,28 @@ pub async fn take_ownership(
     Ok(written.resource_version())
 }
 
+/// Remove `finalizer`, when it is there. The resource version it made, if it wrote.
 pub async fn remove_finalizer(
     api: &Api<DynamicObject>,
     obj: &DynamicObject,
     finalizer: &str,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let Some(i) = obj.finalizers().iter().position(|f| f == finalizer) else {
-        return Ok(());
+        return Ok(None);
     };
     let ops = json!([
         {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": finalizer},
         {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
     ]);
     let patch: json_patch::Patch = serde_json::from_value(ops).expect("valid JSON patch");
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await?;
-    Ok(())
+    let written = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await?;
+    Ok(written.resource_version())
 }
 
 /// Merge `updates` into the object's conditions (one status write, none when unchanged).

@@ -13,8 +13,8 @@ use crate::controller::ipam;
 use crate::controller::objects::{self, finalizer};
 use crate::controller::schedule::requeue;
 use crate::controller::schedule::waits::StepSeen;
+use crate::controller::write::conditions;
 use crate::controller::write::events::Event;
-use crate::controller::write::{conditions, patch};
 
 pub async fn run(ctx: &MachineContext, o: &Observed) -> Result<Action> {
     let result = ctx
@@ -46,7 +46,10 @@ pub async fn run(ctx: &MachineContext, o: &Observed) -> Result<Action> {
                     &Event::normal("Deleted", "the infrastructure is confirmed gone"),
                 )
                 .await;
-            patch::remove_finalizer(&o.own, &o.obj, &finalizer(&ctx.plugin)).await?;
+            let finalizer = finalizer(&ctx.plugin);
+            ctx.writes
+                .remove_finalizer(&o.own, &o.obj, &finalizer)
+                .await?;
             // Only now: a retry of a step above reads the object afresh, as before.
             let uid = o.obj.uid().unwrap_or_default();
             ctx.coalescer.forget(&uid);

@@ -24,7 +24,7 @@ use crate::controller::objects::{self, finalizer};
 use crate::controller::schedule::requeue;
 use crate::controller::schedule::waits::StepSeen;
 use crate::controller::trust::adoption;
-use crate::controller::write::{conditions, patch};
+use crate::controller::write::conditions;
 use crate::status::InfraMachineStatus;
 use hyperplug_runtime::bindings::machine::MachineStatus;
 use observe::Observed;
@@ -61,16 +61,15 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<MachineContext>) -> Res
         && !objects::has_annotation(&o.obj, objects::OWNERSHIP_ID_ANNOTATION))
     .then(|| o.write_id.clone())
     .flatten();
-    let owned = patch::take_ownership(
-        &o.own,
-        &o.obj,
-        &finalizer,
-        &adoption::previous_finalizer(&ctx.resource),
-        o.write_id.as_deref().filter(|_| id_later.is_none()),
-    )
-    .await;
-    ctx.writes.written.record(&o.obj, &owned);
-    owned?;
+    ctx.writes
+        .take_ownership(
+            &o.own,
+            &o.obj,
+            &finalizer,
+            &adoption::previous_finalizer(&ctx.resource),
+            o.write_id.as_deref().filter(|_| id_later.is_none()),
+        )
+        .await?;
     // A step that asks to go on at once (its state stored first, e.g. a VMID before the
     // clone is asked for) goes on in this reconcile, not after a round through the queue.
     let mut steps = 0;
@@ -159,11 +158,8 @@ pub(super) async fn write_or_hold(
     ) {
         return Ok(false);
     }
-    let version = patch::status(&o.own, &o.obj, next)
-        .await
-        .inspect_err(|_| ctx.writes.written.unsure(&uid))?;
+    ctx.writes.status(&o.own, &o.obj, next).await?;
     ctx.coalescer.written(&uid);
-    ctx.writes.written.wrote(&uid, version);
     Ok(true)
 }
 
@@ -222,12 +218,11 @@ async fn persist(
                 .insert(key.to_string(), value.to_string());
             ctx.seen.wrote(&after);
         }
-        let patched = patch::spec_field(&o.own, &o.obj, "providerID", json!(id), annotation).await;
-        let version = patched
-            .as_ref()
-            .map(|p| p.as_ref().and_then(|p| p.resource_version()));
-        ctx.writes.written.record(&o.obj, &version);
-        if let Some(patched) = patched? {
+        let patched = ctx
+            .writes
+            .spec_field(&o.own, &o.obj, "providerID", json!(id), annotation)
+            .await?;
+        if let Some(patched) = patched {
             ctx.seen.wrote(&patched);
             generation = patched.metadata.generation;
         }

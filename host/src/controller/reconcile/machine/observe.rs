@@ -23,7 +23,6 @@ use crate::controller::schedule::requeue;
 use crate::controller::trust::ownership::Ownership;
 use crate::controller::trust::{adoption, unverified};
 use crate::controller::write::conditions::{self, Condition, READY, reasons};
-use crate::controller::write::patch;
 use crate::status::{InfraMachineStatus, Status};
 use hyperplug_runtime::Grants;
 use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
@@ -198,9 +197,8 @@ async fn infra_cluster(
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
             format!("waiting for cluster {cluster_name}"),
         );
-        let written = patch::conditions(&go.own, &go.obj, &[c, conditions::not_paused()]).await;
-        ctx.writes.written.record(&go.obj, &written);
-        written?;
+        let waiting = [c, conditions::not_paused()];
+        ctx.writes.conditions(&go.own, &go.obj, &waiting).await?;
         return Ok(Gate::Stop(Action::requeue(requeue::CLUSTER_INFRASTRUCTURE)));
     };
     match ctx.ownership.verify(kind, &infra_cluster).await {
