@@ -1,6 +1,6 @@
-//! A whole management world for controller tests: a real kube-apiserver with the
-//! Cluster API and IPAM CRDs and ours, pve-sim, and the hyperplug controllers running
-//! in this process against them.
+//! A whole management world for controller tests: a real kube-apiserver with the CRDs
+//! of the Cluster API and IPAM kinds the host uses and ours, pve-sim, and the hyperplug
+//! controllers running in this process against them.
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -93,6 +93,36 @@ pub async fn serve_conversion(plane: &Plane, plugins: &[hyperplug_runtime::Plugi
     url
 }
 
+/// The Cluster API CRDs of the kinds the host reads and writes (in Cluster API's module):
+/// its Clusters and Machines, and the IP address claims and addresses the IPAM provider
+/// binds. Cluster API's other kinds (ClusterClass, MachineSet, the kubeadm providers',
+/// ...) are 2 MB of schemas that no test here writes and the host never reads: each
+/// world installing them cost the API server about 3 s of CPU.
+const CAPI_CRDS: &[&str] = &[
+    "core/config/crd/bases/cluster.x-k8s.io_clusters.yaml",
+    "core/config/crd/bases/cluster.x-k8s.io_machines.yaml",
+    "core/config/crd/bases/ipam.cluster.x-k8s.io_ipaddressclaims.yaml",
+    "core/config/crd/bases/ipam.cluster.x-k8s.io_ipaddresses.yaml",
+];
+
+/// [`CAPI_CRDS`] and the in-cluster IPAM provider's CRDs (its pools), established.
+async fn install_capi_and_ipam_crds(plane: &Plane) {
+    let capi = plane.tools().capi_dir();
+    let ipam = plane.tools().ipam_dir().join("config/crd/bases");
+    let mut pools: Vec<_> = std::fs::read_dir(&ipam)
+        .expect("the IPAM provider's CRDs")
+        .map(|entry| entry.expect("a CRD file").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    pools.sort();
+    let mut files: Vec<_> = CAPI_CRDS.iter().map(|f| capi.join(f)).collect();
+    files.extend(pools);
+    plane
+        .install_crds_files(&files)
+        .await
+        .expect("Cluster API and IPAM CRDs");
+}
+
 /// The resync of the tests' manager: drift and recoveries show within seconds.
 const FAST_RESYNC: Duration = Duration::from_secs(5);
 
@@ -134,8 +164,7 @@ impl World {
         })
         .await
         .expect("plane");
-        plane.install_capi_crds().await.expect("CAPI CRDs");
-        plane.install_ipam_crds().await.expect("IPAM CRDs");
+        install_capi_and_ipam_crds(&plane).await;
         let metrics = Arc::new(Metrics::default());
         let observed = metrics.clone();
         // The runtime as `hyperplug run` builds it: metrics hear the plugin's requests,
