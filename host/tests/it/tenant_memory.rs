@@ -5,6 +5,7 @@
 //! process; its peak resident memory is read from /proc and printed as a table.
 use std::collections::BTreeMap;
 
+use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -49,13 +50,23 @@ fn big_secret(name: &str, credentials: Option<usize>, padding: usize, label: boo
     }
 }
 
+/// Creates in flight: the API server and etcd take several 1 MiB Secrets at once.
+const IN_FLIGHT: usize = 8;
+
 async fn create_all(world: &World, secrets: impl IntoIterator<Item = Secret>) {
     let api: Api<Secret> = Api::namespaced(world.plane.client(), &world.ns);
-    for s in secrets {
-        api.create(&PostParams::default(), &s)
-            .await
-            .expect("secret");
-    }
+    futures::stream::iter(secrets)
+        .map(|s| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &s)
+                    .await
+                    .expect("secret");
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .collect::<()>()
+        .await;
 }
 
 /// A ProxmoxCluster `name` naming `count` Secrets `<prefix>-<i>` in `credentialsRefs`.
