@@ -1,7 +1,9 @@
 //! Reading and addressing the objects of the Cluster API contract, kept dynamic: the
 //! host serves kinds it learns from plugins at start.
+use std::borrow::Borrow;
+
 use kube::api::{Api, ApiResource, DynamicObject, GetParams, GroupVersionKind, ObjectMeta};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
 use hyperplug_runtime::{ObjectRef, Plugin};
@@ -170,6 +172,49 @@ pub fn object_ref(obj: &DynamicObject, id: &str) -> ObjectRef {
 /// Whether the object's infrastructure was provisioned (`status.initialization.provisioned`).
 pub fn provisioned(obj: &DynamicObject) -> bool {
     field(obj, "status.initialization.provisioned").and_then(Value::as_bool) == Some(true)
+}
+
+/// An object's UID: the key of everything the controllers keep per object (the marks of
+/// our writes, held statuses, which machines asked for addresses, what the watches last
+/// saw of it). The API server gives every object it stores one; an object without one
+/// was never stored, so nothing is kept for it: [`Uid::of`] is `None`, never an empty
+/// key that every such object would share.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Uid(String);
+
+impl Uid {
+    /// `obj`'s UID, if it has one.
+    pub fn of(obj: &impl Resource) -> Option<Uid> {
+        Self::in_meta(obj.meta())
+    }
+
+    /// The UID in an object's metadata, if there is one.
+    pub fn in_meta(meta: &ObjectMeta) -> Option<Uid> {
+        let uid = meta.uid.as_deref().filter(|uid| !uid.is_empty())?;
+        Some(Uid(uid.to_string()))
+    }
+}
+
+/// A map keyed by UID is read with the text of one too.
+impl Borrow<str> for Uid {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Tests name their objects by plain text.
+#[cfg(test)]
+impl From<&str> for Uid {
+    fn from(uid: &str) -> Uid {
+        Uid(uid.to_string())
+    }
+}
+
+#[cfg(test)]
+impl PartialEq<&str> for Uid {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
 }
 
 /// The finalizer on every object whose infrastructure we may create.

@@ -15,19 +15,24 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 
+use crate::controller::objects::Uid;
+
 /// The last relevant fingerprint seen per object (by UID).
 #[derive(Clone, Default)]
 pub struct Relevant {
-    seen: Arc<Mutex<HashMap<String, u64>>>,
+    seen: Arc<Mutex<HashMap<Uid, u64>>>,
 }
 
 impl Relevant {
     /// Whether `obj` changed in a way that matters since the last call: its generation
     /// or `extra` (what else a reconcile reads of it) differ, or it is being deleted
     /// (always passed, and forgotten: objects leave through deletion, so the map only
-    /// holds live objects).
+    /// holds live objects). Of an object without a UID nothing is remembered: every
+    /// change of it is one.
     pub fn changed(&self, obj: &DynamicObject, extra: impl Hash) -> bool {
-        let uid = obj.uid().unwrap_or_default();
+        let Some(uid) = Uid::of(obj) else {
+            return true;
+        };
         let mut seen = self.seen.lock().expect("trigger cache poisoned");
         if obj.metadata.deletion_timestamp.is_some() {
             seen.remove(&uid);

@@ -30,6 +30,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 
 use crate::controller::cache::packed::{Packed, SpecOnly};
+use crate::controller::objects::Uid;
 use crate::controller::write::written::WrittenAt;
 
 /// Objects per list request of every watch. A page is held whole, as text, while it is
@@ -57,9 +58,10 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
             // Changes only, not a relist's objects: those reach the store at its end, and
             // a relist read from a lagging cache could show a version before our write.
             if let Ok(watcher::Event::Apply(o)) = &event
-                && let (Some(uid), Some(version)) = (&o.metadata.uid, &o.metadata.resource_version)
+                && let (Some(uid), Some(version)) =
+                    (Uid::in_meta(&o.metadata), &o.metadata.resource_version)
             {
-                written.watched(uid, version);
+                written.watched(&uid, version);
             }
             let out = match event {
                 Ok(watcher::Event::Apply(o)) => seen.changed(&o).then_some(Ok(o)),
@@ -69,8 +71,8 @@ pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: Written
                 }
                 Ok(watcher::Event::Delete(o)) => {
                     seen.forget(&o);
-                    if let Some(uid) = &o.metadata.uid {
-                        written.gone(uid);
+                    if let Some(uid) = Uid::in_meta(&o.metadata) {
+                        written.gone(&uid);
                     }
                     None
                 }
@@ -101,10 +103,10 @@ pub struct Seen(Arc<Mutex<Digests>>);
 
 #[derive(Default)]
 struct Digests {
-    by_uid: HashMap<String, u64>,
+    by_uid: HashMap<Uid, u64>,
     /// The UIDs a relist (the watch restarted) has shown so far: objects deleted while
     /// the watch was down are forgotten when it ends.
-    listed: Option<std::collections::HashSet<String>>,
+    listed: Option<std::collections::HashSet<Uid>>,
 }
 
 impl Seen {
@@ -114,15 +116,15 @@ impl Seen {
 
     /// Whether `obj` changed what a reconcile acts on since last seen; remembers it.
     fn changed(&self, obj: &Packed) -> bool {
-        let (Some(uid), Some(digest)) = (obj.metadata.uid.clone(), acted_on(obj)) else {
+        let (Some(uid), Some(digest)) = (Uid::in_meta(&obj.metadata), acted_on(obj)) else {
             return true;
         };
         self.lock().by_uid.insert(uid, digest) != Some(digest)
     }
 
     fn forget(&self, obj: &Packed) {
-        if let Some(uid) = &obj.metadata.uid {
-            self.lock().by_uid.remove(uid);
+        if let Some(uid) = Uid::in_meta(&obj.metadata) {
+            self.lock().by_uid.remove(&uid);
         }
     }
 
@@ -131,18 +133,18 @@ impl Seen {
     }
 
     fn listed(&self, obj: &Packed) {
-        if let (Some(listed), Some(uid)) = (&mut self.lock().listed, &obj.metadata.uid) {
-            listed.insert(uid.clone());
+        if let (Some(listed), Some(uid)) = (&mut self.lock().listed, Uid::in_meta(&obj.metadata)) {
+            listed.insert(uid);
         }
     }
 
     /// The relist ended: objects it did not show are forgotten, and returned.
-    fn relisted(&self) -> Vec<String> {
+    fn relisted(&self) -> Vec<Uid> {
         let mut d = self.lock();
         let Some(listed) = d.listed.take() else {
             return Vec::new();
         };
-        let gone: Vec<String> = d
+        let gone: Vec<Uid> = d
             .by_uid
             .keys()
             .filter(|uid| !listed.contains(*uid))
@@ -158,7 +160,7 @@ impl Seen {
     /// not a change. Should the echo come first, it wakes one reconcile, as before.
     pub fn wrote(&self, obj: &DynamicObject) {
         let packed = Packed::pack(obj.clone());
-        if let (Some(uid), Some(digest)) = (obj.metadata.uid.clone(), acted_on(&packed)) {
+        if let (Some(uid), Some(digest)) = (Uid::in_meta(&obj.metadata), acted_on(&packed)) {
             self.lock().by_uid.insert(uid, digest);
         }
     }

@@ -25,7 +25,7 @@ use crate::controller::cache::packed::SpecOnly;
 use crate::controller::cache::watch::cached_or_read;
 use crate::controller::call::outcome::{self, Failed};
 use crate::controller::error::Result;
-use crate::controller::objects::{self, api, capi_cluster, finalizer};
+use crate::controller::objects::{self, Uid, api, capi_cluster, finalizer};
 use crate::controller::trust::ownership::Ownership;
 use crate::controller::trust::unverified;
 use crate::controller::write::coalesce::Coalescer;
@@ -57,6 +57,8 @@ pub struct Rules<'a> {
 pub struct Passed {
     /// The object as the API server has it now (or the cache, holding our last write).
     pub obj: DynamicObject,
+    /// Its UID: what is kept for it is kept under this key.
+    pub uid: Uid,
     pub own: Api<DynamicObject>,
     pub deleting: bool,
     /// Its owner of the kind [`Rules::owner`] asked for, and its cluster's name: both
@@ -91,6 +93,11 @@ pub async fn pass(
     }
     let own = api(&ctx.client, &ctx.resource, &ns);
     let Some(obj) = current(ctx, &own, cached, rules).await? else {
+        return Ok(Gate::Stop(Action::await_change()));
+    };
+    // The API server gives every object it stores a UID: one without is nothing it
+    // stored, nothing to reconcile, and nothing to remember.
+    let Some(uid) = Uid::of(&obj) else {
         return Ok(Gate::Stop(Action::await_change()));
     };
     if objects::has_annotation(&obj, objects::MANAGED_BY_ANNOTATION) {
@@ -131,6 +138,7 @@ pub async fn pass(
     };
     Ok(Gate::Go(Passed {
         obj,
+        uid,
         own,
         deleting,
         owner,
@@ -153,19 +161,28 @@ async fn current(
     rules: &Rules<'_>,
 ) -> Result<Option<DynamicObject>> {
     let written = &ctx.writes.written;
-    let uid = cached.uid().unwrap_or_default();
-    if rules.from_cache && written.is_current(&uid, cached.resource_version().as_deref()) {
+    let uid = Uid::of(cached);
+    let version = cached.resource_version();
+    let current = uid
+        .as_ref()
+        .is_some_and(|uid| written.is_current(uid, version.as_deref()));
+    if rules.from_cache && current {
         return Ok(Some(cached.clone()));
     }
     let read = objects::fresh(own, cached).await?;
-    match &read {
-        Some(obj) => written.read_at(&obj.uid().unwrap_or_default(), obj.resource_version()),
-        None => {
+    match (&read, uid) {
+        (Some(obj), _) => {
+            if let Some(uid) = Uid::of(obj) {
+                written.read_at(&uid, obj.resource_version());
+            }
+        }
+        (None, Some(uid)) => {
             if let Some(held) = rules.held {
                 held.forget(&uid);
             }
             written.forget(&uid);
         }
+        (None, None) => {}
     }
     Ok(read)
 }

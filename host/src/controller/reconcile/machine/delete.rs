@@ -1,6 +1,5 @@
 //! A deleting machine: the plugin tears its infrastructure down; only once it confirms
 //! it gone do its claims, blobs and the finalizer go.
-use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
 use super::super::context::MachineContext;
@@ -51,10 +50,9 @@ pub async fn run(ctx: &MachineContext, o: &Observed) -> Result<Action> {
                 .remove_finalizer(&o.own, &o.obj, &finalizer)
                 .await?;
             // Only now: a retry of a step above reads the object afresh, as before.
-            let uid = o.obj.uid().unwrap_or_default();
-            ctx.coalescer.forget(&uid);
-            ctx.writes.written.forget(&uid);
-            ctx.asked.forget(&uid);
+            ctx.coalescer.forget(&o.uid);
+            ctx.writes.written.forget(&o.uid);
+            ctx.asked.forget(&o.uid);
             Ok(Action::await_change())
         }
         Outcome::Done(Some(progress)) => {

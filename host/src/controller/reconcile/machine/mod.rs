@@ -100,10 +100,8 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<MachineContext>) -> Res
         o.follow(next, written);
     };
     // Addresses the plugin needs: claim them now, hand them over on the next call.
-    ctx.asked.record(
-        &o.obj.uid().unwrap_or_default(),
-        !status.address_requests.is_empty(),
-    );
+    ctx.asked
+        .record(&o.uid, !status.address_requests.is_empty());
     let claimed = if status.address_requests.is_empty() {
         Claimed::default()
     } else {
@@ -147,9 +145,8 @@ pub(super) async fn write_or_hold(
     durable: bool,
     has_events: bool,
 ) -> Result<bool> {
-    let uid = o.obj.uid().unwrap_or_default();
     if !ctx.coalescer.write_now(
-        &uid,
+        &o.uid,
         &o.stored,
         next,
         durable,
@@ -159,7 +156,7 @@ pub(super) async fn write_or_hold(
         return Ok(false);
     }
     ctx.writes.status(&o.own, &o.obj, next).await?;
-    ctx.coalescer.written(&uid);
+    ctx.coalescer.written(&o.uid);
     Ok(true)
 }
 

@@ -18,7 +18,7 @@ use crate::controller::call::outcome::{self, Failed};
 use crate::controller::call::versions;
 use crate::controller::error::{Error, Result};
 use crate::controller::ipam::MachineClaims;
-use crate::controller::objects::{self, capi_machine, finalizer, str_field};
+use crate::controller::objects::{self, Uid, capi_machine, finalizer, str_field};
 use crate::controller::schedule::requeue;
 use crate::controller::trust::ownership::Ownership;
 use crate::controller::trust::{adoption, unverified};
@@ -31,6 +31,7 @@ use hyperplug_runtime::bindings::machine::{BootstrapData, MachineRequest};
 pub struct Observed {
     /// The object as the API server has it now.
     pub obj: DynamicObject,
+    pub uid: Uid,
     pub own: Api<DynamicObject>,
     pub deleting: bool,
     /// Its infrastructure was provisioned before (describe, not create).
@@ -98,9 +99,7 @@ pub async fn machine(ctx: &MachineContext, cached: &DynamicObject) -> Result<Ste
         Gate::Stop(action) => return Ok(Gate::Stop(action)),
     };
     let stored = InfraMachineStatus::of(&go.obj);
-    let prev = ctx
-        .coalescer
-        .current(go.obj.uid().as_deref().unwrap_or_default(), &stored);
+    let prev = ctx.coalescer.current(&go.uid, &stored);
     let state = prev.progress.plugin_state.as_deref();
     let grants = ctx.options.grants_for(&go.obj);
     if let Some(refused) = not_granted(ctx, &go, state, &grants).await? {
@@ -149,6 +148,7 @@ pub async fn machine(ctx: &MachineContext, cached: &DynamicObject) -> Result<Ste
         credentials: creds.version,
         infra_cluster_name: infra_cluster.name_any(),
         obj: go.obj,
+        uid: go.uid,
         own: go.own,
         deleting: go.deleting,
         provisioned,
@@ -269,7 +269,7 @@ async fn inputs(
         Ok::<_, Error>((machine, bootstrap))
     };
     let may_have_claims = ctx.asked.may_have_claims(
-        go.obj.uid().as_deref().unwrap_or_default(),
+        &go.uid,
         go.obj.finalizers().contains(&finalizer(&ctx.plugin)),
     );
     let claims = async {

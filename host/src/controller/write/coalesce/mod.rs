@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::controller::objects::Uid;
 use crate::status::InfraMachineStatus;
 use rule::{Waited, a_new_step, must_write};
 
@@ -36,14 +37,14 @@ struct Held {
 /// made is for the cache's marks to know (`written::WrittenAt`), not for this.
 #[derive(Default)]
 pub struct Coalescer {
-    held: Mutex<HashMap<String, Held>>,
+    held: Mutex<HashMap<Uid, Held>>,
 }
 
 impl Coalescer {
     /// The status to continue from for object `uid` whose stored status is `stored`:
     /// the held one if it continues what is stored, else the stored one (and a void
     /// entry is dropped).
-    pub fn current(&self, uid: &str, stored: &InfraMachineStatus) -> InfraMachineStatus {
+    pub fn current(&self, uid: &Uid, stored: &InfraMachineStatus) -> InfraMachineStatus {
         let mut held = self.held.lock().expect("coalescer");
         match held.get(uid) {
             Some(h) if h.stored_state == stored.progress.plugin_state => h.status.clone(),
@@ -59,7 +60,7 @@ impl Coalescer {
     /// if not, it is held. The caller writes when told to, then calls [`Self::written`].
     pub fn write_now(
         &self,
-        uid: &str,
+        uid: &Uid,
         stored: &InfraMachineStatus,
         next: &InfraMachineStatus,
         durable: bool,
@@ -80,7 +81,7 @@ impl Coalescer {
             return true;
         }
         held.insert(
-            uid.to_string(),
+            uid.clone(),
             Held {
                 stored_state: stored.progress.plugin_state.clone(),
                 status: next.clone(),
@@ -92,12 +93,12 @@ impl Coalescer {
     }
 
     /// `uid`'s status was written: nothing is held for it any more.
-    pub fn written(&self, uid: &str) {
+    pub fn written(&self, uid: &Uid) {
         self.held.lock().expect("coalescer").remove(uid);
     }
 
     /// `uid`'s object is gone: nothing is kept for it.
-    pub fn forget(&self, uid: &str) {
+    pub fn forget(&self, uid: &Uid) {
         self.held.lock().expect("coalescer").remove(uid);
     }
 
@@ -121,14 +122,14 @@ mod tests {
         let c = Coalescer::default();
         let at_rest = stored("id=100");
         let next = step(&at_rest, "id=100,task=T");
-        assert!(!c.write_now("a", &at_rest, &next, false, false, false));
-        assert_eq!(c.current("a", &at_rest), next);
+        assert!(!c.write_now(&"a".into(), &at_rest, &next, false, false, false));
+        assert_eq!(c.current(&"a".into(), &at_rest), next);
         // A durable step is written, and nothing stays held once it is.
         let durable = step(&next, "id=101");
-        assert!(c.write_now("a", &at_rest, &durable, true, false, false));
-        c.written("a");
+        assert!(c.write_now(&"a".into(), &at_rest, &durable, true, false, false));
+        c.written(&"a".into());
         assert_eq!(c.len(), 0);
-        assert_eq!(c.current("a", &at_rest), at_rest);
+        assert_eq!(c.current(&"a".into(), &at_rest), at_rest);
     }
 
     #[test]
@@ -136,9 +137,9 @@ mod tests {
         let c = Coalescer::default();
         let at_rest = stored("id=100");
         let next = step(&at_rest, "id=100,task=T");
-        c.write_now("a", &at_rest, &next, false, false, false);
+        c.write_now(&"a".into(), &at_rest, &next, false, false, false);
         let elsewhere = stored("id=200");
-        assert_eq!(c.current("a", &elsewhere), elsewhere);
+        assert_eq!(c.current(&"a".into(), &elsewhere), elsewhere);
         assert_eq!(c.len(), 0);
     }
 
@@ -150,11 +151,18 @@ mod tests {
         waiting.progress.phase = Some("Waiting".into());
         let mut stored_waiting = at_rest.clone();
         stored_waiting.progress.phase = Some("Waiting".into());
-        assert!(!c.write_now("a", &stored_waiting, &waiting, false, false, false));
+        assert!(!c.write_now(&"a".into(), &stored_waiting, &waiting, false, false, false));
         std::thread::sleep(Duration::from_millis(2));
         let mut next_phase = step(&at_rest, "t2");
         next_phase.progress.phase = Some("Configuring".into());
-        assert!(!c.write_now("a", &stored_waiting, &next_phase, false, false, false));
+        assert!(!c.write_now(
+            &"a".into(),
+            &stored_waiting,
+            &next_phase,
+            false,
+            false,
+            false
+        ));
         let (since, step_since) = {
             let held = c.held.lock().unwrap();
             (held["a"].since, held["a"].step_since)
@@ -198,7 +206,7 @@ mod tests {
         let c = Coalescer::default();
         let at_rest = stored("s");
         let first = step(&at_rest, "t1");
-        assert!(!c.write_now("a", &at_rest, &first, false, false, false));
+        assert!(!c.write_now(&"a".into(), &at_rest, &first, false, false, false));
         let now = Instant::now();
         let since = c.held.lock().unwrap()["a"].since;
         let mut shown = first.clone();
