@@ -253,103 +253,40 @@ async fn machines(
         ctx.writes.written.clone(),
     );
     let controller = Controller::for_stream_with(own, store, ar.clone());
-    let store = controller.store();
-    let (woken_ar, urgent_ar, urgent_store) = (ar.clone(), ar.clone(), store.clone());
-    let woken = priority::prioritised(
-        woken,
-        move |r| {
-            urgent(
-                &urgent_store,
-                &r.clone().into_kind_unchecked(urgent_ar.clone()),
-            )
-        },
-        ctx.housekeeping.clone(),
+    let map = Arc::new(MachineTriggers::new(ar, controller.store()));
+    let urgent = {
+        let map = map.clone();
+        move |r: &ObjectRef<DynamicObject>| map.urgent(r)
+    };
+    let woken = priority::prioritised(woken, urgent, ctx.housekeeping.clone())
+        .map(mapper(&map, MachineTriggers::woken));
+    // Labelled Secrets only, so the manager never watches every Secret; and only their
+    // metadata: a tenant's labelled Secrets of any size cost the manager their names,
+    // not their bytes.
+    let secrets = watcher(
+        secret_names(&ctx.client, ns),
+        watcher::Config::default()
+            .labels(objects::CLUSTER_NAME_LABEL)
+            .page_size(watch::LIST_PAGE),
     )
-    .map(move |r| r.into_kind_unchecked::<Packed>(woken_ar.clone()));
-    let (group, kind) = (ar.group.clone(), ar.kind.clone());
-    let machine_ar = ar.clone();
-    let cluster_ar = ar.clone();
-    let infra_ar = ar.clone();
-    let secret_ar = ar.clone();
-    let infra_store = store.clone();
-    // A provisioned machine reads neither its Machine's spec nor its bootstrap data
-    // again: their changes wake only machines still being provisioned.
-    let (machine_store, secret_store) = (store.clone(), store.clone());
-    let waiters = triggers::BootstrapWaiters::default();
-    let secret_waiters = waiters.clone();
-    let (machine_changes, cluster_changes, infra_changes) = (
-        triggers::Relevant::default(),
-        triggers::Relevant::default(),
-        triggers::Relevant::default(),
-    );
+    .touched_objects();
     controller
         .with_config(config(&ctx))
         .reconcile_on(woken)
-        // A Machine's spec changing (bootstrap data named, failure domain) maps to the
-        // InfraMachine it references; its status churn does not. The Secret it names is
-        // remembered for the Secret watch below.
         .watches_stream_with(
             others.machines.0,
-            move |m: SpecOnly| {
-                let m = m.unpack();
-                let ns = m.namespace().unwrap_or_default();
-                let infra = objects::reference_to(&m, "spec.infrastructureRef", &group, &kind)
-                    .map(|name| ObjectRef::new_with(&name, machine_ar.clone()).within(&ns))?;
-                let secret = objects::str_field(&m, "spec.bootstrap.dataSecretName");
-                waiters.record(&m, secret, &infra.clone().erase());
-                (machine_changes.changed(&m, ()) && provisioning(&machine_store, &infra))
-                    .then_some(infra)
-            },
+            mapper(&map, MachineTriggers::machine),
             objects::capi_machine(),
         )
-        // A Cluster's spec changing (paused) or its deletion maps to all its machines.
         .watches_stream_with(
             others.clusters.0,
-            move |c: SpecOnly| {
-                let c = c.unpack();
-                if !cluster_changes.changed(&c, ()) {
-                    return Vec::new();
-                }
-                machines_of(&store, &cluster_ar, c.namespace(), Some(c.name_any()))
-            },
+            mapper(&map, MachineTriggers::cluster),
             objects::capi_cluster(),
         )
-        // A bootstrap Secret appearing maps to the machine whose Machine names it
-        // (labelled Secrets only, so the manager never watches every Secret). Only their
-        // metadata is listed and watched: a tenant's labelled Secrets of any size cost
-        // the manager their names, not their bytes.
-        .watches_stream_with(
-            watcher(
-                secret_names(&ctx.client, ns),
-                watcher::Config::default()
-                    .labels(objects::CLUSTER_NAME_LABEL)
-                    .page_size(watch::LIST_PAGE),
-            )
-            .touched_objects(),
-            move |s: PartialObjectMeta<Secret>| {
-                secret_waiters
-                    .waiting_for(&s.namespace().unwrap_or_default(), &s.name_any())
-                    .map(|m| m.into_kind_unchecked::<Packed>(secret_ar.clone()))
-                    .filter(|m| provisioning(&secret_store, m))
-            },
-            (),
-        )
-        // The InfraCluster's spec or readiness changing maps to all machines of its cluster.
+        .watches_stream_with(secrets, mapper(&map, MachineTriggers::secret), ())
         .watches_stream_with(
             others.infra_clusters.0,
-            move |c: Packed| {
-                let c = c.unpack();
-                let ready = objects::field(&c, "status.ready").and_then(Value::as_bool);
-                if !infra_changes.changed(&c, ready) {
-                    return Vec::new();
-                }
-                machines_of(
-                    &infra_store,
-                    &infra_ar,
-                    c.namespace(),
-                    objects::cluster_name(&c),
-                )
-            },
+            mapper(&map, MachineTriggers::infra_cluster),
             others.infra_cluster_ar,
         )
         .run(
@@ -359,6 +296,105 @@ async fn machines(
         )
         .for_each(|_| futures::future::ready(()))
         .await;
+}
+
+/// `f` applied with `map`, as a watch's mapper holds it.
+fn mapper<T, R>(
+    map: &Arc<MachineTriggers>,
+    f: fn(&MachineTriggers, T) -> R,
+) -> impl Fn(T) -> R + Send + Sync + 'static
+where
+    T: 'static,
+    R: 'static,
+{
+    let map = map.clone();
+    move |event| f(&map, event)
+}
+
+/// Which InfraMachines a change of what they depend on wakes. Built once for the
+/// machine controller; its watches share it (their mappers hold it, see [`mapper`]),
+/// and with it what each watch last found relevant.
+struct MachineTriggers {
+    /// The InfraMachine kind, and the controller's cache of its objects.
+    ar: ApiResource,
+    store: Store<Packed>,
+    /// The machines waiting for a bootstrap Secret, learnt from their Machines.
+    waiters: triggers::BootstrapWaiters,
+    machine_changes: triggers::Relevant,
+    cluster_changes: triggers::Relevant,
+    infra_changes: triggers::Relevant,
+}
+
+impl MachineTriggers {
+    fn new(ar: ApiResource, store: Store<Packed>) -> MachineTriggers {
+        MachineTriggers {
+            ar,
+            store,
+            waiters: Default::default(),
+            machine_changes: Default::default(),
+            cluster_changes: Default::default(),
+            infra_changes: Default::default(),
+        }
+    }
+
+    /// A machine the observer woke, as the controller's queue names it.
+    fn woken(&self, r: ObjectRef<DynamicObject>) -> ObjectRef<Packed> {
+        r.into_kind_unchecked(self.ar.clone())
+    }
+
+    /// Whether waking `r` is urgent (see `priority`).
+    fn urgent(&self, r: &ObjectRef<DynamicObject>) -> bool {
+        urgent(&self.store, &self.woken(r.clone()))
+    }
+
+    /// A Machine's spec changing (bootstrap data named, failure domain) maps to the
+    /// InfraMachine it references; its status churn does not. The Secret it names is
+    /// remembered for the Secret watch. A provisioned machine reads neither its
+    /// Machine's spec nor its bootstrap data again: their changes wake only machines
+    /// still being provisioned.
+    fn machine(&self, m: SpecOnly) -> Option<ObjectRef<Packed>> {
+        let m = m.unpack();
+        let ns = m.namespace().unwrap_or_default();
+        let (group, kind) = (&self.ar.group, &self.ar.kind);
+        let infra = objects::reference_to(&m, "spec.infrastructureRef", group, kind)
+            .map(|name| ObjectRef::new_with(&name, self.ar.clone()).within(&ns))?;
+        let secret = objects::str_field(&m, "spec.bootstrap.dataSecretName");
+        self.waiters.record(&m, secret, &infra.clone().erase());
+        (self.machine_changes.changed(&m, ()) && provisioning(&self.store, &infra)).then_some(infra)
+    }
+
+    /// A Cluster's spec changing (paused) or its deletion maps to all its machines.
+    fn cluster(&self, c: SpecOnly) -> Vec<ObjectRef<Packed>> {
+        let c = c.unpack();
+        if !self.cluster_changes.changed(&c, ()) {
+            return Vec::new();
+        }
+        machines_of(&self.store, &self.ar, c.namespace(), Some(c.name_any()))
+    }
+
+    /// A bootstrap Secret appearing maps to the machine whose Machine names it, while
+    /// that machine is being provisioned.
+    fn secret(&self, s: PartialObjectMeta<Secret>) -> Option<ObjectRef<Packed>> {
+        self.waiters
+            .waiting_for(&s.namespace().unwrap_or_default(), &s.name_any())
+            .map(|m| m.into_kind_unchecked::<Packed>(self.ar.clone()))
+            .filter(|m| provisioning(&self.store, m))
+    }
+
+    /// The InfraCluster's spec or readiness changing maps to all machines of its cluster.
+    fn infra_cluster(&self, c: Packed) -> Vec<ObjectRef<Packed>> {
+        let c = c.unpack();
+        let ready = objects::field(&c, "status.ready").and_then(Value::as_bool);
+        if !self.infra_changes.changed(&c, ready) {
+            return Vec::new();
+        }
+        machines_of(
+            &self.store,
+            &self.ar,
+            c.namespace(),
+            objects::cluster_name(&c),
+        )
+    }
 }
 
 async fn clusters(ctx: Arc<Context>) {

@@ -5,7 +5,7 @@ use kube::runtime::controller::Action;
 use super::super::context::MachineContext;
 use super::observe::Observed;
 use super::report;
-use super::write_or_hold;
+use super::status::write_or_hold;
 use crate::controller::call::outcome::{self, Outcome};
 use crate::controller::error::{Error, Result};
 use crate::controller::ipam;

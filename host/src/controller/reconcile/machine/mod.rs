@@ -7,6 +7,7 @@ mod observe;
 pub mod report;
 #[cfg(test)]
 mod result_properties;
+mod status;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use crate::controller::write::conditions;
 use crate::status::InfraMachineStatus;
 use hyperplug_runtime::bindings::machine::MachineStatus;
 use observe::Observed;
+use status::write_or_hold;
 
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<MachineContext>) -> Result<Action> {
     // Waiting on something the observer has not reported over: no reads, no call (a
@@ -134,30 +136,6 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<MachineContext>) -> Res
         o.provisioned || status.ready,
         ctx.options.resync,
     ))
-}
-
-/// Write `next` as the machine's status now, or hold it (`coalesce` decides); whether
-/// it was written. The one place a machine's step reaches its status.
-pub(super) async fn write_or_hold(
-    ctx: &MachineContext,
-    o: &Observed,
-    next: &InfraMachineStatus,
-    durable: bool,
-    has_events: bool,
-) -> Result<bool> {
-    if !ctx.coalescer.write_now(
-        &o.uid,
-        &o.stored,
-        next,
-        durable,
-        has_events,
-        o.obj.metadata.deletion_timestamp.is_some(),
-    ) {
-        return Ok(false);
-    }
-    ctx.writes.status(&o.own, &o.obj, next).await?;
-    ctx.coalescer.written(&o.uid);
-    Ok(true)
 }
 
 /// Plugin steps one reconcile may take (see [`goes_on_at_once`]).
