@@ -5,9 +5,6 @@
 //! both make their kinds' CRDs and status with `hyperplug-kinds`.
 pub mod admission;
 pub mod cli;
-// why: lifted when the controller restructure lands (issue 44); until then its long
-// functions are listed in that work.
-#[allow(clippy::too_many_lines)]
 pub mod controller;
 pub mod conversion;
 pub mod health;

@@ -92,7 +92,7 @@ pub async fn pass(
         return Ok(Gate::Stop(later));
     }
     let own = api(&ctx.client, &ctx.resource, &ns);
-    let Some(obj) = current(ctx, &own, cached, rules).await? else {
+    let Some(obj) = object_now(ctx, &own, cached, rules).await? else {
         return Ok(Gate::Stop(Action::await_change()));
     };
     // The API server gives every object it stores a UID: one without is nothing it
@@ -154,7 +154,7 @@ pub async fn pass(
 /// its last step and write that older state back. So it is read afresh, unless the role
 /// starts from the cache and the cache holds our last write. `None`: it is gone, and
 /// what was kept for it is forgotten.
-async fn current(
+async fn object_now(
     ctx: &Context,
     own: &Api<DynamicObject>,
     cached: &DynamicObject,

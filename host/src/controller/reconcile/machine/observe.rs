@@ -101,10 +101,10 @@ pub async fn machine(ctx: &MachineContext, cached: &DynamicObject) -> Result<Ste
     let stored = InfraMachineStatus::of(&go.obj);
     let prev = ctx.coalescer.current(&go.uid, &stored);
     let state = prev.progress.plugin_state.as_deref();
-    let grants = ctx.options.grants_for(&go.obj);
-    if let Some(refused) = not_granted(ctx, &go, state, &grants).await? {
-        return Ok(Gate::Stop(refused));
-    }
+    let grants = match granted(ctx, &go, state).await? {
+        Gate::Go(grants) => grants,
+        Gate::Stop(action) => return Ok(Gate::Stop(action)),
+    };
     // Provisioned without a record of ours (taken over, or the state was lost): create
     // finds the infrastructure again (by our marker, or by what the plugin can prove),
     // and never makes it again.
@@ -216,24 +216,19 @@ async fn infra_cluster(
     }
 }
 
-/// Naming infrastructure the manager has no record of: only where an administrator
-/// granted adoption, or (moved here, by a plugin that asks what is granted) to find
-/// what carries its own marker; else refused, and when to look again. See `adoption`.
-/// `state`: the plugin state this step continues from.
-async fn not_granted(
-    ctx: &MachineContext,
-    go: &Passed,
-    state: Option<&str>,
-    grants: &Grants,
-) -> Result<Option<Action>> {
+/// What an administrator granted the machine. Naming infrastructure the manager has
+/// no record of: only where adoption is granted, or (moved here, by a plugin that asks
+/// what is granted) to find what carries its own marker; else it is refused, and looked
+/// at again later. See `adoption`. `state`: the plugin state this step continues from.
+async fn granted(ctx: &MachineContext, go: &Passed, state: Option<&str>) -> Result<Gate<Grants>> {
+    let grants = ctx.options.grants_for(&go.obj);
     let told_nothing_granted = ctx.plugin.asks_grants() && adoption::moved(&go.obj, &go.id);
     let gated = adoption::names_unrecorded(&go.obj, state) && !told_nothing_granted;
     if go.deleting || grants.adoption || !gated {
-        return Ok(None);
+        return Ok(Gate::Go(grants));
     }
-    adoption::not_granted(&ctx.writes, &go.own, &go.obj)
-        .await
-        .map(Some)
+    let refused = adoption::not_granted(&ctx.writes, &go.own, &go.obj);
+    refused.await.map(Gate::Stop)
 }
 
 /// What the call is made with besides the specs.
