@@ -38,7 +38,7 @@ const EXTERNAL_CREDS: &str = "external-creds";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_capmox_flavor_provisions_its_machines_and_deletes_them() {
-    let _flow = crate::FLOWS.acquire().await.unwrap();
+    let _flow = crate::LongestFlow;
     let hyperplug = capi::build_hyperplug().unwrap();
     let plugin = capi::bundled_plugin().unwrap();
     let qs = Quickstart::start(
