@@ -3,9 +3,10 @@
 # clusterctl, the Cluster API managers, the in-cluster IPAM provider, the cert-manager
 # controller and CAPMOX's manager) from their Go modules, at the versions pinned in scripts/tools.env.
 #
-# Binaries and wrapper modules live outside the checkout, keyed by version:
-#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/bin/<component>-<version>/<name>
-#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/src/<component>-<version>/go.mod
+# Binaries and wrapper modules live outside the checkout, keyed by version (the world's
+# one module, below, by a digest of its versions, sources and flags):
+#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/bin/<component>-<version or key>/<name>
+#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/src/<component>-<version or key>/go.mod
 # Idempotent: a binary that exists is not rebuilt. Concurrent runs serialise on a lock.
 # At the end it writes $CACHE/world.env (paths of every binary and manifest source dir,
 # read by tests/kube-world) and prints the path of that file on stdout. Progress and build
@@ -68,6 +69,48 @@ build() {
     printf '%s\t%s\t%ss\n' "$(date -u +%FT%TZ)" "$out" "$((end - start))" >>"$CACHE/build-times.log"
 }
 
+# The name `go build` gives a main package's binary: its last path element, or the one
+# before a major version suffix (go.etcd.io/etcd/server/v3 -> server).
+go_bin_name() {
+    local p="${1%/}"
+    [[ "$p" =~ /v[0-9]+$ ]] && p="${p%/v*}"
+    printf '%s' "${p##*/}"
+}
+
+# build_many <module dir> <output dir> <ldflags> <name>=<package>...: one `go build` of
+# several main packages, each binary moved to <output dir>/<name> once the whole build
+# has succeeded. `go build -o dir/` names a binary after its package's last path element,
+# so packages sharing one (Cluster API's two `kubeadm` managers) go in separate rounds.
+build_many() {
+    local wdir="$1" outdir="$2" ldflags="$3"
+    shift 3
+    local rest=("$@")
+    mkdir -p "$outdir"
+    while [[ ${#rest[@]} -gt 0 ]]; do
+        local round=() later=() seen=" " t base tmp start
+        for t in "${rest[@]}"; do
+            base="$(go_bin_name "${t#*=}")"
+            if [[ "$seen" == *" $base "* ]]; then later+=("$t"); else round+=("$t"); seen+="$base "; fi
+        done
+        tmp="$outdir/.tmp.$$"
+        rm -rf "$tmp" && mkdir -p "$tmp"
+        log "build   ${round[*]%%=*} (one go build; minutes on a cold cache)"
+        start=$(date +%s)
+        if ! (cd "$wdir" && nice -n 10 go build -trimpath -ldflags "-s -w $ldflags" -o "$tmp/" "${round[@]#*=}"); then
+            rm -rf "$tmp"
+            log "FAILED  ${round[*]%%=*} (see the go output above)"
+            return 1
+        fi
+        for t in "${round[@]}"; do
+            mv -f "$tmp/$(go_bin_name "${t#*=}")" "$outdir/${t%%=*}"
+        done
+        rm -rf "$tmp"
+        log "built   ${round[*]%%=*} in $(($(date +%s) - start))s"
+        printf '%s\t%s\t%ss\n' "$(date -u +%FT%TZ)" "$outdir/{${round[*]%%=*}}" "$(($(date +%s) - start))" >>"$CACHE/build-times.log"
+        rest=(${later[@]+"${later[@]}"})
+    done
+}
+
 # A wrapper module: go.mod with a go directive, requires and replaces; go.sum is filled
 # by the first build (-mod=mod).
 write_wrapper() {
@@ -91,88 +134,107 @@ want() {
 }
 selected=("$@")
 
-# ---------------------------------------------------------------- Kubernetes
-K8S_BIN="$CACHE/bin/kubernetes-$KUBERNETES_VERSION"
+# ---------------------------------------------------------------- the world's one module
+# Kubernetes (kube-apiserver, kube-controller-manager, kubectl), etcd, Cluster API
+# (clusterctl and its three managers) and cert-manager's controller are built from one
+# wrapper module, so their shared dependencies (k8s.io/* at one version, grpc, etcd's
+# client, controller-runtime, ...) are one module graph and compile once, and one
+# `go build` compiles them all. tools.env pins versions that fit one graph: the
+# k8s.io/* release of Kubernetes is the one Cluster API and cert-manager build with.
+# (On 2 cores, cold: about 6 min; one module per tool, each with its own k8s.io/*
+# release, took about 16.)
 k8s_minor="${KUBERNETES_VERSION#v1.}"
 k8s_minor="${k8s_minor%%.*}"
 k8s_staging="v0.${KUBERNETES_VERSION#v1.}"
-if want kube-apiserver || want kube-controller-manager || want kubectl; then
-    if [[ ! -x "$K8S_BIN/kube-apiserver" || ! -x "$K8S_BIN/kube-controller-manager" || ! -x "$K8S_BIN/kubectl" ]]; then
-        wdir="$CACHE/src/kubernetes-$KUBERNETES_VERSION"
-        gomod="$(mod_gomod "k8s.io/kubernetes@$KUBERNETES_VERSION")"
-        # k8s.io/kubernetes replaces every staging module with ./staging/src/k8s.io/<m>;
-        # outside its repository those are the published v0.<minor>.<patch> modules.
-        replaces="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\t\1 => \1 '"$k8s_staging"'#p' "$gomod")"
-        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-        write_wrapper "$wdir" "module hyperplug.local/tools/kubernetes
-
-go $gover
-
-require k8s.io/kubernetes $KUBERNETES_VERSION
-
-replace (
-$replaces
-)"
-    fi
-    kver="-X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$k8s_minor -X k8s.io/component-base/version.gitCommit= -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=$build_date"
-    kver="$kver -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$k8s_minor -X k8s.io/client-go/pkg/version.gitCommit= -X k8s.io/client-go/pkg/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.buildDate=$build_date"
-    for t in kube-apiserver kube-controller-manager kubectl; do
-        want "$t" && build "$CACHE/src/kubernetes-$KUBERNETES_VERSION" "$K8S_BIN/$t" "k8s.io/kubernetes/cmd/$t" "$kver"
-    done
-fi
-
-# ---------------------------------------------------------------- etcd
-ETCD_BIN="$CACHE/bin/etcd-$ETCD_VERSION"
-if want etcd; then
-    if [[ ! -x "$ETCD_BIN/etcd" ]]; then
-        # server/v3's go.mod replaces its sibling modules with ../<dir>; a wrapper that just
-        # requires it resolves them to the published versions it names.
-        gomod="$(mod_gomod "go.etcd.io/etcd/server/v3@$ETCD_VERSION")"
-        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-        write_wrapper "$CACHE/src/etcd-$ETCD_VERSION" "module hyperplug.local/tools/etcd
-
-go $gover
-
-require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
-    fi
-    build "$CACHE/src/etcd-$ETCD_VERSION" "$ETCD_BIN/etcd" "go.etcd.io/etcd/server/v3" \
-        "-X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION"
-fi
-
-# ---------------------------------------------------------------- Cluster API
-CAPI_BIN="$CACHE/bin/cluster-api-$CAPI_VERSION"
 capi_minor="${CAPI_VERSION#v1.}"
 capi_minor="${capi_minor%%.*}"
-capi_ld() {
+# -X flags for a version package's gitVersion and friends.
+version_ld() {
     local p="$1" v="$2" minor="$3"
     printf -- "-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean -X %s.buildDate=%s" \
         "$p" "$v" "$p" "$p" "$minor" "$p" "$p" "$build_date"
 }
-if want clusterctl || want capi-manager || want kubeadm-bootstrap-manager || want kubeadm-control-plane-manager; then
-    wdir="$CACHE/src/cluster-api-$CAPI_VERSION"
-    gomod="$(mod_gomod "sigs.k8s.io/cluster-api@$CAPI_VERSION")"
-    gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-    # From v1.14 the root module replaces sigs.k8s.io/cluster-api/api => ./api.
-    write_wrapper "$wdir" "module hyperplug.local/tools/cluster-api
+CM_MOD=github.com/cert-manager/cert-manager
+# Every binary's version variables: each binary links only its own, and -X of a package
+# a binary does not link is ignored, so the one build takes them all.
+world_ld() {
+    printf '%s ' \
+        "$(version_ld k8s.io/component-base/version "$KUBERNETES_VERSION" "$k8s_minor") -X k8s.io/component-base/version.gitCommit=" \
+        "$(version_ld k8s.io/client-go/pkg/version "$KUBERNETES_VERSION" "$k8s_minor") -X k8s.io/client-go/pkg/version.gitCommit=" \
+        "-X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
+        "$(version_ld sigs.k8s.io/cluster-api/version "$CAPI_VERSION" "$capi_minor")" \
+        "-X $CM_MOD/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X $CM_MOD/pkg/util.AppGitCommit="
+}
+# name=package of each binary of the world module. cert-manager's main is ours
+# (scripts/tools/cert-manager-controller): upstream's lives in a nested module (cmd/controller)
+# that is not published, so ours runs the published root module's controllers.
+WORLD_TOOLS=(
+    kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver
+    kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager
+    kubectl=k8s.io/kubernetes/cmd/kubectl
+    etcd=go.etcd.io/etcd/server/v3
+    clusterctl=sigs.k8s.io/cluster-api/cmd/clusterctl
+    capi-manager=sigs.k8s.io/cluster-api/core
+    kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm
+    kubeadm-control-plane-manager=sigs.k8s.io/cluster-api/controlplane/kubeadm
+    cert-manager-controller=./cert-manager-controller
+)
+world_spec() {
+    local gomod replaces
+    gomod="$(mod_gomod "k8s.io/kubernetes@$KUBERNETES_VERSION")"
+    # k8s.io/kubernetes replaces every staging module with ./staging/src/k8s.io/<m>;
+    # outside its repository those are the published v0.<minor>.<patch> modules. From
+    # v1.14 Cluster API's root module replaces sigs.k8s.io/cluster-api/api => ./api.
+    replaces="$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/.*#\t\1 => \1 '"$k8s_staging"'#p' "$gomod")"
+    printf '%s\n' "module hyperplug.local/tools/world
 
-go $gover
+go $(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")
 
 require (
+	k8s.io/kubernetes $KUBERNETES_VERSION
+	go.etcd.io/etcd/server/v3 $ETCD_VERSION
 	sigs.k8s.io/cluster-api $CAPI_VERSION
 	sigs.k8s.io/cluster-api/api $CAPI_VERSION
+	$CM_MOD $CERT_MANAGER_VERSION
 )
 
-replace sigs.k8s.io/cluster-api/api => sigs.k8s.io/cluster-api/api $CAPI_VERSION"
-    cld="$(capi_ld sigs.k8s.io/cluster-api/version "$CAPI_VERSION" "$capi_minor")"
-    want clusterctl && build "$wdir" "$CAPI_BIN/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl "$cld"
-    want capi-manager && build "$wdir" "$CAPI_BIN/capi-manager" sigs.k8s.io/cluster-api/core "$cld"
-    want kubeadm-bootstrap-manager && build "$wdir" "$CAPI_BIN/kubeadm-bootstrap-manager" sigs.k8s.io/cluster-api/bootstrap/kubeadm "$cld"
-    want kubeadm-control-plane-manager && build "$wdir" "$CAPI_BIN/kubeadm-control-plane-manager" sigs.k8s.io/cluster-api/controlplane/kubeadm "$cld"
+replace (
+$replaces
+	sigs.k8s.io/cluster-api/api => sigs.k8s.io/cluster-api/api $CAPI_VERSION
+)"
+}
+# The key of the world's binaries: the module, our cert-manager main, the binaries' list
+# and their flags (without the build date). A change to any of them builds anew.
+world_spec_text="$(world_spec)"
+world_key="$(
+    {
+        printf '%s\n' "$world_spec_text" "${WORLD_TOOLS[@]}"
+        build_date=- world_ld
+        cat "$here/tools/cert-manager-controller/"*.go
+    } | sha256sum | cut -c1-12
+)"
+WORLD_BIN="$CACHE/bin/world-$world_key"
+
+# The world's binaries that are asked for and not built yet, as name=package.
+missing=()
+for t in "${WORLD_TOOLS[@]}"; do
+    name="${t%%=*}"
+    want "$name" && [[ ! -x "$WORLD_BIN/$name" ]] && missing+=("$t")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+    wdir="$CACHE/src/world-$world_key"
+    write_wrapper "$wdir" "$world_spec_text"
+    mkdir -p "$wdir/cert-manager-controller"
+    cp "$here/tools/cert-manager-controller/"*.go "$wdir/cert-manager-controller/"
+    build_many "$wdir" "$WORLD_BIN" "$(world_ld)" "${missing[@]}"
 fi
 
 # ---------------------------------------------------------------- in-cluster IPAM
 IPAM_BIN="$CACHE/bin/ipam-in-cluster-$IPAM_VERSION"
 IPAM_MOD=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+# Its own module: v1.1.0, the newest release the module proxy here serves, builds with
+# controller-runtime v0.21, whose webhook builder Cluster API v1.14's v0.24 changed, so
+# it cannot share the world's graph.
 if want ipam-manager; then
     wdir="$CACHE/src/ipam-in-cluster-$IPAM_VERSION"
     if [[ ! -x "$IPAM_BIN/ipam-manager" ]]; then
@@ -186,35 +248,7 @@ require $IPAM_MOD $IPAM_VERSION"
     fi
     ipam_minor="${IPAM_VERSION#v1.}"
     ipam_minor="${ipam_minor%%.*}"
-    build "$wdir" "$IPAM_BIN/ipam-manager" "$IPAM_MOD" "$(capi_ld "$IPAM_MOD/version" "$IPAM_VERSION" "$ipam_minor")"
-fi
-
-# ---------------------------------------------------------------- cert-manager
-# Keyed by our main's content as well, so editing it rebuilds.
-cm_main_sum="$(cat "$here/tools/cert-manager-controller/"*.go | sha256sum | cut -c1-8)"
-CM_BIN="$CACHE/bin/cert-manager-$CERT_MANAGER_VERSION-$cm_main_sum"
-CM_MOD=github.com/cert-manager/cert-manager
-if want cert-manager-controller; then
-    wdir="$CACHE/src/cert-manager-$CERT_MANAGER_VERSION-$cm_main_sum"
-    if [[ ! -x "$CM_BIN/cert-manager-controller" ]]; then
-        # The upstream main lives in an unpublished nested module (cmd/controller), so
-        # scripts/tools/cert-manager-controller holds a small main of ours over the
-        # published root module's packages.
-        gomod="$(mod_gomod "$CM_MOD@$CERT_MANAGER_VERSION")"
-        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-        mkdir -p "$wdir"
-        cp "$here/tools/cert-manager-controller/"*.go "$wdir/"
-        write_wrapper "$wdir" "module hyperplug.local/tools/cert-manager
-
-go $gover
-
-require $CM_MOD $CERT_MANAGER_VERSION"
-        rm -f "$wdir/doc.go"
-    fi
-    # Optional for the rest of the world: a failure here is reported, not fatal.
-    build "$wdir" "$CM_BIN/cert-manager-controller" . \
-        "-X $CM_MOD/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X $CM_MOD/pkg/util.AppGitCommit=" ||
-        log "WARNING: cert-manager-controller not built; Plane::start_cert_manager will fail"
+    build "$wdir" "$IPAM_BIN/ipam-manager" "$IPAM_MOD" "$(version_ld "$IPAM_MOD/version" "$IPAM_VERSION" "$ipam_minor")"
 fi
 
 # ---------------------------------------------------------------- CAPMOX manager
@@ -300,16 +334,16 @@ ETCD_VERSION=$ETCD_VERSION
 CAPI_VERSION=$CAPI_VERSION
 IPAM_VERSION=$IPAM_VERSION
 CERT_MANAGER_VERSION=$CERT_MANAGER_VERSION
-ETCD=$ETCD_BIN/etcd
-KUBE_APISERVER=$K8S_BIN/kube-apiserver
-KUBE_CONTROLLER_MANAGER=$K8S_BIN/kube-controller-manager
-KUBECTL=$K8S_BIN/kubectl
-CLUSTERCTL=$CAPI_BIN/clusterctl
-CAPI_MANAGER=$CAPI_BIN/capi-manager
-KUBEADM_BOOTSTRAP_MANAGER=$CAPI_BIN/kubeadm-bootstrap-manager
-KUBEADM_CONTROL_PLANE_MANAGER=$CAPI_BIN/kubeadm-control-plane-manager
+ETCD=$WORLD_BIN/etcd
+KUBE_APISERVER=$WORLD_BIN/kube-apiserver
+KUBE_CONTROLLER_MANAGER=$WORLD_BIN/kube-controller-manager
+KUBECTL=$WORLD_BIN/kubectl
+CLUSTERCTL=$WORLD_BIN/clusterctl
+CAPI_MANAGER=$WORLD_BIN/capi-manager
+KUBEADM_BOOTSTRAP_MANAGER=$WORLD_BIN/kubeadm-bootstrap-manager
+KUBEADM_CONTROL_PLANE_MANAGER=$WORLD_BIN/kubeadm-control-plane-manager
 IPAM_MANAGER=$IPAM_BIN/ipam-manager
-CERT_MANAGER_CONTROLLER=$CM_BIN/cert-manager-controller
+CERT_MANAGER_CONTROLLER=$WORLD_BIN/cert-manager-controller
 CAPMOX_MANAGER=$CAPMOX_BIN/capmox-manager
 OCI_REGISTRY=$OCI_REGISTRY
 ORAS=$ORAS

@@ -17,7 +17,13 @@ source scripts/target-dir.sh
 # Only what the demo runs: the test-only tools (CAPMOX's manager, the OCI tools, the
 # Redfish emulator, fuzzing) and plugins are left to scripts/test.sh.
 bash scripts/setup.sh --demo
-echo "[demo] building hyperplug, the plugin and the quickstart driver (minutes the first time)"
+# The management cluster's Go programs build beside the Rust builds: on 2 cores each
+# leaves gaps (linking, one crate waiting on another) that the other fills. Its progress
+# lines are prefixed [build-tools].
+bash scripts/build-tools.sh >/dev/null &
+world=$!
+echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 12 min the first time on 2 cores, then seconds)"
 bash scripts/build-plugins.sh --demo >/dev/null
 cargo build --quiet -p hyperplug -p e2e --bins
+wait "$world" || { echo "[demo] building the management cluster's programs failed (scripts/build-tools.sh, its output above)" >&2; exit 1; }
 exec "$CARGO_TARGET_DIR/debug/quickstart" "$@"

@@ -5,8 +5,9 @@
 # sushy-tools (the Redfish BMC emulator) in a virtualenv there, and the fuzzing tools (a
 # pinned nightly toolchain and cargo-fuzz). Idempotent and quick when everything is there.
 #
-# `--demo`: only what scripts/demo.sh runs (the wasm32-wasip2 target and the Go-built
-# management cluster); CAPMOX's manager, the OCI tools, sushy-tools and the fuzzing
+# `--demo`: only what scripts/demo.sh needs before it builds (the wasm32-wasip2 target,
+# and a check that Go is there): demo.sh builds the Go-built management cluster itself,
+# beside its Rust builds. CAPMOX's manager, the OCI tools, sushy-tools and the fuzzing
 # tools are for the tests, and scripts/test.sh installs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,11 +35,11 @@ if [ ! -d "$sysroot/lib/rustlib/wasm32-wasip2/lib" ]; then
   fi
 fi
 command -v go >/dev/null || { echo "Go is not installed: see https://go.dev/dl" >&2; exit 1; }
-log "building the test world from Go modules (first run: about 10 min on 2 cores; then seconds)"
-bash scripts/build-tools.sh >/dev/null
 if $demo; then
   exit 0
 fi
+log "building the test world from Go modules (first run: about 8 min on 2 cores; then seconds)"
+bash scripts/build-tools.sh >/dev/null
 for component in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component" || true
 done

@@ -141,7 +141,7 @@ impl Tools {
         PathBuf::from(self.vars.get(key).map(String::as_str).unwrap_or_default())
     }
 
-    /// The pinned Kubernetes version, e.g. `v1.35.4`.
+    /// The pinned Kubernetes version, e.g. `v1.36.3`.
     pub fn kubernetes_version(&self) -> &str {
         self.vars
             .get("KUBERNETES_VERSION")
