@@ -15,7 +15,7 @@
 # Usage: scripts/build-tools.sh [tool...]   (default: all; names: etcd kube-apiserver
 #        kube-controller-manager kubectl clusterctl capi-manager kubeadm-bootstrap-manager
 #        kubeadm-control-plane-manager ipam-manager cert-manager-controller; and, only when
-#        named, capmox-manager, oci-registry, oras, cosign)
+#        named, capmox-manager, oci-registry, oras, cosign; `--all`: all of them)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -133,6 +133,12 @@ want() {
     return 1
 }
 selected=("$@")
+# --all: the default tools and those built only when named.
+if [[ "${1:-}" == "--all" ]]; then
+    selected=(etcd kube-apiserver kube-controller-manager kubectl clusterctl capi-manager
+        kubeadm-bootstrap-manager kubeadm-control-plane-manager ipam-manager
+        cert-manager-controller capmox-manager oci-registry oras cosign)
+fi
 
 # ---------------------------------------------------------------- the world's one module
 # Kubernetes (kube-apiserver, kube-controller-manager, kubectl), etcd, Cluster API

@@ -18,12 +18,19 @@ source scripts/target-dir.sh
 # Redfish emulator, fuzzing) and plugins are left to scripts/test.sh.
 bash scripts/setup.sh --demo
 # The management cluster's Go programs build beside the Rust builds: on 2 cores each
-# leaves gaps (linking, one crate waiting on another) that the other fills. Its progress
-# lines are prefixed [build-tools].
-bash scripts/build-tools.sh >/dev/null &
+# leaves gaps (linking, one crate waiting on another) that the other fills. Of its output
+# only its progress lines ([build-tools]) are shown; all of it is kept in the log below.
+cache="${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}"
+mkdir -p "$cache"
+world_log="$cache/build-tools.out"
+bash scripts/build-tools.sh >/dev/null 2> >(tee "$world_log" | grep --line-buffered '^\[build-tools\]' >&2) &
 world=$!
-echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 12 min the first time on 2 cores, then seconds)"
+echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 20 min the first time on 2 cores, then seconds)"
 bash scripts/build-plugins.sh --demo >/dev/null
 cargo build --quiet -p hyperplug -p e2e --bins
-wait "$world" || { echo "[demo] building the management cluster's programs failed (scripts/build-tools.sh, its output above)" >&2; exit 1; }
+if ! wait "$world"; then
+  echo "[demo] building the management cluster's programs failed (scripts/build-tools.sh); the end of its log, $world_log:" >&2
+  tail -n 30 "$world_log" >&2
+  exit 1
+fi
 exec "$CARGO_TARGET_DIR/debug/quickstart" "$@"

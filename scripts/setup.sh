@@ -5,14 +5,16 @@
 # sushy-tools (the Redfish BMC emulator) in a virtualenv there, and the fuzzing tools (a
 # pinned nightly toolchain and cargo-fuzz). Idempotent and quick when everything is there.
 #
+# `--go-beside`: the Go builds go on in the background (see below).
 # `--demo`: only what scripts/demo.sh needs before it builds (the wasm32-wasip2 target,
 # and a check that Go is there): demo.sh builds the Go-built management cluster itself,
 # beside its Rust builds. CAPMOX's manager, the OCI tools, sushy-tools and the fuzzing
 # tools are for the tests, and scripts/test.sh installs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-demo=false
+demo=false beside=false
 [ "${1:-}" = "--demo" ] && demo=true
+[ "${1:-}" = "--go-beside" ] && beside=true
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -38,17 +40,33 @@ command -v go >/dev/null || { echo "Go is not installed: see https://go.dev/dl" 
 if $demo; then
   exit 0
 fi
-log "building the test world from Go modules (first run: about 8 min on 2 cores; then seconds)"
-bash scripts/build-tools.sh >/dev/null
 for component in rustfmt clippy; do
   rustup component list --installed 2>/dev/null | grep -q "^$component" || rustup component add "$component" || true
 done
-# CAPMOX's manager, for the takeover walk (tests/e2e): built only when asked for.
-log "building CAPMOX's manager (first run: about 4 min; then seconds)"
-bash scripts/build-tools.sh capmox-manager >/dev/null
-# A registry, oras and cosign, for plugins pulled as signed OCI artifacts (host tests).
-log "building the OCI registry, oras and cosign (first run: a few minutes; then seconds)"
-bash scripts/build-tools.sh oci-registry oras cosign >/dev/null
+# The test world from Go modules: the management cluster's programs, CAPMOX's manager
+# (the takeover walk, tests/e2e), an OCI registry, oras and cosign (plugins pulled as
+# signed OCI artifacts, host tests). First run: about 15 min on 2 cores; then seconds.
+# `--go-beside`: in the background, so that the Rust builds that follow run beside it
+# (scripts/test.sh); whatever needs the tools next runs build-tools.sh, which waits on
+# its lock for this build and then finds everything built. Its output goes to
+# $CACHE/build-tools.out.
+if $beside; then
+  cache="${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}"
+  mkdir -p "$cache"
+  log "building the test world from Go modules in the background (log: $cache/build-tools.out)"
+  nohup bash scripts/build-tools.sh --all >/dev/null 2>"$cache/build-tools.out" &
+  go_pid=$!
+  # Let it take the lock first, so that a later run waits for it instead of racing it
+  # (when everything is built it is done at once).
+  for _ in $(seq 50); do
+    kill -0 "$go_pid" 2>/dev/null || break
+    flock -n "$cache/.build-tools.lock" true || break
+    sleep 0.1
+  done
+else
+  log "building the test world from Go modules (first run: about 15 min on 2 cores; then seconds)"
+  bash scripts/build-tools.sh --all >/dev/null
+fi
 
 # The Redfish plugin's tests run the real sushy-tools emulator (`sushy-emulator --fake`).
 # shellcheck source=tools.env

@@ -26,6 +26,16 @@ trap 'rm -f "$artifacts"' EXIT
 start=$SECONDS
 cargo test --no-run --message-format=json-render-diagnostics >"$artifacts"
 echo "== test executables built in $((SECONDS - start)) s" >&2
+# The Go-built test world (scripts/setup.sh --go-beside builds it in the background):
+# build-tools.sh waits on its lock for that build, then finds everything built (or
+# builds what is missing, when nothing ran beside).
+cache="${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}"
+if ! bash scripts/build-tools.sh --all >/dev/null; then
+    echo "the Go-built test world did not build; the background build's log:" >&2
+    cat "$cache/build-tools.out" >&2 2>/dev/null || true
+    exit 1
+fi
+echo "== the Go-built test world ready at $((SECONDS - start)) s" >&2
 mapfile -t BINS < <(python3 -c '
 import json, os, sys
 for line in open(sys.argv[1]):

@@ -14,7 +14,9 @@ timed() {
     echo "== $* took $((SECONDS - t)) s" >&2
     return "$status"
 }
-timed bash scripts/setup.sh
+# The Go-built test world builds in the background, beside the Rust builds below;
+# scripts/test-parallel.sh waits for it once the test executables are built.
+timed bash scripts/setup.sh --go-beside
 timed bash scripts/build-plugins.sh
 # A short fuzz run (the seed corpora's tests, then every cargo-fuzz target for 25 s from
 # its seeds; fuzz/README.md, scripts/fuzz.sh --long for the longer run) builds with its
