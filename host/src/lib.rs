@@ -9,6 +9,7 @@ pub mod controller;
 pub mod conversion;
 pub mod health;
 pub mod heap;
+pub mod kept;
 pub mod leader;
 pub mod lease_claims;
 pub mod listen;

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
-use schemars::generate::SchemaSettings;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -214,46 +213,12 @@ impl Status for InfraMachineStatus {}
 impl Status for InfraClusterStatus {}
 impl Status for InfraMachineTemplateStatus {}
 
-/// The CRD schema of a status type: OpenAPI v3, inline, structural.
+/// The CRD schema of a status type: OpenAPI v3, inline, structural, and without
+/// defaults (see `crd_schema::without_defaults`).
 pub fn schema<T: JsonSchema>() -> Value {
-    let settings = SchemaSettings::openapi3().with(|s| {
-        s.inline_subschemas = true;
-        s.meta_schema = None;
-    });
-    let schema = settings.into_generator().into_root_schema_for::<T>();
-    let mut value = serde_json::to_value(schema).expect("a schema serializes");
-    crd_ready(&mut value);
+    let mut value = crd_schema::of::<T>();
+    crd_schema::without_defaults(&mut value);
     value
-}
-
-/// Drop what CRD schemas refuse or would act on: titles and definitions, `nullable`
-/// (status fields are removed, never set to null), `default` (a default in a status
-/// schema would be written into every object read), and Rust's integer formats.
-fn crd_ready(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            for key in [
-                "$schema",
-                "title",
-                "definitions",
-                "$defs",
-                "nullable",
-                "default",
-            ] {
-                map.remove(key);
-            }
-            if let Some(Value::String(f)) = map.get("format")
-                && !matches!(f.as_str(), "int32" | "int64" | "date-time")
-            {
-                map.remove("format");
-            }
-            for v in map.values_mut() {
-                crd_ready(v);
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(crd_ready),
-        _ => {}
-    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! and then the oldest pins (of tags no longer loaded, in practice) are dropped, each
 //! logged.
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 
 use super::cache::Cache;
 use super::{FetchError, OciRef};
@@ -177,17 +177,10 @@ impl ConfigMapPins {
             }
             None => {
                 let map = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(self.name.clone()),
-                        labels: Some(
-                            [("app.kubernetes.io/part-of".into(), "hyperplug".into())].into(),
-                        ),
-                        annotations: Some([(
-                            "hyperplug.dev/what".into(),
-                            "The digest each oci:// plugin tag named when first pulled: a tag that names another later is refused. Remove a line to pin that tag again.".into(),
-                        )].into()),
-                        ..Default::default()
-                    },
+                    metadata: crate::kept::meta(
+                        &self.name,
+                        "The digest each oci:// plugin tag named when first pulled: a tag that names another later is refused. Remove a line to pin that tag again.",
+                    ),
                     data,
                     ..Default::default()
                 };

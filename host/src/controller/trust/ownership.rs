@@ -18,7 +18,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ApiResource, DynamicObject, ObjectMeta, PostParams};
+use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, Client, ResourceExt};
 use ring::hmac;
 
@@ -85,17 +85,10 @@ impl OwnershipKeys {
             None => {
                 let key: [u8; 32] = rand::random();
                 let secret = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(name.into()),
-                        labels: Some(
-                            [("app.kubernetes.io/part-of".into(), "hyperplug".into())].into(),
-                        ),
-                        annotations: Some([(
-                            "hyperplug.dev/what".into(),
-                            "The key that makes ownership ids unforgeable. Keep it (and back it up): without it no object's ownership verifies. Copy it to a manager that takes objects over by clusterctl move.".into(),
-                        )].into()),
-                        ..Default::default()
-                    },
+                    metadata: crate::kept::meta(
+                        name,
+                        "The key that makes ownership ids unforgeable. Keep it (and back it up): without it no object's ownership verifies. Copy it to a manager that takes objects over by clusterctl move.",
+                    ),
                     data: Some([(SIGNING_KEY.into(), ByteString(key.to_vec()))].into()),
                     type_: Some("Opaque".into()),
                     ..Default::default()
