@@ -25,7 +25,7 @@ mkdir -p "$cache"
 world_log="$cache/build-tools.out"
 bash scripts/build-tools.sh >/dev/null 2> >(tee "$world_log" | grep --line-buffered '^\[build-tools\]' >&2) &
 world=$!
-echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 20 min the first time on 2 cores, then seconds)"
+echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 25 min the first time on 2 cores, then seconds)"
 bash scripts/build-plugins.sh --demo >/dev/null
 cargo build --quiet -p hyperplug -p e2e --bins
 if ! wait "$world"; then
