@@ -20,9 +20,8 @@ bash scripts/setup.sh --demo
 # The management cluster's Go programs build beside the Rust builds: on 2 cores each
 # leaves gaps (linking, one crate waiting on another) that the other fills. Of its output
 # only its progress lines ([build-tools]) are shown; all of it is kept in the log below.
-cache="${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}"
-mkdir -p "$cache"
-world_log="$cache/build-tools.out"
+mkdir -p "$HYPERPLUG_CACHE"
+world_log="$HYPERPLUG_CACHE/build-tools.out"
 bash scripts/build-tools.sh >/dev/null 2> >(tee "$world_log" | grep --line-buffered '^\[build-tools\]' >&2) &
 world=$!
 echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 25 min the first time on 2 cores, then seconds)"

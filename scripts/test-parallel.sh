@@ -29,10 +29,9 @@ echo "== test executables built in $((SECONDS - start)) s" >&2
 # The Go-built test world (scripts/setup.sh --go-beside builds it in the background):
 # build-tools.sh waits on its lock for that build, then finds everything built (or
 # builds what is missing, when nothing ran beside).
-cache="${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}"
 if ! bash scripts/build-tools.sh --all >/dev/null; then
     echo "the Go-built test world did not build; the background build's log:" >&2
-    cat "$cache/build-tools.out" >&2 2>/dev/null || true
+    cat "$HYPERPLUG_CACHE/build-tools.out" >&2 2>/dev/null || true
     exit 1
 fi
 echo "== the Go-built test world ready at $((SECONDS - start)) s" >&2
