@@ -70,11 +70,15 @@ for entry in "${BINS[@]}"; do
 done
 trap 'rm -f "$artifacts" ${slow_logs[@]+"${slow_logs[@]}"}' EXIT
 
+# The others' output is shown as it comes and kept for the digest of failures below.
+chain_log="$(mktemp)"
+trap 'rm -f "$artifacts" "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"}' EXIT
 failed=()
 for entry in "${BINS[@]}"; do
     IFS=$'\t' read -r pkg dir exe <<<"$entry"
     if [[ " $SLOW " != *" $pkg "* ]]; then
-        RUST_TEST_THREADS=${RUST_TEST_THREADS:-3} run "$exe" "$dir" || failed+=("$exe")
+        RUST_TEST_THREADS=${RUST_TEST_THREADS:-3} run "$exe" "$dir" 2>&1 | tee -a "$chain_log" ||
+            failed+=("$exe")
     fi
 done
 cargo test --doc || failed+=("doctests")
@@ -89,6 +93,11 @@ for i in "${!slow_pids[@]}"; do
     fi
 done
 if [ "${#failed[@]}" -gt 0 ]; then
+    # Each failed test's own output, its first lines, in one place (a long log's excerpt
+    # otherwise shows that a test failed but not why): to $FAILURE_DIGEST when set
+    # (scripts/test.sh prints it last), else here.
+    bash scripts/failure-digest.sh "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"} \
+        >>"${FAILURE_DIGEST:-/dev/stdout}"
     echo "tests failed: ${failed[*]}" >&2
     exit 1
 fi

@@ -23,7 +23,8 @@ timed bash scripts/build-plugins.sh
 # own toolchain into its own target directory and then runs for fixed times at the
 # lowest priority: it goes on beside the tests.
 fuzz_log="$(mktemp)"
-trap 'rm -f "$fuzz_log"' EXIT
+export FAILURE_DIGEST="$(mktemp)"
+trap 'rm -f "$fuzz_log" "$FAILURE_DIGEST"' EXIT
 timed bash scripts/fuzz.sh --ci >"$fuzz_log" 2>&1 &
 fuzz_pid=$!
 # The root's default-members: the host and the test world, and natively the plugin kit
@@ -42,6 +43,8 @@ fuzz=0
 wait "$fuzz_pid" || fuzz=$?
 echo "== the fuzz run (beside the tests)"
 cat "$fuzz_log"
+# What the failed tests printed, last, where a log's tail shows it.
+cat "$FAILURE_DIGEST"
 if [ "$status" -ne 0 ] || [ "$fuzz" -ne 0 ]; then
     echo "failed:$([ "$status" -eq 0 ] || echo " tests")$([ "$fuzz" -eq 0 ] || echo " fuzzing")" >&2
     exit 1

@@ -241,7 +241,7 @@ impl World {
             .expect("api")
     }
 
-    /// Poll until `pred` holds (at most a minute), returning the object.
+    /// Poll until `pred` holds (at most three minutes), returning the object.
     pub async fn wait_for(
         &self,
         api: &Api<DynamicObject>,
@@ -249,8 +249,11 @@ impl World {
         what: &str,
         pred: impl Fn(&DynamicObject) -> bool,
     ) -> DynamicObject {
+        // Long enough for the test world on a loaded 2-core CI machine (every suite at
+        // once, the fuzz run beside): a wait only ends this early when the test fails.
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
         let mut last = None;
-        for _ in 0..300 {
+        while std::time::Instant::now() < deadline {
             if let Ok(Some(obj)) = api.get_opt(name).await {
                 if pred(&obj) {
                     return obj;
@@ -260,7 +263,7 @@ impl World {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!(
-            "timed out waiting for {name}: {what}; last seen: {:?}",
+            "timed out after 180 s waiting for {name}: {what}; last seen: {:?}",
             last.map(|o| o.data)
         );
     }
