@@ -50,9 +50,11 @@ fi
 # The end-to-end tests run the manager binary that `cargo test` built for the host's tests.
 export HYPERPLUG_BIN="$CARGO_TARGET_DIR/debug/hyperplug"
 
+# Each test's time is printed after its result (libtest's --report-time, an unstable
+# option that RUSTC_BOOTSTRAP lets a stable-built harness take): what to balance next.
 run() { # executable directory
     echo "     Running $1"
-    (cd "$2" && CARGO_MANIFEST_DIR="$2" "$1")
+    (cd "$2" && CARGO_MANIFEST_DIR="$2" RUSTC_BOOTSTRAP=1 "$1" -Z unstable-options --report-time)
 }
 
 # Each slow executable in a job of its own, its output kept until the end. The machine
