@@ -24,7 +24,7 @@ mkdir -p "$HYPERPLUG_CACHE"
 world_log="$HYPERPLUG_CACHE/build-tools.out"
 bash scripts/build-tools.sh >/dev/null 2> >(tee "$world_log" | grep --line-buffered '^\[build-tools\]' >&2) &
 world=$!
-echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 25 min the first time on 2 cores, then seconds)"
+echo "[demo] building hyperplug, the plugin and the quickstart driver, and beside them the management cluster's Go programs (about 13 min the first time on 2 cores, then seconds)"
 bash scripts/build-plugins.sh --demo >/dev/null
 # The demo profile (Cargo.toml): unoptimized, no debug info, the quickest to build.
 cargo build --quiet --profile demo -p hyperplug -p e2e --bins
