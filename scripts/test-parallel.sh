@@ -70,7 +70,6 @@ for entry in "${BINS[@]}"; do
         slow_pids+=($!)
     fi
 done
-trap 'rm -f "$artifacts" ${slow_logs[@]+"${slow_logs[@]}"}' EXIT
 
 # The others' output is shown as it comes and kept for the digest of failures below.
 chain_log="$(mktemp)"
@@ -95,9 +94,9 @@ for i in "${!slow_pids[@]}"; do
     fi
 done
 if [ "${#failed[@]}" -gt 0 ]; then
-    # Each failed test's own output, its first lines, in one place (a long log's excerpt
-    # otherwise shows that a test failed but not why): to $FAILURE_DIGEST when set
-    # (scripts/test.sh prints it last), else here.
+    # What each failed test printed, short (its first lines and its panic's message), in
+    # one place (a long log's excerpt otherwise shows that a test failed but not why): to
+    # $FAILURE_DIGEST when set (scripts/test.sh prints it last), else here.
     bash scripts/failure-digest.sh "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"} \
         >>"${FAILURE_DIGEST:-/dev/stdout}"
     echo "tests failed: ${failed[*]}" >&2

@@ -150,8 +150,8 @@ fn failing_like_pve() -> Config {
                 0,
                 1,
             ),
-            // Not by chance: at 5% of about 26 polls it fired in none about one run in
-            // four.
+            // The 3rd to 5th polls, not by chance: at 5% of about 26 polls it fired in
+            // none about one run in four.
             rule(
                 "GET /nodes/{node}/tasks/{upid}/status",
                 FaultKind::Http,
