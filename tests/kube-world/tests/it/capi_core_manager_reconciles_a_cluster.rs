@@ -144,22 +144,24 @@ spec:
         Some("reconciled")
     );
 
-    // Our side of the contract: provisioned + endpoint -> the Cluster picks both up.
-    infra
-        .patch_status(
-            "reconciled",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({
-                "status": { "initialization": { "provisioned": true } }
-            })),
-        )
-        .await?;
+    // Our side of the contract: endpoint, then provisioned -> the Cluster picks both up.
+    // In this order, as a provider writes them: marked provisioned first, the Cluster
+    // could take it (and be awaited below) before the endpoint was written.
     infra
         .patch(
             "reconciled",
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({
                 "spec": { "controlPlaneEndpoint": { "host": "10.0.0.10", "port": 6443 } }
+            })),
+        )
+        .await?;
+    infra
+        .patch_status(
+            "reconciled",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({
+                "status": { "initialization": { "provisioned": true } }
             })),
         )
         .await?;
