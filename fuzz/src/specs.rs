@@ -86,6 +86,12 @@ fn named(e: &PluginError, specs: &[(&str, &str)]) {
     let Ok(json) = serde_json::from_str::<Value>(text) else {
         return; // Not JSON: the path is where the parser stopped.
     };
+    if has_duplicate_keys(text) {
+        // `Value` keeps a repeated key's last value, the plugin's parser may have failed
+        // on an earlier one: the path is not walkable. No spec the host sends has them
+        // (it serializes an object the API server stored).
+        return;
+    }
     let steps = path(i.field[root.len()..].trim_start_matches('.'));
     let parent = &steps[..steps.len().saturating_sub(1)];
     let mut at = &json;
@@ -101,6 +107,65 @@ fn named(e: &PluginError, specs: &[(&str, &str)]) {
             _ => None,
         }
         .unwrap_or_else(|| panic!("invalid spec names {:?}, which is not in {text}", i.field));
+    }
+}
+
+/// Whether any object in the JSON `text` names a key twice.
+fn has_duplicate_keys(text: &str) -> bool {
+    serde_json::from_str::<NoDuplicates>(text).is_err()
+}
+
+/// Deserializes any JSON, failing on an object with a repeated key.
+struct NoDuplicates;
+
+impl<'de> serde::Deserialize<'de> for NoDuplicates {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicatesVisitor)
+    }
+}
+
+struct NoDuplicatesVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicatesVisitor {
+    type Value = NoDuplicates;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON without a repeated key")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_unit<E>(self) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<NoDuplicates, A::Error> {
+        while seq.next_element::<NoDuplicates>()?.is_some() {}
+        Ok(NoDuplicates)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NoDuplicates, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key) {
+                return Err(serde::de::Error::custom("a repeated key"));
+            }
+            map.next_value::<NoDuplicates>()?;
+        }
+        Ok(NoDuplicates)
     }
 }
 
@@ -131,4 +196,26 @@ fn path(p: &str) -> Vec<Step> {
         }
     }
     steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_key_is_seen_at_any_depth() {
+        assert!(!has_duplicate_keys(
+            r#"{"a":{"b":1,"c":[{"d":2}]},"e":"x"}"#
+        ));
+        assert!(has_duplicate_keys(r#"{"a":1,"a":2}"#));
+        assert!(has_duplicate_keys(r#"{"a":[{"b":1,"b":{}}]}"#));
+    }
+
+    /// Found by CI's fuzz run: `network` twice, the plugin failing inside the first
+    /// (an object), `Value` keeping the second (a string).
+    #[test]
+    fn a_spec_naming_a_key_twice_is_not_blamed_on_the_harness() {
+        let spec = r#"{"network":{"default":{"bridge":"vmbr0","model":"virti-"}},"templateID":9000,"sourceNode":"pve1","network":"local-lvm"}"#;
+        run(spec.as_bytes());
+    }
 }
