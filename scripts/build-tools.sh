@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the "test world" (etcd, kube-apiserver, kube-controller-manager, kubectl,
 # clusterctl, the Cluster API managers, the in-cluster IPAM provider, the cert-manager
-# controller and CAPMOX's manager) from their Go modules, at the versions pinned in scripts/tools.env.
+# controller, CAPMOX's manager, an OCI registry, oras and cosign) from their Go modules,
+# at the versions pinned in scripts/tools.env, in two modules: the world's (Kubernetes,
+# etcd, Cluster API, cert-manager and the OCI tools) and the providers' (IPAM, CAPMOX).
 #
-# Binaries and wrapper modules live outside the checkout, keyed by version (the world's
-# one module, below, by a digest of its versions, sources and flags):
-#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/bin/<component>-<version or key>/<name>
-#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/src/<component>-<version or key>/go.mod
+# Binaries and wrapper modules live outside the checkout, keyed by a digest of each
+# module's versions (the world's also of its sources and flags):
+#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/bin/<module>-<key>/<name>
+#   ${HYPERPLUG_CACHE:-$HOME/.cache/hyperplug}/src/<module>-<key>/go.mod
 # Idempotent: a binary that exists is not rebuilt. Concurrent runs serialise on a lock.
 # At the end it writes $CACHE/world.env (paths of every binary and manifest source dir,
 # read by tests/kube-world) and prints the path of that file on stdout. Progress and build
@@ -46,28 +48,6 @@ mod_gomod() {
 }
 
 build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-
-# build <wrapper dir> <output binary> <package> <ldflags>
-build() {
-    local wdir="$1" out="$2" pkg="$3" ldflags="$4"
-    if [[ -x "$out" ]]; then
-        log "ok      $(basename "$out") ($out)"
-        return 0
-    fi
-    mkdir -p "$(dirname "$out")"
-    log "build   $(basename "$out") from $pkg (this takes minutes on a cold cache)"
-    local start end
-    start=$(date +%s)
-    if ! (cd "$wdir" && nice -n 10 go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp.$$" "$pkg"); then
-        rm -f "$out.tmp.$$"
-        log "FAILED  $(basename "$out") (see the go output above)"
-        return 1
-    fi
-    mv -f "$out.tmp.$$" "$out"
-    end=$(date +%s)
-    log "built   $(basename "$out") in $((end - start))s"
-    printf '%s\t%s\t%ss\n' "$(date -u +%FT%TZ)" "$out" "$((end - start))" >>"$CACHE/build-times.log"
-}
 
 # The name `go build` gives a main package's binary: its last path element, or the one
 # before a major version suffix (go.etcd.io/etcd/server/v3 -> server).
@@ -132,6 +112,12 @@ want() {
     for t in "${selected[@]}"; do [[ "$t" == "$1" ]] && return 0; done
     return 1
 }
+# Whether the tool was named on the command line (the tools built only when named).
+named() {
+    local t
+    for t in ${selected[@]+"${selected[@]}"}; do [[ "$t" == "$1" ]] && return 0; done
+    return 1
+}
 selected=("$@")
 # --all: the default tools and those built only when named.
 if [[ "${1:-}" == "--all" ]]; then
@@ -161,6 +147,9 @@ version_ld() {
         "$p" "$v" "$p" "$p" "$minor" "$p" "$p" "$build_date"
 }
 CM_MOD=github.com/cert-manager/cert-manager
+DIST_MOD=github.com/distribution/distribution/v3
+ORAS_MOD=oras.land/oras
+COSIGN_MOD=github.com/sigstore/cosign/v2
 # Every binary's version variables: each binary links only its own, and -X of a package
 # a binary does not link is ignored, so the one build takes them all.
 world_ld() {
@@ -169,7 +158,10 @@ world_ld() {
         "$(version_ld k8s.io/client-go/pkg/version "$KUBERNETES_VERSION" "$k8s_minor") -X k8s.io/client-go/pkg/version.gitCommit=" \
         "-X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
         "$(version_ld sigs.k8s.io/cluster-api/version "$CAPI_VERSION" "$capi_minor")" \
-        "-X $CM_MOD/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X $CM_MOD/pkg/util.AppGitCommit="
+        "-X $CM_MOD/pkg/util.AppVersion=$CERT_MANAGER_VERSION -X $CM_MOD/pkg/util.AppGitCommit=" \
+        "-X $DIST_MOD/version.version=$DISTRIBUTION_VERSION" \
+        "-X oras.land/oras/internal/version.Version=${ORAS_VERSION#v} -X oras.land/oras/internal/version.BuildMetadata=" \
+        "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
 }
 # name=package of each binary of the world module. cert-manager's main is ours
 # (scripts/tools/cert-manager-controller): upstream's lives in a nested module (cmd/controller)
@@ -184,6 +176,16 @@ WORLD_TOOLS=(
     kubeadm-bootstrap-manager=sigs.k8s.io/cluster-api/bootstrap/kubeadm
     kubeadm-control-plane-manager=sigs.k8s.io/cluster-api/controlplane/kubeadm
     cert-manager-controller=./cert-manager-controller
+)
+# Plugins pulled by reference (`--plugin oci://…`) are tested against a real registry,
+# pushed with oras and signed with cosign, as users do. They are in the world's module
+# graph, so the dependencies they share with it (gRPC, OpenTelemetry, client-go, the
+# container-registry libraries) compile once: alone, one module each, the three took
+# about 690 s on 2 cores. Built only when named (setup.sh names them; the demo does not).
+WORLD_NAMED_TOOLS=(
+    oci-registry=$DIST_MOD/cmd/registry
+    oras=$ORAS_MOD/cmd/oras
+    cosign=$COSIGN_MOD/cmd/cosign
 )
 world_spec() {
     local gomod replaces
@@ -202,6 +204,9 @@ require (
 	sigs.k8s.io/cluster-api $CAPI_VERSION
 	sigs.k8s.io/cluster-api/api $CAPI_VERSION
 	$CM_MOD $CERT_MANAGER_VERSION
+	$DIST_MOD $DISTRIBUTION_VERSION
+	$ORAS_MOD $ORAS_VERSION
+	$COSIGN_MOD $COSIGN_VERSION
 )
 
 replace (
@@ -214,7 +219,7 @@ $replaces
 world_spec_text="$(world_spec)"
 world_key="$(
     {
-        printf '%s\n' "$world_spec_text" "${WORLD_TOOLS[@]}"
+        printf '%s\n' "$world_spec_text" "${WORLD_TOOLS[@]}" "${WORLD_NAMED_TOOLS[@]}"
         build_date=- world_ld
         cat "$here/tools/cert-manager-controller/"*.go
     } | sha256sum | cut -c1-12
@@ -227,6 +232,10 @@ for t in "${WORLD_TOOLS[@]}"; do
     name="${t%%=*}"
     want "$name" && [[ ! -x "$WORLD_BIN/$name" ]] && missing+=("$t")
 done
+for t in "${WORLD_NAMED_TOOLS[@]}"; do
+    name="${t%%=*}"
+    named "$name" && [[ ! -x "$WORLD_BIN/$name" ]] && missing+=("$t")
+done
 if [[ ${#missing[@]} -gt 0 ]]; then
     wdir="$CACHE/src/world-$world_key"
     write_wrapper "$wdir" "$world_spec_text"
@@ -235,96 +244,57 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     build_many "$wdir" "$WORLD_BIN" "$(world_ld)" "${missing[@]}"
 fi
 
-# ---------------------------------------------------------------- in-cluster IPAM
-IPAM_BIN="$CACHE/bin/ipam-in-cluster-$IPAM_VERSION"
+# ---------------------------------------------------------------- the providers' module
+# The in-cluster IPAM provider and CAPMOX's manager (the provider teams switch from; the
+# e2e takeover walk runs it against pve-sim) cannot share the world's graph: IPAM v1.1.0,
+# the newest release the module proxy here serves, builds with controller-runtime v0.21,
+# whose webhook builder Cluster API v1.14's v0.24 changed; CAPMOX v0.9.0 pins Cluster
+# API v1.12. They share one module of their own: CAPMOX's graph (Cluster API v1.12,
+# controller-runtime v0.22, which IPAM builds with), so their common dependencies
+# compile once (alone, one module each, they took about 420 s and 250 s on 2 cores).
+# CAPMOX's go.mod replaces modules, which a module requiring it must repeat: its replace
+# lines, except cluster-api, whose pinned patch release the module proxy here does not
+# serve (CAPMOX_CAPI_VERSION, a patch release of the same minor). IPAM is built by
+# default; CAPMOX only when named.
 IPAM_MOD=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
-# Its own module: v1.1.0, the newest release the module proxy here serves, builds with
-# controller-runtime v0.21, whose webhook builder Cluster API v1.14's v0.24 changed, so
-# it cannot share the world's graph.
-if want ipam-manager; then
-    wdir="$CACHE/src/ipam-in-cluster-$IPAM_VERSION"
-    if [[ ! -x "$IPAM_BIN/ipam-manager" ]]; then
-        gomod="$(mod_gomod "$IPAM_MOD@$IPAM_VERSION")"
-        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-        write_wrapper "$wdir" "module hyperplug.local/tools/ipam
-
-go $gover
-
-require $IPAM_MOD $IPAM_VERSION"
-    fi
-    ipam_minor="${IPAM_VERSION#v1.}"
-    ipam_minor="${ipam_minor%%.*}"
-    build "$wdir" "$IPAM_BIN/ipam-manager" "$IPAM_MOD" "$(version_ld "$IPAM_MOD/version" "$IPAM_VERSION" "$ipam_minor")"
-fi
-
-# ---------------------------------------------------------------- CAPMOX manager
-# The provider teams switch from (tests/e2e's takeover walk runs it against pve-sim).
-# Its go.mod replaces modules, so `go install` of it fails: a wrapper module requires it
-# and repeats its replace lines, except cluster-api, whose pinned patch release the
-# module proxy here does not serve (CAPMOX_CAPI_VERSION, a patch release of the same
-# minor). Built only when named (`scripts/build-tools.sh capmox-manager`, ~4 min cold):
-# nothing in the default test run needs it yet. A failure is reported, not fatal.
 CAPMOX_MOD=github.com/ionos-cloud/cluster-api-provider-proxmox
-CAPMOX_BIN="$CACHE/bin/capmox-$CAPMOX_VERSION"
-if [[ " ${selected[*]} " == *" capmox-manager "* ]]; then
-    wdir="$CACHE/src/capmox-$CAPMOX_VERSION"
-    if [[ ! -x "$CAPMOX_BIN/capmox-manager" ]]; then
-        gomod="$(mod_gomod "$CAPMOX_MOD@$CAPMOX_VERSION")"
-        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-        replaces="$(sed -n '/^replace (/,/^)/p' "$gomod" | sed '1d;$d' | sed 's#//.*$##' |
-            sed "s#^\([[:space:]]*sigs.k8s.io/cluster-api => sigs.k8s.io/cluster-api\) v.*#\1 $CAPMOX_CAPI_VERSION#")"
-        write_wrapper "$wdir" "module hyperplug.local/tools/capmox
+providers_spec() {
+    local gomod replaces
+    gomod="$(mod_gomod "$CAPMOX_MOD@$CAPMOX_VERSION")"
+    replaces="$(sed -n '/^replace (/,/^)/p' "$gomod" | sed '1d;$d' | sed 's#//.*$##' |
+        sed "s#^\([[:space:]]*sigs.k8s.io/cluster-api => sigs.k8s.io/cluster-api\) v.*#\1 $CAPMOX_CAPI_VERSION#")"
+    printf '%s\n' "module hyperplug.local/tools/providers
 
-go $gover
+go $(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")
 
-require $CAPMOX_MOD $CAPMOX_VERSION
+require (
+	$CAPMOX_MOD $CAPMOX_VERSION
+	$IPAM_MOD $IPAM_VERSION
+)
 
 replace (
 $replaces
 )"
-    fi
-    build "$wdir" "$CAPMOX_BIN/capmox-manager" "$CAPMOX_MOD/cmd" "" ||
-        log "WARNING: capmox-manager not built; the CAPMOX takeover walk (tests/e2e) will fail"
-fi
-
-# ---------------------------------------------------------------- OCI registry, oras, cosign
-# Plugins pulled by reference (`--plugin oci://…`) are tested against a real registry,
-# pushed with oras and signed with cosign, as users do. Built only when named (setup.sh
-# names them); a failure is reported, not fatal (the OCI tests then fail saying so).
-# build_module <name> <module> <version> <package> <binary>
-build_module() {
-    local name="$1" mod="$2" ver="$3" pkg="$4" bin="$5"
-    local wdir="$CACHE/src/$name-$ver"
-    if [[ ! -x "$CACHE/bin/$name-$ver/$bin" ]]; then
-        local gomod gover
-        gomod="$(mod_gomod "$mod@$ver")"
-        gover="$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-        write_wrapper "$wdir" "module hyperplug.local/tools/$name
-
-go $gover
-
-require $mod $ver"
-    fi
-    build "$wdir" "$CACHE/bin/$name-$ver/$bin" "$pkg" "${6:-}" ||
-        log "WARNING: $bin not built; the OCI plugin tests will fail"
 }
-OCI_REGISTRY="$CACHE/bin/distribution-$DISTRIBUTION_VERSION/registry"
-ORAS="$CACHE/bin/oras-$ORAS_VERSION/oras"
-COSIGN="$CACHE/bin/cosign-$COSIGN_VERSION/cosign"
-if [[ " ${selected[*]} " == *" oci-registry "* ]]; then
-    build_module distribution github.com/distribution/distribution/v3 "$DISTRIBUTION_VERSION" \
-        github.com/distribution/distribution/v3/cmd/registry registry \
-        "-X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION"
+providers_spec_text="$(providers_spec)"
+providers_key="$(printf '%s\n' "$providers_spec_text" | sha256sum | cut -c1-12)"
+PROVIDERS_BIN="$CACHE/bin/providers-$providers_key"
+ipam_minor="${IPAM_VERSION#v1.}"
+ipam_minor="${ipam_minor%%.*}"
+# The providers asked for and not built yet, as name=package; one `go build` for them.
+missing=()
+want ipam-manager && [[ ! -x "$PROVIDERS_BIN/ipam-manager" ]] && missing+=("ipam-manager=$IPAM_MOD")
+named capmox-manager && [[ ! -x "$PROVIDERS_BIN/capmox-manager" ]] && missing+=("capmox-manager=$CAPMOX_MOD/cmd")
+if [[ ${#missing[@]} -gt 0 ]]; then
+    wdir="$CACHE/src/providers-$providers_key"
+    write_wrapper "$wdir" "$providers_spec_text"
+    build_many "$wdir" "$PROVIDERS_BIN" "$(version_ld "$IPAM_MOD/version" "$IPAM_VERSION" "$ipam_minor")" "${missing[@]}"
 fi
-if [[ " ${selected[*]} " == *" oras "* ]]; then
-    build_module oras oras.land/oras "$ORAS_VERSION" oras.land/oras/cmd/oras oras \
-        "-X oras.land/oras/internal/version.Version=${ORAS_VERSION#v} -X oras.land/oras/internal/version.BuildMetadata="
-fi
-if [[ " ${selected[*]} " == *" cosign "* ]]; then
-    build_module cosign github.com/sigstore/cosign/v2 "$COSIGN_VERSION" \
-        github.com/sigstore/cosign/v2/cmd/cosign cosign \
-        "-X sigs.k8s.io/release-utils/version.gitVersion=$COSIGN_VERSION"
-fi
+IPAM_BIN="$PROVIDERS_BIN"
+CAPMOX_BIN="$PROVIDERS_BIN"
+OCI_REGISTRY="$WORLD_BIN/oci-registry"
+ORAS="$WORLD_BIN/oras"
+COSIGN="$WORLD_BIN/cosign"
 
 # ---------------------------------------------------------------- manifest sources
 CAPI_DIR="$(mod_dir "sigs.k8s.io/cluster-api@$CAPI_VERSION")"
