@@ -26,15 +26,6 @@ trap 'rm -f "$artifacts"' EXIT
 start=$SECONDS
 cargo test --no-run --message-format=json-render-diagnostics >"$artifacts"
 echo "== test executables built in $((SECONDS - start)) s" >&2
-# The Go-built test world (scripts/setup.sh --go-beside builds it in the background):
-# build-tools.sh waits on its lock for that build, then finds everything built (or
-# builds what is missing, when nothing ran beside).
-if ! bash scripts/build-tools.sh --all >/dev/null; then
-    echo "the Go-built test world did not build; the background build's log:" >&2
-    cat "$HYPERPLUG_CACHE/build-tools.out" >&2 2>/dev/null || true
-    exit 1
-fi
-echo "== the Go-built test world ready at $((SECONDS - start)) s" >&2
 mapfile -t BINS < <(python3 -c '
 import json, os, sys
 for line in open(sys.argv[1]):
@@ -57,6 +48,36 @@ run() { # executable directory
     (cd "$2" && CARGO_MANIFEST_DIR="$2" RUSTC_BOOTSTRAP=1 "$1" -Z unstable-options --report-time)
 }
 
+# The packages whose tests need none of the Go-built test world (the runtime, the plugins
+# and their kit, the simulator, the conformance kit): one after another in a job of their
+# own, started at once. In an empty cache the world is still building when the test
+# executables are; these tests then use the CPU its build leaves idle (linking, one
+# package at a time at its end).
+NO_WORLD="runtime kinds conformance crd-schema guest-proxmox guest-redfish guest-kit guest-nocloud pve-sim"
+early_log="$(mktemp)" early_failed="$(mktemp)"
+trap 'rm -f "$artifacts" "$early_log" "$early_failed"' EXIT
+(
+    for entry in "${BINS[@]}"; do
+        IFS=$'\t' read -r pkg dir exe <<<"$entry"
+        if [[ " $NO_WORLD " == *" $pkg "* ]]; then
+            RUST_TEST_THREADS=${RUST_TEST_THREADS:-3} run "$exe" "$dir" >>"$early_log" 2>&1 ||
+                echo "$exe" >>"$early_failed"
+        fi
+    done
+) &
+early_pid=$!
+
+# The Go-built test world (scripts/setup.sh --go-beside builds it in the background):
+# build-tools.sh waits on its lock for that build, then finds everything built (or
+# builds what is missing, when nothing ran beside).
+if ! bash scripts/build-tools.sh --all >/dev/null; then
+    echo "the Go-built test world did not build; the background build's log:" >&2
+    cat "$HYPERPLUG_CACHE/build-tools.out" >&2 2>/dev/null || true
+    wait "$early_pid" || true
+    exit 1
+fi
+echo "== the Go-built test world ready at $((SECONDS - start)) s" >&2
+
 # Each slow executable in a job of its own, its output kept until the end. The machine
 # this runs on has 2 cores; the tests mostly wait, so they run 4 at a time, and the host's
 # integration tests (the longest of the others) 3 at a time.
@@ -73,15 +94,19 @@ done
 
 # The others' output is shown as it comes and kept for the digest of failures below.
 chain_log="$(mktemp)"
-trap 'rm -f "$artifacts" "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"}' EXIT
+trap 'rm -f "$artifacts" "$early_log" "$early_failed" "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"}' EXIT
 failed=()
 for entry in "${BINS[@]}"; do
     IFS=$'\t' read -r pkg dir exe <<<"$entry"
-    if [[ " $SLOW " != *" $pkg "* ]]; then
+    if [[ " $SLOW $NO_WORLD " != *" $pkg "* ]]; then
         RUST_TEST_THREADS=${RUST_TEST_THREADS:-3} run "$exe" "$dir" 2>&1 | tee -a "$chain_log" ||
             failed+=("$exe")
     fi
 done
+wait "$early_pid" || true
+echo "== the tests that need no Go-built world (ran from the start), done by $((SECONDS - start)) s"
+cat "$early_log"
+mapfile -t -O "${#failed[@]}" failed <"$early_failed"
 cargo test --doc || failed+=("doctests")
 echo "== other tests and doctests done at $((SECONDS - start)) s" >&2
 for i in "${!slow_pids[@]}"; do
@@ -97,7 +122,7 @@ if [ "${#failed[@]}" -gt 0 ]; then
     # What each failed test printed, short (its first lines and its panic's message), in
     # one place (a long log's excerpt otherwise shows that a test failed but not why): to
     # $FAILURE_DIGEST when set (scripts/test.sh prints it last), else here.
-    bash scripts/failure-digest.sh "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"} \
+    bash scripts/failure-digest.sh "$early_log" "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"} \
         >>"${FAILURE_DIGEST:-/dev/stdout}"
     echo "tests failed: ${failed[*]}" >&2
     exit 1
