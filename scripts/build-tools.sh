@@ -106,17 +106,15 @@ write_wrapper() {
     [[ -f "$wdir/doc.go" ]] || printf '// Package wrapper only pins module versions.\npackage wrapper\n' >"$wdir/doc.go"
 }
 
-want() {
-    [[ ${#selected[@]} -eq 0 ]] && return 0
-    local t
-    for t in "${selected[@]}"; do [[ "$t" == "$1" ]] && return 0; done
-    return 1
-}
 # Whether the tool was named on the command line (the tools built only when named).
 named() {
     local t
     for t in ${selected[@]+"${selected[@]}"}; do [[ "$t" == "$1" ]] && return 0; done
     return 1
+}
+# Whether the tool is wanted: named, or nothing was named (the default tools).
+want() {
+    [[ ${#selected[@]} -eq 0 ]] || named "$1"
 }
 selected=("$@")
 # --all: the default tools and those built only when named.

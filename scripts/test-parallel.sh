@@ -19,21 +19,35 @@ source scripts/target-dir.sh
 # 76 s after the end-to-end suites.
 SLOW="chaos e2e scale-bench kube-world packaging"
 
-# "directory name<TAB>directory<TAB>executable" of every test executable of the default
-# members (the directory name is what SLOW names).
+# "directory name<TAB>directory<TAB>executable<TAB>world" of every test executable of the
+# default members (the directory name is what SLOW names; world: whether the package
+# depends, through any of its dependencies, dev ones too, on kube-world, the only reader
+# of the Go-built test world).
 artifacts="$(mktemp)"
 trap 'rm -f "$artifacts"' EXIT
 start=$SECONDS
 cargo test --no-run --message-format=json-render-diagnostics >"$artifacts"
 echo "== test executables built in $((SECONDS - start)) s" >&2
+metadata="$(mktemp)"
+cargo metadata --format-version 1 --offline >"$metadata"
 mapfile -t BINS < <(python3 -c '
 import json, os, sys
+meta = json.load(open(sys.argv[2]))
+deps = {n["id"]: n["deps"] for n in meta["resolve"]["nodes"]}
+names = {p["id"]: p["name"] for p in meta["packages"]}
+def needs_world(pid, seen):
+    if names[pid] == "kube-world":
+        return True
+    seen.add(pid)
+    return any(needs_world(d["pkg"], seen) for d in deps[pid] if d["pkg"] not in seen)
 for line in open(sys.argv[1]):
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         d = os.path.dirname(m["manifest_path"])
-        print(os.path.basename(d), d, m["executable"], sep="\t")
-' "$artifacts")
+        world = "world" if needs_world(m["package_id"], set()) else "-"
+        print(os.path.basename(d), d, m["executable"], world, sep="\t")
+' "$artifacts" "$metadata")
+rm -f "$metadata"
 if [ "${#BINS[@]}" -eq 0 ]; then
     echo "no test executables found" >&2
     exit 1
@@ -49,17 +63,16 @@ run() { # executable directory
 }
 
 # The packages whose tests need none of the Go-built test world (the runtime, the plugins
-# and their kit, the simulator, the conformance kit): one after another in a job of their
-# own, started at once. In an empty cache the world is still building when the test
-# executables are; these tests then use the CPU its build leaves idle (linking, one
+# and their kit, the simulator, the conformance kit's crate): one after another in a job
+# of their own, started at once. In an empty cache the world is still building when the
+# test executables are; these tests then use the CPU its build leaves idle (linking, one
 # package at a time at its end).
-NO_WORLD="runtime kinds conformance crd-schema guest-proxmox guest-redfish guest-kit guest-nocloud pve-sim"
 early_log="$(mktemp)" early_failed="$(mktemp)"
 trap 'rm -f "$artifacts" "$early_log" "$early_failed"' EXIT
 (
     for entry in "${BINS[@]}"; do
-        IFS=$'\t' read -r pkg dir exe <<<"$entry"
-        if [[ " $NO_WORLD " == *" $pkg "* ]]; then
+        IFS=$'\t' read -r pkg dir exe world <<<"$entry"
+        if [ "$world" = - ] && [[ " $SLOW " != *" $pkg "* ]]; then
             RUST_TEST_THREADS=${RUST_TEST_THREADS:-3} run "$exe" "$dir" >>"$early_log" 2>&1 ||
                 echo "$exe" >>"$early_failed"
         fi
@@ -83,7 +96,7 @@ echo "== the Go-built test world ready at $((SECONDS - start)) s" >&2
 # integration tests (the longest of the others) 3 at a time.
 slow_pids=() slow_logs=() slow_names=()
 for entry in "${BINS[@]}"; do
-    IFS=$'\t' read -r pkg dir exe <<<"$entry"
+    IFS=$'\t' read -r pkg dir exe world <<<"$entry"
     if [[ " $SLOW " == *" $pkg "* ]]; then
         slow_logs+=("$(mktemp)")
         slow_names+=("$pkg")
@@ -97,8 +110,8 @@ chain_log="$(mktemp)"
 trap 'rm -f "$artifacts" "$early_log" "$early_failed" "$chain_log" ${slow_logs[@]+"${slow_logs[@]}"}' EXIT
 failed=()
 for entry in "${BINS[@]}"; do
-    IFS=$'\t' read -r pkg dir exe <<<"$entry"
-    if [[ " $SLOW $NO_WORLD " != *" $pkg "* ]]; then
+    IFS=$'\t' read -r pkg dir exe world <<<"$entry"
+    if [[ " $SLOW " != *" $pkg "* ]] && [ "$world" = world ]; then
         RUST_TEST_THREADS=${RUST_TEST_THREADS:-3} run "$exe" "$dir" 2>&1 | tee -a "$chain_log" ||
             failed+=("$exe")
     fi
