@@ -25,13 +25,13 @@ pub mod apply;
 pub mod certs;
 pub mod managers;
 pub mod plane;
+pub mod ports;
 pub mod process;
 pub mod registry;
 pub mod tools;
 
 pub use managers::{Manager, ManagerSpec, WebhookServer};
-pub use plane::{
-    ADMIN_USER, AUDIT_WRITES_POLICY, Plane, PlaneOpts, audit_writes_and_gets_by, free_port,
-};
+pub use plane::{ADMIN_USER, AUDIT_WRITES_POLICY, Plane, PlaneOpts, audit_writes_and_gets_by};
+pub use ports::free_port;
 pub use registry::{CosignKeys, OciRegistry};
 pub use tools::Tools;

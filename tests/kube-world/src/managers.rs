@@ -20,7 +20,8 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::apply;
-use crate::plane::{Plane, b64, free_port, http_status, yaml_files};
+use crate::plane::{Plane, b64, http_status, yaml_files};
+use crate::ports::free_port;
 use crate::process::Proc;
 
 /// The webhook port CAPMOX's manager hard-codes.

@@ -1,6 +1,6 @@
 //! A real control plane: etcd + kube-apiserver (+ kube-controller-manager) on loopback.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::apply;
 use crate::certs::{self, Ca};
+use crate::ports::free_port;
 use crate::process::{Proc, log_tail};
 use crate::tools::Tools;
 
@@ -85,21 +86,6 @@ pub struct Plane {
     sa_key: PathBuf,
     started_in: Duration,
     audit_log: Option<PathBuf>,
-}
-
-/// A free TCP port on 127.0.0.1 (bound, then released), never one this process handed
-/// out before: the kernel may offer a just-released port again, and two flags of one
-/// manager (its health and its metrics address) then got the same one.
-pub fn free_port() -> Result<u16> {
-    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    for _ in 0..1_000 {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if HANDED_OUT.lock().expect("ports").insert(port) {
-            return Ok(port);
-        }
-    }
-    bail!("no free port this process has not handed out already")
 }
 
 pub(crate) fn b64(data: &[u8]) -> String {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::Tools;
-use crate::plane::{free_port, http_status};
+use crate::plane::http_status;
+use crate::ports::free_port;
 use crate::process::{Proc, log_tail};
 
 /// A running registry; stopped (and its storage removed) on drop.
