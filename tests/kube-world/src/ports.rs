@@ -2,9 +2,10 @@
 //! registry), chosen so that nothing else takes them between our choice and their bind.
 //!
 //! A port the kernel hands out for `127.0.0.1:0` is in its ephemeral range, which is also
-//! where every outgoing connection gets its local port: a manager's own watch connection
-//! once took its webhook port in the seconds before the manager bound it ("address already
-//! in use", CI at stop 50). So ports come from just below the ephemeral range, and a port
+//! where every outgoing connection gets its local port, and another test binary asking the
+//! kernel the same way may be given it too: a manager's webhook port was taken in the
+//! seconds before the manager bound it ("address already in use", CI at stop 50). So ports
+//! come from just below the ephemeral range, and a port
 //! is claimed across test processes (several test binaries run at once) by an advisory
 //! lock on a file named after it, held until this process exits.
 
