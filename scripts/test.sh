@@ -3,7 +3,8 @@
 # plugins, then `cargo test` over the workspace (unit, runtime, hostile-plugin, simulator
 # and real-API-server integration tests, and the chaos run at CI size: tests/chaos, about
 # a minute, its table of invariants in the log) and a smoke run of the scale benchmark,
-# with a short fuzz run beside them.
+# with a short fuzz run beside them. Clippy lints the native crates as they are built for
+# the tests: a warning fails the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/target-dir.sh
