@@ -31,14 +31,18 @@ start=$SECONDS
 # (RUSTC_WORKSPACE_WRAPPER, and CLIPPY_ARGS for `-D warnings`), and still produces the
 # code. A separate `cargo clippy` checked every dependency a second time, a build that
 # shares nothing with the tests' (about 150 s in an empty cache). --all-targets lints
-# what `cargo clippy --all-targets` did, the benchmarks too (built, never run here).
+# what `cargo clippy --all-targets` did, the benchmarks and examples too (built as tests,
+# never run here).
 # The same variables reach the doctests' build below, so it reuses these libraries.
 clippy=(env RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
     CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
 "${clippy[@]}" cargo test --no-run --all-targets --message-format=json-render-diagnostics >"$artifacts"
 echo "== test executables built in $((SECONDS - start)) s" >&2
 metadata="$(mktemp)"
-cargo metadata --format-version 1 --offline >"$metadata"
+# This machine's platform only: the packages of others (android_system_properties, ...)
+# were never downloaded, and --offline then fails in an empty cache.
+cargo metadata --format-version 1 --offline \
+    --filter-platform "$(rustc -vV | sed -n 's/^host: //p')" >"$metadata"
 mapfile -t BINS < <(python3 -c '
 import json, os, sys
 meta = json.load(open(sys.argv[2]))
@@ -52,7 +56,7 @@ def needs_world(pid, seen):
 for line in open(sys.argv[1]):
     m = json.loads(line)
     if (m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]
-            and "bench" not in m["target"]["kind"]):
+            and not {"bench", "example"} & set(m["target"]["kind"])):
         d = os.path.dirname(m["manifest_path"])
         world = "world" if needs_world(m["package_id"], set()) else "-"
         print(os.path.basename(d), d, m["executable"], world, sep="\t")

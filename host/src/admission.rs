@@ -9,6 +9,7 @@ use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::json;
 
+use crate::controller::cache::scope::Scope;
 use crate::controller::objects::{MANAGED_BY_ANNOTATION, OWNERSHIP_ID_ANNOTATION};
 use hyperplug_runtime::Plugin;
 use hyperplug_runtime::bindings::identity::KindRole;
@@ -18,14 +19,14 @@ use hyperplug_runtime::bindings::identity::KindRole;
 pub struct Finalizers {
     /// `(group, kind)` → finalizer.
     by_kind: BTreeMap<(String, String), String>,
-    /// The one namespace the manager watches (`--namespace`), if not all: an object
-    /// elsewhere gets no finalizer, as no reconciler of ours would ever remove it.
-    namespace: Option<String>,
+    /// What the manager watches (`--namespace`, `--watch-filter`): an object outside
+    /// gets no finalizer, as no reconciler of this instance would ever remove it.
+    scope: Scope,
 }
 
 impl Finalizers {
     /// For the machine kinds of `plugins` whose manager serves webhooks.
-    pub fn new(plugins: &[Plugin], namespace: Option<String>) -> Self {
+    pub fn new(plugins: &[Plugin], scope: Scope) -> Self {
         let mut by_kind = BTreeMap::new();
         for plugin in plugins {
             let info = plugin.info();
@@ -43,7 +44,7 @@ impl Finalizers {
                 );
             }
         }
-        Self { by_kind, namespace }
+        Self { by_kind, scope }
     }
 
     /// The answer to `review`: allowed, with a JSON patch adding the finalizer where it
@@ -68,12 +69,13 @@ impl Finalizers {
         let finalizer = self
             .by_kind
             .get(&(request.kind.group.clone(), request.kind.kind.clone()))?;
-        if let Some(watched) = &self.namespace
-            && request.namespace.as_deref() != Some(watched.as_str())
-        {
+        let object = request.object.as_ref()?;
+        if !self.scope.includes(
+            request.namespace.as_deref(),
+            object.metadata.labels.as_ref(),
+        ) {
             return None;
         }
-        let object = request.object.as_ref()?;
         // Only a plain new machine: one that arrives with an ownership id (moved,
         // restored, or copied by a tenant), a provider ID (a claim to infrastructure made
         // elsewhere) or finalizers (another provider's) is left to the reconciler, which
@@ -123,7 +125,10 @@ mod tests {
                 "proxmox.infrastructure.hyperplug.dev".into(),
             )]
             .into(),
-            namespace: namespace.map(String::from),
+            scope: Scope {
+                namespace: namespace.map(String::from),
+                watch_filter: None,
+            },
         }
     }
 
@@ -175,6 +180,28 @@ mod tests {
                 json!([{"op": "add", "path": "/metadata/finalizers", "value": ["proxmox.infrastructure.hyperplug.dev"]}])
             )
         );
+    }
+
+    #[test]
+    fn a_machine_without_the_watch_filter_value_gets_none() {
+        let mut f = finalizers(None);
+        f.scope.watch_filter = Some("blue".into());
+        let labelled = |value: &str| {
+            let mut r = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
+            let object = r.request.as_mut().unwrap().object.as_mut().unwrap();
+            object.metadata.labels = Some(
+                [(
+                    crate::controller::cache::scope::WATCH_FILTER_LABEL.to_string(),
+                    value.to_string(),
+                )]
+                .into(),
+            );
+            r
+        };
+        assert!(patch_of(f.review(labelled("blue")).unwrap()).is_some());
+        assert_eq!(patch_of(f.review(labelled("green")).unwrap()), None);
+        let unlabelled = review("CREATE", "ProxmoxMachine", "team-a", json!(null));
+        assert_eq!(patch_of(f.review(unlabelled).unwrap()), None);
     }
 
     /// What a test does to a new object before it is reviewed.

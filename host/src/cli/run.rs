@@ -16,6 +16,7 @@ use super::limits::{BlobLimitArgs, LimitArgs};
 use super::{CacheArgs, load_fetched};
 use crate::admission::Finalizers;
 use crate::controller::cache::oversized::DEFAULT_OBJECT_MAX_KIB;
+use crate::controller::cache::scope::{Scope, parse_watch_filter};
 use crate::controller::call::credentials::DEFAULT_CREDENTIALS_MAX_KIB;
 use crate::controller::trust::adoption::AdoptionLimits;
 use crate::controller::trust::ownership::OwnershipKeys;
@@ -46,6 +47,15 @@ pub struct RunArgs {
     /// Watch only this namespace (default: all namespaces).
     #[arg(long, env = "HYPERPLUG_NAMESPACE")]
     pub namespace: Option<String>,
+    /// Reconcile only objects labelled `cluster.x-k8s.io/watch-filter=VALUE`, as every
+    /// Cluster API manager started with the same `--watch-filter` does: several instances
+    /// of this manager (each with its own value, its own --leader-election-id and
+    /// webhook) then share one management cluster, each acting only on its own clusters.
+    /// Objects without the label are ignored by this instance's controllers and by its
+    /// finalizer webhook. It divides work, not trust (anyone who may edit an object may
+    /// label it): separate tenants with --namespace. Default: every object.
+    #[arg(long, env = "HYPERPLUG_WATCH_FILTER", value_parser = parse_watch_filter)]
+    pub watch_filter: Option<String>,
     /// Secret with the credentials a plugin's InfraClusters use when they name none
     /// (`spec.credentialsRef`/`credentialsRefs`): `PLUGIN=NAMESPACE/NAME`, repeat for
     /// several plugins; only another plugin's InfraClusters never get it. With exactly
@@ -190,9 +200,13 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The namespace to watch; an empty value (as a Deployment's env may give) means all.
-    fn watched_namespace(&self) -> Option<String> {
-        self.namespace.clone().filter(|n| !n.is_empty())
+    /// What this instance watches: the namespace and the watch filter (an empty value,
+    /// as a Deployment's env may give, means all).
+    fn scope(&self) -> Scope {
+        Scope {
+            namespace: self.namespace.clone().filter(|n| !n.is_empty()),
+            watch_filter: self.watch_filter.clone().filter(|v| !v.is_empty()),
+        }
     }
 
     /// What the controllers read of these flags, with what is resolved only at start
@@ -214,7 +228,7 @@ impl RunArgs {
                 .unwrap_or(usize::MAX),
             object_max_bytes: usize::try_from(self.object_max_kib << 10).unwrap_or(usize::MAX),
             ownership_key_secret,
-            namespace: self.watched_namespace(),
+            scope: self.scope(),
             concurrency: self.reconcile_concurrency,
             resync: Duration::from_secs(self.resync_seconds),
         }
@@ -378,7 +392,7 @@ async fn serve_webhooks(
         let certs = CertDir {
             dir: args.webhook_cert_dir.clone(),
         };
-        let finalizers = Finalizers::new(plugins, args.watched_namespace());
+        let finalizers = Finalizers::new(plugins, args.scope());
         let server = webhook::Server::bind(args.webhook_addr, certs, conversions, finalizers)
             .await
             .context("the webhook server (--webhook-addr, --webhook-cert-dir)")?

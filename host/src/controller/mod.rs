@@ -25,6 +25,7 @@ mod schedule;
 pub mod trust;
 pub mod write;
 
+use cache::scope::Scope;
 use cache::{oversized, packed, triggers, watch};
 use call::{grants, versions};
 use reconcile::{cluster, context, machine, template};
@@ -39,7 +40,7 @@ use std::time::Instant;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::events::{Recorder, Reporter};
@@ -118,7 +119,7 @@ pub async fn run(
             match kind.role {
                 KindRole::InfraMachine => {
                     let (waits, woken) = waits::Waits::new(plugin.clone(), metrics.clone());
-                    let others = Others::watch(&client, &options.namespace, cluster_kind.clone());
+                    let others = Others::watch(&client, &options.scope, cluster_kind.clone());
                     let ctx = Arc::new(MachineContext {
                         shared: ctx,
                         cluster_kind: cluster_kind.clone(),
@@ -139,16 +140,6 @@ pub async fn run(
         }
     }
     supervise::until_one_ends(running).await
-}
-
-fn all_or_namespaced<K>(client: &Client, ar: &ApiResource, ns: &Option<String>) -> Api<K>
-where
-    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
-{
-    match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
-        None => Api::all_with(client.clone(), ar),
-    }
 }
 
 /// The InfraMachines in the cache that belong to `cluster` in `namespace`.
@@ -188,12 +179,25 @@ fn urgent(store: &Store<Packed>, m: &ObjectRef<Packed>) -> bool {
         .is_none_or(|o| o.metadata.deletion_timestamp.is_some() || priority::is_urgent(&o.unpack()))
 }
 
-/// Secrets' metadata only (their values are never listed or watched).
-fn secret_names(client: &Client, ns: &Option<String>) -> Api<PartialObjectMeta<Secret>> {
-    match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
+/// Every object of kind `ar` in `scope`, cached (see `watch::cached`).
+fn cached_in<const STATUS: bool>(
+    client: &Client,
+    scope: &Scope,
+    ar: &ApiResource,
+) -> watch::Watched<STATUS> {
+    watch::cached(scope.api(client, ar), ar, scope.watch_config())
+}
+
+/// The watch of a controller's own kind, in the instance's scope.
+fn own_kind(ctx: &Context) -> watch::Watched {
+    let scope = &ctx.options.scope;
+    watch::own_kind(
+        scope.api(&ctx.client, &ctx.resource),
+        &ctx.resource,
+        scope.watch_config(),
+        ctx.seen.clone(),
+        ctx.writes.written.clone(),
+    )
 }
 
 fn config(ctx: &Context) -> ControllerConfig {
@@ -210,19 +214,16 @@ struct Others {
 }
 
 impl Others {
-    /// What machine reconciles read of other kinds (in namespace `ns`, or all), watched
-    /// once and cached; `cluster_kind` is the plugin's InfraCluster kind.
-    fn watch(client: &Client, ns: &Option<String>, cluster_kind: Option<ApiResource>) -> Others {
+    /// What machine reconciles read of other kinds (in `scope`), watched once and
+    /// cached; `cluster_kind` is the plugin's InfraCluster kind.
+    fn watch(client: &Client, scope: &Scope, cluster_kind: Option<ApiResource>) -> Others {
         let infra_cluster_ar = cluster_kind.unwrap_or_else(objects::capi_cluster);
         let (machine_ar, cluster_ar) = (objects::capi_machine(), objects::capi_cluster());
         Others {
-            machines: watch::cached(all_or_namespaced(client, &machine_ar, ns), &machine_ar),
-            clusters: watch::cached(all_or_namespaced(client, &cluster_ar, ns), &cluster_ar),
+            machines: cached_in(client, scope, &machine_ar),
+            clusters: cached_in(client, scope, &cluster_ar),
             // Its readiness wakes its machines.
-            infra_clusters: watch::cached(
-                all_or_namespaced(client, &infra_cluster_ar, ns),
-                &infra_cluster_ar,
-            ),
+            infra_clusters: cached_in(client, scope, &infra_cluster_ar),
             infra_cluster_ar,
         }
     }
@@ -244,14 +245,9 @@ async fn machines(
     woken: futures::channel::mpsc::UnboundedReceiver<ObjectRef<DynamicObject>>,
     others: Others,
 ) {
-    let ns = &ctx.options.namespace;
+    let scope = &ctx.options.scope;
     let ar = ctx.resource.clone();
-    let (own, store) = watch::own_kind(
-        all_or_namespaced(&ctx.client, &ar, ns),
-        &ar,
-        ctx.seen.clone(),
-        ctx.writes.written.clone(),
-    );
+    let (own, store) = own_kind(&ctx);
     let controller = Controller::for_stream_with(own, store, ar.clone());
     let map = Arc::new(MachineTriggers::new(ar, controller.store()));
     let urgent = {
@@ -263,8 +259,10 @@ async fn machines(
     // Labelled Secrets only, so the manager never watches every Secret; and only their
     // metadata: a tenant's labelled Secrets of any size cost the manager their names,
     // not their bytes.
+    // Not narrowed by `--watch-filter`: a bootstrap Secret need not carry the label, and
+    // it wakes only machines in this instance's cache.
     let secrets = watcher(
-        secret_names(&ctx.client, ns),
+        scope.typed_api::<PartialObjectMeta<Secret>>(&ctx.client),
         watcher::Config::default()
             .labels(objects::CLUSTER_NAME_LABEL)
             .page_size(watch::LIST_PAGE),
@@ -398,24 +396,18 @@ impl MachineTriggers {
 }
 
 async fn clusters(ctx: Arc<Context>) {
-    let ns = &ctx.options.namespace;
+    let scope = &ctx.options.scope;
     let ar = ctx.resource.clone();
     let (group, kind) = (ar.group.clone(), ar.kind.clone());
     let mapped = ar.clone();
     let cluster_changes = triggers::Relevant::default();
-    let (own, store) = watch::own_kind(
-        all_or_namespaced(&ctx.client, &ar, ns),
-        &ar,
-        ctx.seen.clone(),
-        ctx.writes.written.clone(),
-    );
+    let (own, store) = own_kind(&ctx);
     Controller::for_stream_with(own, store, ar.clone())
         .with_config(config(&ctx))
         .watches_with(
-            all_or_namespaced(&ctx.client, &objects::capi_cluster(), ns),
+            scope.api(&ctx.client, &objects::capi_cluster()),
             objects::capi_cluster(),
-            // Listed a page at a time, as every watch of ours (`watch::LIST_PAGE`).
-            watcher::Config::default().page_size(watch::LIST_PAGE),
+            scope.watch_config(),
             // Only its spec (paused, the reference) or its deletion: CAPI rewrites its status
             // on every machine change, and none of that is ours to act on.
             move |c: DynamicObject| {
@@ -438,12 +430,7 @@ async fn clusters(ctx: Arc<Context>) {
 
 async fn templates(ctx: Arc<Context>) {
     let ar = ctx.resource.clone();
-    let (own, store) = watch::own_kind(
-        all_or_namespaced(&ctx.client, &ar, &ctx.options.namespace),
-        &ar,
-        ctx.seen.clone(),
-        ctx.writes.written.clone(),
-    );
+    let (own, store) = own_kind(&ctx);
     Controller::for_stream_with(own, store, ar)
         .with_config(config(&ctx))
         .run(

@@ -29,3 +29,4 @@ mod takeover;
 mod tenancy;
 mod tenant_memory;
 mod two_plugins;
+mod watch_filter;

@@ -434,6 +434,17 @@ impl Plane {
         )?;
         Ok(path)
     }
+    /// A client authenticating as `user` ([`Plane::kubeconfig_for`]).
+    pub async fn client_as(&self, user: &str) -> Result<Client> {
+        let path = self.kubeconfig_for(user)?;
+        let config = Config::from_custom_kubeconfig(
+            Kubeconfig::read_from(&path)?,
+            &KubeConfigOptions::default(),
+        )
+        .await
+        .with_context(|| format!("loading {}", path.display()))?;
+        Ok(Client::try_from(config)?)
+    }
     /// `https://127.0.0.1:<port>`.
     pub fn server_url(&self) -> &str {
         &self.url

@@ -138,7 +138,7 @@ pub async fn install_bundled_crds(plane: &kube_world::Plane) -> Result<()> {
             std::slice::from_ref(&plugin),
             Arc::new(OwnershipKeys::in_memory()),
         ),
-        Finalizers::new(&[plugin], None),
+        Finalizers::new(&[plugin], Default::default()),
     )?;
     let url = server.url()?;
     tokio::spawn(server.serve());

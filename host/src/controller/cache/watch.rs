@@ -43,14 +43,18 @@ pub const LIST_PAGE: u32 = 32;
 /// whose [`acted_on`] digest differs from the last one `seen` (by this watch, or by the
 /// reconciler in its own write). Every changed version the watch shows is told to
 /// `written`, once the store holds it.
-pub fn own_kind(api: Api<Packed>, ar: &ApiResource, seen: Seen, written: WrittenAt) -> Watched {
+pub fn own_kind(
+    api: Api<Packed>,
+    ar: &ApiResource,
+    config: watcher::Config,
+    seen: Seen,
+    written: WrittenAt,
+) -> Watched {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
     // Relists are quorum reads and the watch resumes from their version, so no event
     // shows a version older than one shown before: `written` relies on that.
-    let config = watcher::Config::default()
-        .list_semantic(watcher::ListSemantic::MostRecent)
-        .page_size(LIST_PAGE);
+    let config = config.list_semantic(watcher::ListSemantic::MostRecent);
     let stream = watcher(api, config)
         .default_backoff()
         .reflect(writer)
@@ -173,11 +177,16 @@ pub type Watched<const STATUS: bool = true> = (
     Store<Packed<STATUS>>,
 );
 
-/// Every object of `api`, cached lean; the stream yields each one changed or deleted.
-pub fn cached<const STATUS: bool>(api: Api<Packed<STATUS>>, ar: &ApiResource) -> Watched<STATUS> {
+/// Every object of `api` that `config` lists, cached lean; the stream yields each one
+/// changed or deleted.
+pub fn cached<const STATUS: bool>(
+    api: Api<Packed<STATUS>>,
+    ar: &ApiResource,
+    config: watcher::Config,
+) -> Watched<STATUS> {
     let writer = Writer::new(ar.clone());
     let store = writer.as_reader();
-    let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE))
+    let stream = watcher(api, config)
         .default_backoff()
         .reflect(writer)
         .touched_objects();

@@ -13,6 +13,7 @@ use kube::Client;
 use kube::api::{ApiResource, DynamicObject};
 
 use crate::controller::cache::oversized::DEFAULT_OBJECT_MAX_KIB;
+use crate::controller::cache::scope::Scope;
 use crate::controller::cache::watch::{Caches, Seen};
 use crate::controller::call::credentials::{self, DEFAULT_CREDENTIALS_MAX_KIB, Recent};
 use crate::controller::call::grants::CredentialsGrant;
@@ -50,8 +51,8 @@ pub struct ManagerOptions {
     pub object_max_bytes: usize,
     /// `namespace/name` of the Secret with the ownership key (created if absent).
     pub ownership_key_secret: (String, String),
-    /// Watch only this namespace.
-    pub namespace: Option<String>,
+    /// What this instance watches: a namespace, a `--watch-filter` value (or all).
+    pub scope: Scope,
     /// Reconciles in flight per controller.
     pub concurrency: u16,
     /// How often a provisioned object is re-checked for drift.
@@ -68,7 +69,7 @@ impl Default for ManagerOptions {
             credentials_max_bytes: (DEFAULT_CREDENTIALS_MAX_KIB as usize) << 10,
             object_max_bytes: (DEFAULT_OBJECT_MAX_KIB as usize) << 10,
             ownership_key_secret: ("default".into(), DEFAULT_OWNERSHIP_KEY_SECRET.into()),
-            namespace: None,
+            scope: Scope::default(),
             concurrency: DEFAULT_RECONCILE_CONCURRENCY,
             resync: RESYNC,
         }

@@ -24,7 +24,11 @@ impl Drop for Controllers {
 }
 
 pub fn start(world: &World, plugin: Plugin, options: ManagerOptions) -> Controllers {
-    let client = world.plane.client();
+    start_as(world.plane.client(), plugin, options)
+}
+
+/// [`start`] with `client` (e.g. another user's, [`kube_world::Plane::client_as`]).
+pub fn start_as(client: kube::Client, plugin: Plugin, options: ManagerOptions) -> Controllers {
     Controllers(tokio::spawn(async move {
         controller::run(client, vec![plugin], options, Arc::new(Metrics::default()))
             .await

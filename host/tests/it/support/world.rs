@@ -85,7 +85,7 @@ pub async fn serve_conversion(plane: &Plane, plugins: &[hyperplug_runtime::Plugi
         listener,
         certs,
         Conversions::new(plugins, Arc::new(keys)),
-        Finalizers::new(plugins, None),
+        Finalizers::new(plugins, Default::default()),
     )
     .expect("webhook");
     let url = server.url().unwrap();
@@ -148,6 +148,12 @@ impl World {
     /// writing an audit log of every write ([`World::writes`]).
     pub async fn start_audited(sim_config: Config) -> World {
         World::start_full(sim_config, true, true, FAST_RESYNC).await
+    }
+
+    /// The audited world without controllers: a test starts its own, each as a user of
+    /// its own that the audit log tells apart.
+    pub async fn start_audited_without_controllers(sim_config: Config) -> World {
+        World::start_full(sim_config, false, true, FAST_RESYNC).await
     }
 
     async fn start_full(
@@ -428,8 +434,8 @@ impl World {
     }
 
     /// The writes the API server's audit log holds (a world from
-    /// [`World::start_audited`]): each write's verb, `resource[/subresource]`, object name
-    /// and request URI.
+    /// [`World::start_audited`]): each write's user, verb, `resource[/subresource]`,
+    /// object name and request URI.
     pub fn writes(&self) -> Vec<Write> {
         let log = self.plane.audit_log_path().expect("an audited world");
         let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -444,6 +450,7 @@ impl World {
                 }
                 let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
                 Write {
+                    user: text(&e["user"]["username"]),
                     verb: text(&e["verb"]),
                     resource,
                     name: text(&r["name"]),
@@ -471,6 +478,8 @@ impl World {
 /// One write to the API server, from its audit log.
 #[derive(Debug, Clone)]
 pub struct Write {
+    /// Who wrote: the request's user name.
+    pub user: String,
     pub verb: String,
     /// `resource` or `resource/subresource`.
     pub resource: String,

@@ -257,6 +257,7 @@ async fn clusterctl_describes_the_provider_variables_and_image() {
         [
             "HYPERPLUG_LOG",
             "HYPERPLUG_PLUGIN",
+            "HYPERPLUG_WATCH_FILTER",
             "HYPERPLUG_WATCH_NAMESPACE",
             "PROXMOX_FINGERPRINT",
             "PROXMOX_INSECURE",
