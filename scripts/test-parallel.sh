@@ -34,8 +34,12 @@ start=$SECONDS
 # what `cargo clippy --all-targets` did, the benchmarks and examples too (built as tests,
 # never run here).
 # The same variables reach the doctests' build below, so it reuses these libraries.
-clippy=(env RUSTC_WORKSPACE_WRAPPER="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)"
-    CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
+driver="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver || true)"
+if [ -z "$driver" ]; then
+    echo "clippy is missing: rustup component add clippy (scripts/setup.sh does)" >&2
+    exit 1
+fi
+clippy=(env RUSTC_WORKSPACE_WRAPPER="$driver" CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__")
 "${clippy[@]}" cargo test --no-run --all-targets --message-format=json-render-diagnostics >"$artifacts"
 echo "== test executables built in $((SECONDS - start)) s" >&2
 metadata="$(mktemp)"
