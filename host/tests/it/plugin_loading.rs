@@ -197,6 +197,42 @@ async fn the_current_proxmox_plugin_speaks_0_3_and_converts_between_its_versions
     assert_eq!(json(&back.object), json(object));
 }
 
+/// Runtimes loading one plugin at once into an empty cache (test binaries, replicas on
+/// one volume) take turns: one compiles, the others wait and load its entry. All loads
+/// work and the directory keeps the one entry, no lock file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn loads_of_one_plugin_at_once_share_one_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let loads: Vec<_> = (0..4)
+        .map(|_| {
+            let rt = runtime(Some(dir.path().to_path_buf()));
+            tokio::spawn(async move {
+                rt.load(&plugin_path("proxmox"))
+                    .await
+                    .map(|p| p.digest().to_string())
+            })
+        })
+        .collect();
+    let mut digests = Vec::new();
+    for load in loads {
+        digests.push(load.await.unwrap().expect("load"));
+    }
+    digests.dedup();
+    assert_eq!(digests.len(), 1, "{digests:?}");
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 2, "the key and one entry: {names:?}");
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with(&digests[0]) && n.ends_with(".cwasm")),
+        "{names:?}"
+    );
+}
+
 #[tokio::test]
 async fn compiled_plugins_are_cached_by_content_hash_and_reused() {
     let dir = tempfile::tempdir().unwrap();

@@ -108,16 +108,15 @@ fn compile_cached(
         return Component::new(engine, bytes).map_err(invalid);
     };
     let entry = cache.entry(digest, engine_hash(engine));
-    if let Some(code) = cache.read(&entry) {
-        // SAFETY: `code` carries a valid HMAC under this cache's key, which only this
-        // user can read: this host's `precompile_component` wrote it for exactly this
-        // plugin digest and engine. wasmtime also checks the header before using it.
-        match unsafe { Component::deserialize(engine, code.code()) } {
-            Ok(component) => return Ok(component),
-            Err(e) => {
-                tracing::warn!(cache = %entry.path.display(), error = %e, "ignoring unusable cached plugin")
-            }
-        }
+    if let Some(component) = cache.load(engine, &entry) {
+        return Ok(component);
+    }
+    // One compile per entry at a time, across threads and processes sharing the cache
+    // (test binaries, replicas on one volume): the others wait for its result instead of
+    // compiling the same plugin too (tens of seconds of CPU each).
+    let _compiling = cache.compiling(&entry);
+    if let Some(component) = cache.load(engine, &entry) {
+        return Ok(component);
     }
     let compiled = engine.precompile_component(bytes).map_err(invalid)?;
     if let Err(e) = cache.write(&entry, &compiled) {
@@ -131,6 +130,26 @@ fn engine_hash(engine: &Engine) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
     hasher.finish()
+}
+
+/// How long a load waits for another thread's or process's compile of the same plugin
+/// before compiling it too: a compile takes seconds to a minute on a busy machine, and
+/// a stuck one must not stop this load.
+const COMPILE_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A held compile lock. Dropped once the entry is written (or the compile failed), it
+/// removes its file before unlocking: whoever waits on it finds the entry when it
+/// looks again, and whoever comes later finds the entry before any lock, so the
+/// directory keeps only entries.
+struct CompileLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl Drop for CompileLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// The on-disk cache of compiled plugins, with the key that authenticates its entries.
@@ -214,6 +233,49 @@ impl CodeCache {
         ctx.update(&entry.binding);
         ctx.update(code);
         ctx.sign()
+    }
+
+    /// The component cached as `entry`, if it is there, authentic and usable.
+    fn load(&self, engine: &Engine, entry: &Entry) -> Option<Component> {
+        let code = self.read(entry)?;
+        // SAFETY: `code` carries a valid HMAC under this cache's key, which only this
+        // user can read: this host's `precompile_component` wrote it for exactly this
+        // plugin digest and engine. wasmtime also checks the header before using it.
+        match unsafe { Component::deserialize(engine, code.code()) } {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(cache = %entry.path.display(), error = %e, "ignoring unusable cached plugin");
+                None
+            }
+        }
+    }
+
+    /// The lock on compiling `entry` (an advisory lock on `<entry>.lock`, released when
+    /// dropped or when its process ends), once no one else holds it or after
+    /// [`COMPILE_WAIT`]; `None` (compile anyway) when the lock file cannot be opened.
+    fn compiling(&self, entry: &Entry) -> Option<CompileLock> {
+        let path = entry.path.with_extension("lock");
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .inspect_err(|e| tracing::warn!(lock = %path.display(), error = %e, "compiling without the cache's lock"))
+            .ok()?;
+        let deadline = std::time::Instant::now() + COMPILE_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Some(CompileLock { path, _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => {
+                    tracing::warn!(lock = %path.display(), error = %e, "compiling without waiting for another compile of this plugin");
+                    return None;
+                }
+            }
+        }
     }
 
     /// The cached code of `entry`, if it is there and authentic. Read into one buffer
